@@ -1,0 +1,10 @@
+"""tapefit: a readable, tape-based autodiff and training loop on NumPy.
+
+``import tapefit as tp``; the names here are the public API (see API.md).
+"""
+
+from tapefit import math, nn
+from tapefit.core import *  # noqa: F403
+from tapefit.core import random, testing
+
+__version__ = "0.1.0"

@@ -1,0 +1,63 @@
+"""``@tp.custom_gradient``: a function that supplies its own gradient."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from tapefit.core import nest
+from tapefit.core.record import Op, _state, record_op
+from tapefit.core.tape import GradientTape
+from tapefit.core.tensor import Tensor, _wrap, convert_to_tensor
+
+
+def custom_gradient(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorates ``f(*xs) -> (y, grad_fn)`` so that tapes use ``grad_fn`` for its gradient.
+
+    ``grad_fn(*dys)`` returns one gradient per input (a tuple, or one tensor for one
+    input). If ``f`` reads trainable Variables, ``grad_fn`` must take a keyword
+    argument ``variables`` and return ``(input_grads, variable_grads)``, as in TensorFlow.
+    """
+
+    @functools.wraps(f)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        inputs = tuple(convert_to_tensor(a) for a in args)
+        if not _state.tapes:
+            return f(*inputs, **kwargs)[0]
+        # Run f unrecorded by the outer tapes; an inner tape finds the variables it reads.
+        outer = _state.tapes
+        _state.tapes = []
+        try:
+            with GradientTape() as inner:
+                result, grad_fn = f(*inputs, **kwargs)
+        finally:
+            _state.tapes = outer
+        variables = inner.watched_variables()
+        if variables and "variables" not in inspect.signature(grad_fn).parameters:
+            raise TypeError(
+                f"@custom_gradient function {f.__name__!r} reads Variables "
+                f"({', '.join(v.name for v in variables)}), so its grad_fn must accept a "
+                "keyword argument 'variables'"
+            )
+        flat = nest.flatten(result)
+        outputs = tuple(_wrap(convert_to_tensor(y)._value) for y in flat)
+
+        def grad(op: Op, *dys: Tensor) -> list[Any]:
+            if variables:
+                input_grads, variable_grads = grad_fn(*dys, variables=list(variables))
+            else:
+                input_grads, variable_grads = grad_fn(*dys), []
+            input_grads = list(input_grads) if isinstance(input_grads, (list, tuple)) else [input_grads]
+            if len(input_grads) != len(inputs):
+                raise ValueError(
+                    f"@custom_gradient function {f.__name__!r}: grad_fn returned {len(input_grads)} "
+                    f"gradients for {len(inputs)} inputs"
+                )
+            return input_grads + list(variable_grads)
+
+        record_op("CustomGradient", inputs + tuple(variables), outputs, {}, (), False, grad_fn=grad)
+        return nest.pack_sequence_as(result, list(outputs))
+
+    return wrapped

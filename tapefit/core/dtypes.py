@@ -1,0 +1,42 @@
+"""The dtypes tapefit uses (plain NumPy dtypes) and the rules for mixing them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+float16 = np.dtype(np.float16)
+float32 = np.dtype(np.float32)
+float64 = np.dtype(np.float64)
+int32 = np.dtype(np.int32)
+int64 = np.dtype(np.int64)
+bool = np.dtype(np.bool_)  # noqa: A001 - the TensorFlow name, shadowing is intended
+
+DType = np.dtype
+DTypeLike = Any  # anything ``np.dtype()`` accepts
+
+
+def as_dtype(dtype: DTypeLike) -> np.dtype:
+    """Returns ``dtype`` as a NumPy dtype, with a clear error for unknown names."""
+    if isinstance(dtype, np.dtype):
+        return dtype
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{dtype!r} is not a dtype; use tp.float32, tp.int32, ...") from None
+
+
+def is_floating(dtype: np.dtype) -> bool:
+    """True for the dtypes that carry gradients (float16, float32, float64)."""
+    return dtype.kind == "f"
+
+
+def mix_error(op_name: str, dtypes: list[np.dtype]) -> TypeError:
+    """The error for an op given tensors of different dtypes."""
+    names = ", ".join(d.name for d in dtypes)
+    target = next((d for d in dtypes if d.kind == "f"), dtypes[-1])
+    return TypeError(
+        f"{op_name}: cannot mix dtypes {names} in one op; convert explicitly, "
+        f"for example with tp.cast(x, tp.{target.name})"
+    )

@@ -1,0 +1,341 @@
+"""Elementwise math: forward in NumPy, gradient from tapefit ops, side by side.
+
+Each gradient reads like a line of a derivative sheet; ``dy`` is the upstream
+gradient, ``x``/``y`` the inputs, ``out`` the output. Broadcast inputs get
+their gradients summed back by the tape, not here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tapefit.core import dtypes as _dt
+from tapefit.core.record import Op
+from tapefit.core.registry import (
+    OpDef,
+    binary,
+    binary_operands,
+    check_same_dtype,
+    execute,
+    not_differentiable,
+    register_gradient,
+    unary,
+)
+from tapefit.core.tensor import Tensor, convert_to_tensor
+
+# -- binary arithmetic -------------------------------------------------------
+
+add = binary("Add", np.add, save="")
+subtract = binary("Sub", np.subtract, save="")
+multiply = binary("Mul", np.multiply, save="x y")
+divide = binary("RealDiv", np.true_divide, save="x y")
+floordiv = binary("FloorDiv", np.floor_divide, save="")
+floormod = binary("FloorMod", np.mod, save="x y")
+pow = binary("Pow", np.power, save="x y out")  # noqa: A001 - TensorFlow's name
+maximum = binary("Maximum", np.maximum, save="x y")
+minimum = binary("Minimum", np.minimum, save="x y")
+
+
+@register_gradient("Add")
+def _add_grad(op: Op, dy: Tensor) -> tuple[Any, Any]:
+    return dy, dy
+
+
+@register_gradient("Sub")
+def _sub_grad(op: Op, dy: Tensor) -> tuple[Any, Any]:
+    return dy, negative(dy) if op.needs_grad[1] else None
+
+
+@register_gradient("Mul")
+def _mul_grad(op: Op, dy: Tensor) -> tuple[Any, Any]:
+    x, y = op.inputs
+    return (dy * y if op.needs_grad[0] else None, dy * x if op.needs_grad[1] else None)
+
+
+@register_gradient("RealDiv")
+def _div_grad(op: Op, dy: Tensor) -> tuple[Any, Any]:
+    x, y = op.inputs
+    # d(x/y) = dx / y - x dy / y^2
+    return (dy / y if op.needs_grad[0] else None, -dy * x / (y * y) if op.needs_grad[1] else None)
+
+
+@register_gradient("FloorMod")
+def _floormod_grad(op: Op, dy: Tensor) -> tuple[Any, Any]:
+    x, y = op.inputs
+    # x mod y = x - floor(x / y) * y
+    return dy, -dy * floor(x / y) if op.needs_grad[1] else None
+
+
+@register_gradient("Pow")
+def _pow_grad(op: Op, dy: Tensor) -> tuple[Any, Any]:
+    x, y = op.inputs
+    (out,) = op.outputs
+    dx = dy * y * x ** (y - 1) if op.needs_grad[0] else None
+    dexp = None
+    if op.needs_grad[1]:
+        # d(x^y)/dy = x^y log x, taken as 0 where x <= 0 (as TensorFlow does)
+        positive = x > 0
+        dexp = dy * out * where(positive, log(where(positive, x, 1)), 0)
+    return dx, dexp
+
+
+@register_gradient("Maximum")
+def _maximum_grad(op: Op, dy: Tensor) -> tuple[Any, Any]:
+    x, y = op.inputs
+    x_wins = x >= y  # ties send the gradient to x, as TensorFlow does
+    return where(x_wins, dy, 0), where(x_wins, 0, dy)
+
+
+@register_gradient("Minimum")
+def _minimum_grad(op: Op, dy: Tensor) -> tuple[Any, Any]:
+    x, y = op.inputs
+    x_wins = x <= y
+    return where(x_wins, dy, 0), where(x_wins, 0, dy)
+
+
+not_differentiable("FloorDiv")
+
+# -- comparisons (bool results, no gradient) ---------------------------------
+
+less = binary("Less", np.less, save="")
+less_equal = binary("LessEqual", np.less_equal, save="")
+greater = binary("Greater", np.greater, save="")
+greater_equal = binary("GreaterEqual", np.greater_equal, save="")
+equal = binary("Equal", np.equal, save="")
+not_equal = binary("NotEqual", np.not_equal, save="")
+logical_and = binary("LogicalAnd", np.logical_and, save="")
+logical_or = binary("LogicalOr", np.logical_or, save="")
+logical_not = unary("LogicalNot", np.logical_not, save="", float_only=False)
+for _name in ("Less", "LessEqual", "Greater", "GreaterEqual", "Equal", "NotEqual", "LogicalAnd", "LogicalOr", "LogicalNot"):
+    not_differentiable(_name)
+
+# -- unary -------------------------------------------------------------------
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    # 0.5 (1 + tanh(x / 2)) is sigmoid without overflow for large |x|
+    half = x.dtype.type(0.5)
+    return half + half * np.tanh(half * x)
+
+
+def _identity(x: np.ndarray) -> np.ndarray:
+    return x  # arrays behind Tensors are never written, so sharing is safe
+
+
+negative = unary("Neg", np.negative, save="", float_only=False)
+abs = unary("Abs", np.abs, save="x", float_only=False)  # noqa: A001
+sign = unary("Sign", np.sign, save="", float_only=False)
+square = unary("Square", np.square, save="x", float_only=False)
+floor = unary("Floor", np.floor, save="")
+exp = unary("Exp", np.exp, save="out")
+log = unary("Log", np.log, save="x")
+log1p = unary("Log1p", np.log1p, save="x")
+sqrt = unary("Sqrt", np.sqrt, save="out")
+sin = unary("Sin", np.sin, save="x")
+cos = unary("Cos", np.cos, save="x")
+tanh = unary("Tanh", np.tanh, save="out")
+sigmoid = unary("Sigmoid", _sigmoid, save="out")
+identity = unary("Identity", _identity, save="", float_only=False)
+stop_gradient = unary("StopGradient", _identity, save="", float_only=False)
+
+not_differentiable("Floor")
+not_differentiable("StopGradient")
+
+
+@register_gradient("Neg")
+def _neg_grad(op: Op, dy: Tensor) -> Tensor:
+    return -dy
+
+
+@register_gradient("Abs")
+def _abs_grad(op: Op, dy: Tensor) -> Tensor:
+    return dy * sign(op.inputs[0])
+
+
+@register_gradient("Sign")
+def _sign_grad(op: Op, dy: Tensor) -> Tensor:
+    return zeros_like_tensor(dy)
+
+
+@register_gradient("Square")
+def _square_grad(op: Op, dy: Tensor) -> Tensor:
+    return dy * (2 * op.inputs[0])
+
+
+@register_gradient("Exp")
+def _exp_grad(op: Op, dy: Tensor) -> Tensor:
+    return dy * op.outputs[0]
+
+
+@register_gradient("Log")
+def _log_grad(op: Op, dy: Tensor) -> Tensor:
+    return dy / op.inputs[0]
+
+
+@register_gradient("Log1p")
+def _log1p_grad(op: Op, dy: Tensor) -> Tensor:
+    return dy / (1 + op.inputs[0])
+
+
+@register_gradient("Sqrt")
+def _sqrt_grad(op: Op, dy: Tensor) -> Tensor:
+    return dy / (2 * op.outputs[0])
+
+
+@register_gradient("Sin")
+def _sin_grad(op: Op, dy: Tensor) -> Tensor:
+    return dy * cos(op.inputs[0])
+
+
+@register_gradient("Cos")
+def _cos_grad(op: Op, dy: Tensor) -> Tensor:
+    return -dy * sin(op.inputs[0])
+
+
+@register_gradient("Tanh")
+def _tanh_grad(op: Op, dy: Tensor) -> Tensor:
+    out = op.outputs[0]
+    return dy * (1 - out * out)
+
+
+@register_gradient("Sigmoid")
+def _sigmoid_grad(op: Op, dy: Tensor) -> Tensor:
+    out = op.outputs[0]
+    return dy * (out * (1 - out))
+
+
+@register_gradient("Identity")
+def _identity_grad(op: Op, dy: Tensor) -> Tensor:
+    return dy
+
+
+def zeros_like_tensor(t: Tensor) -> Tensor:
+    """Zeros of ``t``'s shape and dtype (a constant, not recorded)."""
+    return Tensor(np.zeros(t.shape, t.dtype))
+
+
+# -- ops with attributes or several inputs -----------------------------------
+
+_CAST = OpDef("Cast", lambda x, dtype: x.astype(dtype, copy=False), save="")
+
+
+def cast(x: Any, dtype: _dt.DTypeLike) -> Tensor:
+    """``x`` converted to ``dtype``; the gradient flows only between floating dtypes."""
+    x = convert_to_tensor(x)
+    dtype = _dt.as_dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    return execute(_CAST, (x,), {"dtype": dtype})
+
+
+@register_gradient("Cast")
+def _cast_grad(op: Op, dy: Tensor) -> Any:
+    if op.input_dtypes[0].kind != "f" or dy.dtype.kind != "f":
+        return None
+    return cast(dy, op.input_dtypes[0])
+
+
+_SELECT = OpDef("Select", np.where, save="x")
+
+
+def where(condition: Any, x: Any = None, y: Any = None) -> Tensor:
+    """Elements of ``x`` where ``condition`` is true, else of ``y`` (broadcasting).
+
+    With only ``condition``, the int64 coordinates of its true elements, as TensorFlow.
+    """
+    condition = convert_to_tensor(condition)
+    if condition.dtype != _dt.bool:
+        raise TypeError(f"where: condition must be a bool tensor, got {condition.dtype.name}")
+    if x is None and y is None:
+        return Tensor(np.argwhere(condition._value).astype(np.int64))
+    if x is None or y is None:
+        raise ValueError("where: give both x and y, or neither")
+    x, y = binary_operands("Select", x, y)
+    return execute(_SELECT, (condition, x, y))
+
+
+@register_gradient("Select")
+def _select_grad(op: Op, dy: Tensor) -> tuple[Any, Any, Any]:
+    condition = op.inputs[0]
+    zero = zeros_like_tensor(dy)
+    return (
+        None,
+        where(condition, dy, zero) if op.needs_grad[1] else None,
+        where(condition, zero, dy) if op.needs_grad[2] else None,
+    )
+
+
+def clip_by_value(t: Any, clip_value_min: Any, clip_value_max: Any) -> Tensor:
+    """``t`` with its values limited to ``[clip_value_min, clip_value_max]``."""
+    t = convert_to_tensor(t)
+    return minimum(maximum(t, clip_value_min), clip_value_max)
+
+
+def _add_n(*xs: np.ndarray) -> np.ndarray:
+    total = xs[0].copy()
+    for x in xs[1:]:
+        total += x  # in place: ``total`` is our own fresh array
+    return total
+
+
+_ADD_N = OpDef("AddN", _add_n, save="")
+
+
+def add_n(inputs: list[Any]) -> Tensor:
+    """The elementwise sum of a list of tensors of one shape and dtype."""
+    if not inputs:
+        raise ValueError("add_n needs at least one tensor")
+    tensors = [convert_to_tensor(t) for t in inputs]
+    check_same_dtype("AddN", tensors)
+    shapes = {t.shape for t in tensors}
+    if len(shapes) > 1:
+        raise ValueError(f"add_n needs tensors of one shape, got shapes {sorted(shapes)}")
+    return execute(_ADD_N, tuple(tensors))
+
+
+@register_gradient("AddN")
+def _add_n_grad(op: Op, dy: Tensor) -> tuple[Tensor, ...]:
+    return (dy,) * len(op.input_ids)
+
+
+__all__ = [
+    "abs",
+    "add",
+    "add_n",
+    "cast",
+    "clip_by_value",
+    "cos",
+    "divide",
+    "equal",
+    "exp",
+    "floor",
+    "floordiv",
+    "floormod",
+    "greater",
+    "greater_equal",
+    "identity",
+    "less",
+    "less_equal",
+    "log",
+    "log1p",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "maximum",
+    "minimum",
+    "multiply",
+    "negative",
+    "not_equal",
+    "pow",
+    "sigmoid",
+    "sign",
+    "sin",
+    "sqrt",
+    "square",
+    "stop_gradient",
+    "subtract",
+    "tanh",
+    "where",
+]

@@ -1,0 +1,111 @@
+"""Seeded random numbers: ``tp.random.set_seed`` makes a program repeat itself exactly.
+
+One global NumPy generator serves ops without a ``seed``; an op-level ``seed`` gets
+its own generator derived from (global seed, op seed), as in TensorFlow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tapefit.core import dtypes as _dt
+from tapefit.core.ops.shape import _shape_list
+from tapefit.core.tensor import Tensor, _wrap
+
+_DEFAULT_GLOBAL_SEED = 87654321  # used for op seeds when no global seed was set, as TF does
+
+
+class _Generators:
+    def __init__(self) -> None:
+        self.seed: int | None = None
+        self.main = np.random.default_rng()
+        self.by_op_seed: dict[int, np.random.Generator] = {}
+
+    def get(self, seed: int | None) -> np.random.Generator:
+        if seed is None:
+            return self.main
+        seed = int(seed)
+        generator = self.by_op_seed.get(seed)
+        if generator is None:
+            base = _DEFAULT_GLOBAL_SEED if self.seed is None else self.seed
+            generator = self.by_op_seed[seed] = np.random.default_rng([base, seed])
+        return generator
+
+
+_generators = _Generators()
+
+
+def set_seed(seed: int) -> None:
+    """Sets the global seed: the same seed and program give the same numbers."""
+    _generators.seed = int(seed)
+    _generators.main = np.random.default_rng(int(seed))
+    _generators.by_op_seed.clear()
+
+
+def get_global_generator() -> np.random.Generator:
+    """The NumPy generator behind ops without an op seed (layers draw from it too)."""
+    return _generators.main
+
+
+def generator(seed: int | None = None) -> np.random.Generator:
+    """The generator an op with this ``seed`` draws from."""
+    return _generators.get(seed)
+
+
+def get_state() -> dict[str, Any]:
+    """Every generator's state as plain JSON-able data, for checkpoints."""
+    return {
+        "seed": _generators.seed,
+        "main": _generators.main.bit_generator.state,
+        "by_op_seed": {str(k): g.bit_generator.state for k, g in _generators.by_op_seed.items()},
+    }
+
+
+def set_state(state: dict[str, Any]) -> None:
+    """Restores what ``get_state`` returned."""
+    _generators.seed = state["seed"]
+    _generators.main = np.random.default_rng()
+    _generators.main.bit_generator.state = state["main"]
+    _generators.by_op_seed.clear()
+    for key, value in state["by_op_seed"].items():
+        g = np.random.default_rng()
+        g.bit_generator.state = value
+        _generators.by_op_seed[int(key)] = g
+
+
+def _float_dtype(dtype: Any, name: str) -> np.dtype:
+    dtype = _dt.as_dtype(dtype)
+    if dtype.kind != "f":
+        raise TypeError(f"random.{name}: dtype must be floating, got {dtype.name}")
+    return dtype
+
+
+def normal(
+    shape: Any, mean: float = 0.0, stddev: float = 1.0, dtype: Any = _dt.float32, seed: int | None = None
+) -> Tensor:
+    """Samples from a normal distribution."""
+    dtype = _float_dtype(dtype, "normal")
+    draw = generator(seed).standard_normal(_shape_list(shape, "normal"), dtype=np.float64 if dtype == _dt.float64 else np.float32)
+    return _wrap((draw * stddev + mean).astype(dtype, copy=False))
+
+
+def uniform(
+    shape: Any, minval: float = 0.0, maxval: float | None = None, dtype: Any = _dt.float32, seed: int | None = None
+) -> Tensor:
+    """Samples uniformly from ``[minval, maxval)``; integer dtypes need ``maxval``."""
+    dtype = _dt.as_dtype(dtype)
+    shape = _shape_list(shape, "uniform")
+    g = generator(seed)
+    if dtype.kind in "iu":
+        if maxval is None:
+            raise ValueError("random.uniform: an integer dtype needs maxval")
+        return _wrap(g.integers(int(minval), int(maxval), shape, dtype=dtype))
+    dtype = _float_dtype(dtype, "uniform")
+    high = 1.0 if maxval is None else maxval
+    draw = g.random(shape, dtype=np.float64 if dtype == _dt.float64 else np.float32)
+    return _wrap((draw * (high - minval) + minval).astype(dtype, copy=False))
+
+
+__all__ = ["generator", "get_global_generator", "get_state", "normal", "set_seed", "set_state", "uniform"]

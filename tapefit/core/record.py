@@ -1,0 +1,128 @@
+"""What an op leaves on the active tapes: the thread-local tape stack and the ``Op`` record."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tapefit.core.tensor import Tensor
+
+if TYPE_CHECKING:
+    from tapefit.core.tape import GradientTape
+
+_NO_ATTRS: dict[str, Any] = {}
+
+
+class _TapeStack(threading.local):
+    def __init__(self) -> None:
+        self.tapes: list[GradientTape] = []
+
+
+# Ops check ``_state.tapes`` once; with no active tape that check is all they pay.
+_state = _TapeStack()
+
+
+class Op:
+    """One recorded op, as a gradient function sees it.
+
+    Attributes:
+        type: the op's registered name, for example ``"MatMul"``.
+        inputs: the input Tensors the gradient needs (others are ``None``).
+        outputs: the output Tensors the gradient needs (others are ``None``).
+        attrs: the op's non-tensor arguments.
+        needs_grad: per input, whether any tape may ask for its gradient.
+    """
+
+    __slots__ = (
+        "type",
+        "inputs",
+        "outputs",
+        "attrs",
+        "input_ids",
+        "output_ids",
+        "input_shapes",
+        "input_dtypes",
+        "output_shapes",
+        "output_dtypes",
+        "needs_grad",
+        "grad_fn",
+    )
+
+    def __init__(
+        self,
+        type: str,  # noqa: A002 - TensorFlow's name for it
+        inputs: tuple[Tensor, ...],
+        outputs: tuple[Tensor, ...],
+        attrs: dict[str, Any],
+        save_inputs: bool | tuple[int, ...],
+        save_outputs: bool,
+        needs_grad: tuple[bool, ...],
+        grad_fn: Callable[..., Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.input_ids = tuple([t._id for t in inputs])
+        self.output_ids = tuple([t._id for t in outputs])
+        self.input_shapes = tuple([t._value.shape for t in inputs])
+        self.input_dtypes = tuple([t._value.dtype for t in inputs])
+        self.output_shapes = tuple([t._value.shape for t in outputs])
+        self.output_dtypes = tuple([t._value.dtype for t in outputs])
+        if save_inputs is True:
+            self.inputs = tuple([_snapshot(t) for t in inputs])
+        elif save_inputs:
+            self.inputs = tuple([_snapshot(t) if i in save_inputs else None for i, t in enumerate(inputs)])
+        else:
+            self.inputs = (None,) * len(inputs)
+        self.outputs = outputs if save_outputs else (None,) * len(outputs)
+        self.attrs = attrs
+        self.needs_grad = needs_grad
+        self.grad_fn = grad_fn
+
+    def __repr__(self) -> str:
+        return f"<tp.Op {self.type} inputs={self.input_shapes} outputs={self.output_shapes}>"
+
+
+def _snapshot(t: Tensor) -> Tensor:
+    """A Variable's current value under the Variable's id: later assigns do not change it."""
+    if not t._is_variable:
+        return t
+    s = Tensor.__new__(Tensor)
+    s._value = t._value
+    s._id = t._id
+    return s
+
+
+def record_op(
+    name: str,
+    inputs: tuple[Tensor, ...],
+    outputs: tuple[Tensor, ...],
+    attrs: dict[str, Any],
+    save_inputs: bool | tuple[int, ...],
+    save_outputs: bool,
+    grad_fn: Callable[..., Any] | None = None,
+) -> None:
+    """Records one executed op on every active tape that watches one of its inputs."""
+    hit: list[GradientTape] = []
+    needs = [False] * len(inputs)
+    for tape in _state.tapes:
+        if tape._paused:
+            continue
+        found = False
+        for i, t in enumerate(inputs):
+            if tape._watches(t):
+                found = True
+                if t._value.dtype.kind == "f":
+                    needs[i] = True
+        if found:
+            hit.append(tape)
+    if hit:
+        op = Op(name, inputs, outputs, attrs, save_inputs, save_outputs, tuple(needs), grad_fn)
+        for tape in hit:
+            tape._push(op)
+
+
+def float_kind(dtype: np.dtype) -> bool:
+    """Whether gradients flow through tensors of this dtype."""
+    return dtype.kind == "f"

@@ -1,0 +1,200 @@
+"""The op registry: how an op runs, records itself, and finds its gradient.
+
+Every op, built in or a user's ``@tp.primitive``, is an ``OpDef`` run by
+``execute`` (or by the lean ``unary``/``binary`` wrappers for elementwise
+ops): compute on ndarrays, wrap the results, record on the active tapes.
+Gradients live in a separate table keyed by op name, filled by
+``register_gradient``; ``not_differentiable`` declares the ops without one.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+
+from tapefit.core import dtypes as _dt
+from tapefit.core.record import _NO_ATTRS, _state, record_op
+from tapefit.core.tensor import Tensor, _wrap, convert_to_tensor, weak_operand
+
+F = TypeVar("F", bound=Callable[..., Any])
+GradFn = Callable[..., Any]
+
+_GRADIENTS: dict[str, GradFn] = {}
+_NOT_DIFFERENTIABLE: set[str] = set()
+
+
+def register_gradient(op_name: str) -> Callable[[F], F]:
+    """Registers ``grad_fn(op, *output_grads)`` as the gradient of ``op_name``.
+
+    ``grad_fn`` returns one gradient (or ``None``) per input of the op, built
+    from tapefit ops so that it can be differentiated again.
+    """
+    if not isinstance(op_name, str) or not op_name:
+        raise TypeError(f"register_gradient needs an op name (a string), got {op_name!r}")
+
+    def decorator(grad_fn: F) -> F:
+        if op_name in _GRADIENTS or op_name in _NOT_DIFFERENTIABLE:
+            raise KeyError(f"a gradient for op {op_name!r} is already registered")
+        _GRADIENTS[op_name] = grad_fn
+        return grad_fn
+
+    return decorator
+
+
+def not_differentiable(op_name: str) -> None:
+    """Declares that ``op_name`` has no gradient: its inputs get ``None``, without error."""
+    if op_name in _GRADIENTS:
+        raise KeyError(f"op {op_name!r} already has a registered gradient")
+    _NOT_DIFFERENTIABLE.add(op_name)
+
+
+def is_not_differentiable(op_name: str) -> bool:
+    """Whether ``op_name`` was declared with ``not_differentiable``."""
+    return op_name in _NOT_DIFFERENTIABLE
+
+
+def get_gradient(op_name: str) -> GradFn | None:
+    """The gradient function of ``op_name``; ``None`` for a non-differentiable op.
+
+    Raises:
+        LookupError: the op has neither a gradient nor a non-differentiable declaration.
+    """
+    grad_fn = _GRADIENTS.get(op_name)
+    if grad_fn is None and op_name not in _NOT_DIFFERENTIABLE:
+        raise LookupError(f"gradient registry has no entry for: {op_name}")
+    return grad_fn
+
+
+class OpDef:
+    """An op's name, its NumPy forward function and what its gradient needs saved.
+
+    Args:
+        name: the registry name.
+        forward: ``forward(*arrays, **attrs)`` returning an ndarray or a tuple of them.
+        save: which values the gradient reads: input names ``"x"``, ``"y"``, ``"z"``
+            (inputs 0, 1, 2), ``"out"`` for the outputs, or ``"all"``.
+    """
+
+    __slots__ = ("name", "forward", "save_inputs", "save_outputs")
+
+    def __init__(self, name: str, forward: Callable[..., Any], save: str = "all") -> None:
+        self.name = name
+        self.forward = forward
+        parts = set(save.replace(",", " ").split())
+        self.save_outputs = "out" in parts or "all" in parts
+        indices = tuple(i for i, n in enumerate("xyz") if n in parts)
+        self.save_inputs: bool | tuple[int, ...] = True if "all" in parts else indices
+
+    def __repr__(self) -> str:
+        return f"<OpDef {self.name}>"
+
+
+def _op_error(name: str, inputs: tuple[Tensor, ...], error: Exception) -> Exception:
+    shapes = ", ".join(str(t.shape) for t in inputs)
+    dtypes = ", ".join(t.dtype.name for t in inputs)
+    message = f"{name}: {error} (input shapes {shapes}; dtypes {dtypes})"
+    try:
+        return type(error)(message)
+    except TypeError:  # exception types with other constructors
+        return ValueError(message)
+
+
+def execute(opdef: OpDef, inputs: tuple[Tensor, ...], attrs: dict[str, Any] = _NO_ATTRS) -> Any:
+    """Runs ``opdef`` on Tensors and records it; returns a Tensor or a tuple of them."""
+    try:
+        result = opdef.forward(*[t._value for t in inputs], **attrs)
+    except (ValueError, TypeError, IndexError) as error:
+        raise _op_error(opdef.name, inputs, error) from error
+    if isinstance(result, (tuple, list)):
+        outputs = tuple([_wrap(r) for r in result])
+    else:
+        outputs = (_wrap(result),)
+    if _state.tapes:
+        record_op(opdef.name, inputs, outputs, attrs, opdef.save_inputs, opdef.save_outputs)
+    return outputs if isinstance(result, (tuple, list)) else outputs[0]
+
+
+def check_same_dtype(name: str, tensors: tuple[Tensor, ...] | list[Tensor]) -> None:
+    """Raises the dtype-mix ``TypeError`` unless all tensors share one dtype."""
+    first = tensors[0]._value.dtype
+    for t in tensors:
+        if t._value.dtype != first:
+            raise _dt.mix_error(name, [first, t._value.dtype])
+
+
+def unary(name: str, forward: Callable[[np.ndarray], np.ndarray], save: str, float_only: bool = True) -> Callable[[Any], Tensor]:
+    """An elementwise one-input op; the lean path for the hot ops."""
+    opdef = OpDef(name, forward, save)
+    save_inputs, save_outputs = opdef.save_inputs, opdef.save_outputs
+
+    def op(x: Any) -> Tensor:
+        if x.__class__ is not Tensor:
+            x = convert_to_tensor(x)
+        value = x._value
+        if float_only and value.dtype.kind != "f":
+            raise TypeError(f"{name} needs a floating tensor, got {value.dtype.name}; use tp.cast(x, tp.float32)")
+        out = _wrap(forward(value))
+        if _state.tapes:
+            record_op(name, (x,), (out,), _NO_ATTRS, save_inputs, save_outputs)
+        return out
+
+    op.__name__ = op.__qualname__ = name
+    return op
+
+
+def binary_operands(name: str, x: Any, y: Any) -> tuple[Tensor, Tensor]:
+    """Converts the operands of a binary op by the weak-typing rules and checks their dtypes."""
+    if isinstance(x, Tensor):
+        y = weak_operand(y, x, name)
+    elif isinstance(y, Tensor):
+        x = weak_operand(x, y, name)
+    else:
+        x = convert_to_tensor(x)
+        y = weak_operand(y, x, name)
+    if x._value.dtype != y._value.dtype:
+        raise _dt.mix_error(name, [x._value.dtype, y._value.dtype])
+    return x, y
+
+
+def binary(name: str, forward: Callable[[np.ndarray, np.ndarray], np.ndarray], save: str) -> Callable[[Any, Any], Tensor]:
+    """An elementwise two-input op with NumPy broadcasting and weak Python scalars."""
+    opdef = OpDef(name, forward, save)
+    save_inputs, save_outputs = opdef.save_inputs, opdef.save_outputs
+
+    def op(x: Any, y: Any) -> Tensor:
+        if x.__class__ is not Tensor or y.__class__ is not Tensor or x._value.dtype is not y._value.dtype:
+            x, y = binary_operands(name, x, y)
+        try:
+            out = _wrap(forward(x._value, y._value))
+        except ValueError as error:
+            raise _op_error(name, (x, y), error) from error
+        if _state.tapes:
+            record_op(name, (x, y), (out,), _NO_ATTRS, save_inputs, save_outputs)
+        return out
+
+    op.__name__ = op.__qualname__ = name
+    return op
+
+
+def primitive(op_name: str) -> Callable[[F], F]:
+    """Turns a function over ndarrays into a recorded op named ``op_name``.
+
+    Positional arguments are converted to Tensors and arrive as ndarrays;
+    keyword arguments are kept as the op's ``attrs``. The ndarray result (or
+    tuple of results) comes back as Tensor(s). Register its gradient with
+    ``register_gradient(op_name)``.
+    """
+
+    def decorator(fn: F) -> F:
+        opdef = OpDef(op_name, fn, "all")
+
+        @functools.wraps(fn)
+        def op(*args: Any, **attrs: Any) -> Any:
+            return execute(opdef, tuple([convert_to_tensor(a) for a in args]), attrs)
+
+        return op  # type: ignore[return-value]
+
+    return decorator

@@ -1,0 +1,519 @@
+"""``GradientTape``: records ops on watched tensors and runs them backwards.
+
+The backward pass is built from tapefit ops, so an outer tape that watches the
+same tensors records it: nested tapes give higher derivatives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from tapefit.core import nest
+from tapefit.core.ops import add, ones_like, reduce_sum, reshape, stack, zeros, zeros_like
+from tapefit.core.record import Op, _state
+from tapefit.core.registry import get_gradient, is_not_differentiable
+from tapefit.core.tensor import Tensor, Variable, _wrap
+
+logger = logging.getLogger("tapefit")
+
+NON_PERSISTENT_MESSAGE = (
+    "A non-persistent GradientTape can only be used to compute one set of gradients (or jacobians)"
+)
+
+
+class UnconnectedGradients(enum.Enum):
+    """What ``gradient`` returns for a source the target does not depend on."""
+
+    NONE = "none"
+    ZERO = "zero"
+
+
+class _Node(NamedTuple):
+    """What a released tape keeps of an op: enough for ``explain``, no values."""
+
+    type: str
+    input_ids: tuple[int, ...]
+    output_ids: tuple[int, ...]
+    grad_fn: Any
+
+
+def _is_cut(node: Op | _Node) -> bool:
+    """Whether gradients stop at this op (``stop_gradient`` and other non-differentiable ops)."""
+    return node.grad_fn is None and is_not_differentiable(node.type)
+
+
+def _float(t: Tensor) -> bool:
+    return t._value.dtype.kind == "f"
+
+
+class GradientTape:
+    """Records operations for automatic differentiation, as ``tf.GradientTape``.
+
+    Args:
+        persistent: allow more than one ``gradient``/``jacobian`` call.
+        watch_accessed_variables: watch every trainable Variable read inside the
+            context automatically.
+    """
+
+    def __init__(self, persistent: bool = False, watch_accessed_variables: bool = True) -> None:
+        self._persistent = bool(persistent)
+        self._watch_accessed = bool(watch_accessed_variables)
+        self._active = False
+        self.reset()
+
+    # -- recording -------------------------------------------------------
+
+    def __enter__(self) -> GradientTape:
+        if self._active:
+            raise RuntimeError("this GradientTape is already recording; tapes cannot be re-entered")
+        _state.tapes.append(self)
+        self._active = True
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        tapes = _state.tapes
+        if self in tapes:
+            tapes.remove(self)
+        self._active = False
+
+    def _watches(self, t: Tensor) -> bool:
+        """Whether ``t`` is watched; reading a trainable Variable watches it when allowed."""
+        if t._id in self._watched:
+            return True
+        if t._is_variable and self._watch_accessed and t._trainable:  # type: ignore[attr-defined]
+            self._watch_variable(t)  # type: ignore[arg-type]
+            return True
+        return False
+
+    def _watch_variable(self, v: Variable) -> None:
+        self._watched.add(v._id)
+        self._variables.setdefault(v._id, v)
+
+    def _push(self, op: Op) -> None:
+        self._entries.append(op)
+        self._watched.update(op.output_ids)
+
+    def watch(self, tensor: Any) -> None:
+        """Watches a Tensor or Variable, or every one in a nested list/tuple/dict."""
+        for i, t in enumerate(nest.flatten(tensor)):
+            if not isinstance(t, Tensor):
+                raise TypeError(
+                    f"watch() takes Tensors and Variables, got {type(t).__name__} "
+                    f"(leaf {i}); convert with tp.constant first"
+                )
+            if not _float(t):
+                logger.warning(
+                    "The dtype of the watched tensor must be floating (e.g. tp.float32), got %s",
+                    t.dtype.name,
+                )
+            if t._is_variable:
+                self._watch_variable(t)  # type: ignore[arg-type]
+            else:
+                self._watched.add(t._id)
+            self._explicit.add(t._id)
+
+    def watched_variables(self) -> tuple[Variable, ...]:
+        """The Variables watched so far, in first-access order."""
+        return tuple(self._variables.values())
+
+    @contextlib.contextmanager
+    def stop_recording(self) -> Iterator[None]:
+        """Suspends recording on this tape inside the ``with`` block."""
+        if not self._active:
+            raise RuntimeError("stop_recording() is only meaningful inside the tape's with block")
+        paused = self._paused
+        self._paused = True
+        try:
+            yield
+        finally:
+            self._paused = paused
+
+    def reset(self) -> None:
+        """Clears everything recorded and watched, as a fresh tape."""
+        self._entries: list[Op] = []
+        self._watched: set[int] = set()
+        self._explicit: set[int] = set()
+        self._variables: dict[int, Variable] = {}
+        self._paused = False
+        self._released = False
+        self._skeleton: list[_Node] | None = None
+
+    def _release(self) -> None:
+        """Drops the recorded values; keeps the graph's shape for ``explain``."""
+        self._skeleton = [_Node(op.type, op.input_ids, op.output_ids, op.grad_fn) for op in self._entries]
+        self._entries = []
+        self._released = True
+        self._paused = True
+
+    # -- gradients -------------------------------------------------------
+
+    def gradient(
+        self,
+        target: Any,
+        sources: Any,
+        output_gradients: Any = None,
+        unconnected_gradients: UnconnectedGradients | str = UnconnectedGradients.NONE,
+        stop_gradients: Any = None,
+    ) -> Any:
+        """Gradients of the sum of ``target``'s elements with respect to ``sources``.
+
+        Args:
+            target: a Tensor or a nested structure of them (all elements summed).
+            sources: a Tensor/Variable or a nested structure of them.
+            output_gradients: upstream gradients, with ``target``'s structure.
+            unconnected_gradients: ``NONE`` (or ``"none"``) gives ``None`` for a
+                source the target does not depend on, ``ZERO`` gives zeros.
+            stop_gradients: tensors treated as constants from there back.
+
+        Returns:
+            The gradients, in the structure of ``sources``.
+        """
+        unconnected = UnconnectedGradients(unconnected_gradients)
+        targets = self._check_targets(target)
+        flat_sources = self._check_sources(sources)
+        if output_gradients is None:
+            upstream: list[Any] = [None] * len(targets)
+        else:
+            upstream = self._check_output_gradients(output_gradients, target, targets)
+        stops = {t._id for t in nest.flatten(stop_gradients or []) if isinstance(t, Tensor)}
+        self._check_usable()
+        try:
+            plan = self._plan(targets, flat_sources, stops)
+            grads = self._run(plan, targets, upstream, flat_sources)
+        finally:
+            if not self._persistent:
+                self._release()
+        return nest.pack_sequence_as(sources, self._fill(grads, flat_sources, unconnected))
+
+    def jacobian(
+        self,
+        target: Any,
+        sources: Any,
+        unconnected_gradients: UnconnectedGradients | str = UnconnectedGradients.NONE,
+    ) -> Any:
+        """The full Jacobian of ``target``: shape ``target.shape + source.shape`` per source."""
+        unconnected = UnconnectedGradients(unconnected_gradients)
+        (target,) = self._check_targets([target])
+        flat_sources = self._check_sources(sources)
+        self._check_usable()
+        try:
+            plan = self._plan([target], flat_sources, set())
+            rows = [self._run(plan, [target], [_one_hot_like(target, j)], flat_sources) for j in range(target.size)]
+        finally:
+            if not self._persistent:
+                self._release()
+        result = [
+            _stack_rows([row[k] for row in rows], target.shape, src, unconnected)
+            for k, src in enumerate(flat_sources)
+        ]
+        return nest.pack_sequence_as(sources, result)
+
+    def batch_jacobian(
+        self,
+        target: Tensor,
+        source: Tensor,
+        unconnected_gradients: UnconnectedGradients | str = UnconnectedGradients.NONE,
+    ) -> Tensor | None:
+        """Per-example Jacobians: shape ``(batch,) + target.shape[1:] + source.shape[1:]``.
+
+        Assumes, as TensorFlow does, that row ``i`` of ``target`` depends only on row ``i`` of ``source``.
+        """
+        unconnected = UnconnectedGradients(unconnected_gradients)
+        (target,) = self._check_targets([target])
+        (source,) = self._check_sources([source])
+        if target.ndim < 1 or source.ndim < 1 or target.shape[0] != source.shape[0]:
+            raise ValueError(
+                f"batch_jacobian needs target and source with the same first (batch) dimension, "
+                f"got shapes {target.shape} and {source.shape}"
+            )
+        self._check_usable()
+        batch = target.shape[0]
+        inner = int(np.prod(target.shape[1:], dtype=np.int64))
+        try:
+            plan = self._plan([target], [source], set())
+            cols = []
+            for j in range(inner):
+                upstream = np.zeros((batch, inner), target.dtype)
+                upstream[:, j] = 1
+                cols.append(self._run(plan, [target], [_wrap(upstream.reshape(target.shape))], [source])[0])
+        finally:
+            if not self._persistent:
+                self._release()
+        shape = (batch, *target.shape[1:], *source.shape[1:])
+        if all(c is None for c in cols):
+            return zeros(shape, source.dtype) if unconnected is UnconnectedGradients.ZERO else None
+        cols = [zeros(source.shape, source.dtype) if c is None else c for c in cols]
+        return reshape(stack(cols, axis=1), shape)
+
+    # -- the backward walk -----------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self._released:
+            raise RuntimeError(NON_PERSISTENT_MESSAGE)
+
+    def _check_targets(self, target: Any) -> list[Tensor]:
+        targets = nest.flatten(target)
+        for t in targets:
+            if not isinstance(t, Tensor):
+                raise TypeError(
+                    f"gradient target must be a Tensor, got {type(t).__name__}: computations outside "
+                    "tapefit ops (for example in NumPy) are not recorded by the tape"
+                )
+            if not _float(t):
+                logger.warning(
+                    "The dtype of the target tensor must be floating (e.g. tp.float32) when calling "
+                    "GradientTape.gradient, got %s",
+                    t.dtype.name,
+                )
+        return targets
+
+    def _check_sources(self, sources: Any) -> list[Tensor]:
+        flat = nest.flatten(sources)
+        for i, s in enumerate(flat):
+            if not isinstance(s, Tensor):
+                raise TypeError(
+                    f"gradient sources must be Tensors or Variables, got {type(s).__name__} at "
+                    f"position {i} of the flattened sources"
+                )
+            if not _float(s):
+                logger.warning(
+                    "The dtype of the source tensor must be floating (e.g. tp.float32) when calling "
+                    "GradientTape.gradient, got %s",
+                    s.dtype.name,
+                )
+        return flat
+
+    def _check_output_gradients(self, output_gradients: Any, target: Any, targets: list[Tensor]) -> list[Tensor]:
+        flat = nest.flatten(output_gradients)
+        if len(flat) != len(targets):
+            raise ValueError(
+                f"output_gradients must have the structure of target: {len(targets)} tensors, got {len(flat)}"
+            )
+        checked = []
+        for i, (g, t) in enumerate(zip(flat, targets)):
+            if g is None:
+                checked.append(None)
+                continue
+            g = g if isinstance(g, Tensor) else _wrap(np.asarray(g, dtype=t.dtype))
+            if g.shape != t.shape:
+                raise ValueError(
+                    f"output_gradients[{i}] has shape {g.shape}, but its target has shape {t.shape}"
+                )
+            if g.dtype != t.dtype:
+                raise TypeError(
+                    f"output_gradients[{i}] has dtype {g.dtype.name}, but its target has dtype {t.dtype.name}"
+                )
+            checked.append(g)
+        return checked
+
+    def _plan(self, targets: list[Tensor], sources: list[Tensor], stops: set[int]) -> tuple[list[Op], set[int]]:
+        """The recorded ops on a path from a source to a target, and the ids downstream of a source."""
+        needed = {t._id for t in targets if _float(t)}
+        back: list[Op] = []
+        for op in reversed(self._entries):
+            if any(oid in needed and oid not in stops for oid in op.output_ids):
+                back.append(op)
+                if not _is_cut(op):
+                    needed.update(op.input_ids)
+        reach = {s._id for s in sources if _float(s)}
+        path: list[Op] = []
+        for op in reversed(back):
+            if any(iid in reach for iid in op.input_ids):
+                path.append(op)
+                reach.update(op.output_ids)
+        return path, reach
+
+    def _run(
+        self,
+        plan: tuple[list[Op], set[int]],
+        targets: list[Tensor],
+        upstream: list[Tensor | None],
+        sources: list[Tensor],
+    ) -> list[Tensor | None]:
+        path, reach = plan
+        keep = {s._id for s in sources}
+        grads: dict[int, Tensor] = {}
+
+        def accumulate(tid: int, g: Tensor) -> None:
+            previous = grads.get(tid)
+            grads[tid] = g if previous is None else add(previous, g)
+
+        for t, g in zip(targets, upstream):
+            if _float(t):
+                accumulate(t._id, ones_like(t) if g is None else g)
+        # A non-persistent tape is done once it answers; a persistent one inside its
+        # context records its own backward pass, for higher derivatives.
+        paused = self._paused
+        if not self._persistent:
+            self._paused = True
+        try:
+            for op in reversed(path):
+                dys = [grads.get(oid) for oid in op.output_ids]
+                if all(dy is None for dy in dys):
+                    continue
+                grad_fn = op.grad_fn or get_gradient(op.type)
+                if grad_fn is None:
+                    continue
+                for k, dy in enumerate(dys):
+                    if dy is None:
+                        dys[k] = zeros(op.output_shapes[k], op.output_dtypes[k])
+                for oid in op.output_ids:
+                    if oid not in keep:
+                        grads.pop(oid, None)
+                input_grads = grad_fn(op, *dys)
+                if not isinstance(input_grads, (tuple, list)):
+                    input_grads = (input_grads,)
+                if len(input_grads) != len(op.input_ids):
+                    raise ValueError(
+                        f"the gradient function of '{op.type}' returned {len(input_grads)} gradients "
+                        f"for {len(op.input_ids)} inputs"
+                    )
+                for i, g in enumerate(input_grads):
+                    iid = op.input_ids[i]
+                    if g is None or iid not in reach or op.input_dtypes[i].kind != "f":
+                        continue
+                    accumulate(iid, _fit_gradient(g, op, i))
+        finally:
+            self._paused = paused
+        return [grads.get(s._id) if _float(s) else None for s in sources]
+
+    @staticmethod
+    def _fill(grads: list[Tensor | None], sources: list[Tensor], unconnected: UnconnectedGradients) -> list[Any]:
+        if unconnected is UnconnectedGradients.NONE:
+            return grads
+        return [zeros_like(s) if g is None else g for g, s in zip(grads, sources)]
+
+    # -- explain ---------------------------------------------------------
+
+    def explain(self, target: Any, source: Any) -> str | None:
+        """Why ``gradient(target, source)`` is ``None``, in one sentence; ``None`` if it is not.
+
+        The answer is read off what the tape recorded, so it works before and after a
+        non-persistent tape has answered its ``gradient`` call.
+        """
+        nodes: list[Any] = self._skeleton if self._released and self._skeleton is not None else self._entries
+        if not isinstance(target, Tensor):
+            return (
+                f"the target is a {type(target).__name__}, not a Tensor: computations outside tapefit "
+                "ops (for example in NumPy) are not recorded, so the tape cannot differentiate them"
+            )
+        if not isinstance(source, Tensor):
+            return f"the source is a {type(source).__name__}, not a Tensor or Variable"
+        what = _describe(source)
+        if not _float(source):
+            return f"{what} has dtype {source.dtype.name}; only floating-point tensors have gradients"
+        if not _float(target):
+            return f"the target has dtype {target.dtype.name}; only floating-point targets have gradients"
+        if source._id == target._id:
+            return None
+        if source._id not in self._watched:
+            return f"{what} was never watched by this tape: {self._why_unwatched(source)}"
+        downstream_all, cut_ops = _forward(nodes, source._id)
+        if target._id not in downstream_all:
+            return (
+                f"the target was computed without {what}: no recorded op connects them (was the target "
+                "computed from a copy, for example after `x = x + 1`, from an assigned value, or "
+                "through NumPy?)"
+            )
+        upstream_of_target = _backward_ids(nodes, target._id)
+        reachable = _forward(nodes, source._id, through_cuts=False)[0]
+        if target._id not in reachable:
+            names = sorted({n.type for n in cut_ops if any(o in upstream_of_target for o in n.output_ids)})
+            described = ", ".join(_cut_name(n) for n in names)
+            return f"every path from {what} to the target is cut by {described}"
+        return None
+
+    def _why_unwatched(self, source: Tensor) -> str:
+        if source._is_variable:
+            name = source.name  # type: ignore[attr-defined]
+            if not source.trainable:  # type: ignore[attr-defined]
+                return (
+                    f"the Variable '{name}' is not trainable, so reading it does not watch it; "
+                    "call tape.watch() on it"
+                )
+            if not self._watch_accessed:
+                return (
+                    f"the tape was created with watch_accessed_variables=False and the Variable '{name}' "
+                    "was not passed to tape.watch()"
+                )
+            return f"the Variable '{name}' was not read inside the tape's context"
+        return (
+            "it is a Tensor (not a Variable), and a tape only watches Tensors passed to tape.watch() "
+            "(a Variable turns into a Tensor after `x = x + 1`)"
+        )
+
+
+def _describe(source: Tensor) -> str:
+    if source._is_variable:
+        return f"the Variable '{source.name}'"  # type: ignore[attr-defined]
+    return f"the source Tensor of shape {source.shape}"
+
+
+def _cut_name(op_type: str) -> str:
+    if op_type == "StopGradient":
+        return "tp.stop_gradient (StopGradient)"
+    return f"the non-differentiable op '{op_type}'"
+
+
+def _forward(nodes: list[Any], start: int, through_cuts: bool = True) -> tuple[set[int], list[Any]]:
+    """Ids downstream of ``start``, and the cutting ops met on the way."""
+    reach = {start}
+    cuts = []
+    for n in nodes:
+        if any(i in reach for i in n.input_ids):
+            if _is_cut(n):
+                cuts.append(n)
+                if not through_cuts:
+                    continue
+            reach.update(n.output_ids)
+    return reach, cuts
+
+
+def _backward_ids(nodes: list[Any], target: int) -> set[int]:
+    needed = {target}
+    for n in reversed(nodes):
+        if any(o in needed for o in n.output_ids):
+            needed.update(n.input_ids)
+    return needed
+
+
+def _fit_gradient(g: Any, op: Op, i: int) -> Tensor:
+    """Undoes broadcasting (sums ``g`` to the input's shape) and checks shape and dtype."""
+    if not isinstance(g, Tensor):
+        g = _wrap(np.asarray(g, dtype=op.input_dtypes[i]))
+    shape = op.input_shapes[i]
+    if g.shape != shape:
+        extra = g.ndim - len(shape)
+        if extra < 0 or any(n not in (1, g.shape[extra + k]) for k, n in enumerate(shape)):
+            raise ValueError(
+                f"the gradient function of '{op.type}' returned shape {g.shape} for input {i}, "
+                f"whose shape is {shape}"
+            )
+        summed = [k for k, n in enumerate(shape) if n == 1 and g.shape[extra + k] != 1]
+        g = reshape(reduce_sum(g, axis=[*range(extra), *(extra + k for k in summed)]), shape)
+    if g.dtype != op.input_dtypes[i]:
+        raise TypeError(
+            f"the gradient function of '{op.type}' returned dtype {g.dtype.name} for input {i}, "
+            f"whose dtype is {op.input_dtypes[i].name}"
+        )
+    return g
+
+
+def _one_hot_like(target: Tensor, j: int) -> Tensor:
+    upstream = np.zeros(target.size, target.dtype)
+    upstream[j] = 1
+    return _wrap(upstream.reshape(target.shape))
+
+
+def _stack_rows(rows: list[Tensor | None], target_shape: tuple[int, ...], source: Tensor, unconnected: UnconnectedGradients) -> Tensor | None:
+    shape = target_shape + source.shape
+    if all(r is None for r in rows):
+        return zeros(shape, source.dtype) if unconnected is UnconnectedGradients.ZERO else None
+    filled = [zeros(source.shape, source.dtype) if r is None else r for r in rows]
+    return reshape(stack(filled, axis=0), shape)

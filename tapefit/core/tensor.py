@@ -1,0 +1,310 @@
+"""``Tensor``, ``Variable`` and the conversions into them.
+
+A Tensor wraps one ndarray and has an id that tapes use to follow it. Operators
+(``+``, ``@``, ``[]``, ...) are bound in ``core/operators.py`` once the ops exist.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from tapefit.core import dtypes as _dt
+
+_next_id = itertools.count(1).__next__
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+
+class Tensor:
+    """An immutable n-d array value; the result of every tapefit op.
+
+    Create tensors with ``tp.constant`` or ``tp.convert_to_tensor``. NumPy
+    defers to a Tensor in binary operators (``ndarray + tensor`` is recorded)
+    and ``np.asarray(tensor)`` gives its value.
+    """
+
+    __slots__ = ("_value", "_id", "__weakref__")
+    # Higher than ndarray's, so NumPy calls our reflected operators.
+    __array_priority__ = 100
+    _is_variable = False
+
+    def __init__(self, value: Any, dtype: _dt.DTypeLike = None) -> None:
+        self._value = to_array(value, dtype)
+        self._id = _next_id()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape as a tuple of ints."""
+        return self._value.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The NumPy dtype."""
+        return self._value.dtype
+
+    @property
+    def ndim(self) -> int:
+        """The number of dimensions."""
+        return self._value.ndim
+
+    @property
+    def size(self) -> int:
+        """The number of elements."""
+        return self._value.size
+
+    def numpy(self) -> np.ndarray:
+        """The value as a read-only ndarray view."""
+        view = self._value.view()
+        view.flags.writeable = False
+        return view
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        value = self._value if dtype is None else self._value.astype(dtype)
+        return value.copy() if copy else value
+
+    def __len__(self) -> int:
+        if not self._value.ndim:
+            raise TypeError("len() of a scalar tensor (shape ())")
+        return len(self._value)
+
+    def __iter__(self) -> Iterator[Tensor]:
+        if not self._value.ndim:
+            raise TypeError("iteration over a scalar tensor (shape ())")
+        for i in range(len(self._value)):
+            yield self[i]  # type: ignore[index]
+
+    def _scalar(self, kind: str) -> Any:
+        if self._value.size != 1:
+            raise ValueError(
+                f"{kind}() of a tensor needs exactly one element, got shape {self.shape}; "
+                "use tp.reduce_any/tp.reduce_all or index one element first"
+            )
+        return self._value.reshape(()).item()
+
+    def __bool__(self) -> bool:
+        return builtins_bool(self._scalar("bool"))
+
+    def __float__(self) -> float:
+        return float(self._scalar("float"))
+
+    def __int__(self) -> int:
+        return int(self._scalar("int"))
+
+    def __index__(self) -> int:
+        if self._value.dtype.kind not in "iu":
+            raise TypeError(f"only integer tensors can be used as an index, got {self.dtype.name}")
+        return int(self._scalar("index"))
+
+    def __repr__(self) -> str:
+        return f"<tp.Tensor shape={self.shape} dtype={self.dtype.name} numpy={self._value!r}>"
+
+    def __str__(self) -> str:
+        return f"tp.Tensor({self._value}, shape={self.shape}, dtype={self.dtype.name})"
+
+    def __hash__(self) -> int:
+        raise TypeError("Tensor is unhashable (== is elementwise); use id(tensor) as a key")
+
+
+builtins_bool = bool
+
+
+def _wrap(value: np.ndarray) -> Tensor:
+    """A new Tensor around an ndarray the caller gives up (no checks, no copy)."""
+    t = Tensor.__new__(Tensor)
+    t._value = value if value.__class__ is np.ndarray else np.asarray(value)
+    t._id = _next_id()
+    return t
+
+
+class Variable(Tensor):
+    """Mutable state that behaves as a Tensor in every op.
+
+    Args:
+        initial_value: a Python number, nested list, ``range``, ndarray, Tensor,
+            or a zero-argument callable returning one of those.
+        trainable: whether tapes watch it automatically and models list it in
+            ``trainable_variables``.
+        name: a name for summaries and checkpoints (default ``"Variable"``).
+        dtype: the dtype to convert ``initial_value`` to.
+
+    ``assign*`` replace the stored array rather than write into it, so a value a
+    tape saved for its backward pass never changes (as in TensorFlow).
+    """
+
+    __slots__ = ("_trainable", "_name")
+    _is_variable = True
+
+    def __init__(
+        self,
+        initial_value: Any,
+        trainable: bool = True,
+        name: str | None = None,
+        dtype: _dt.DTypeLike = None,
+    ) -> None:
+        if callable(initial_value) and not isinstance(initial_value, (Tensor, np.ndarray)):
+            initial_value = initial_value()
+        value = to_array(initial_value, dtype)
+        if value is initial_value:
+            value = value.copy()  # never alias the caller's array
+        self._value = value
+        self._id = _next_id()
+        self._trainable = builtins_bool(trainable)
+        self._name = "Variable" if name is None else str(name)
+
+    @property
+    def trainable(self) -> bool:
+        """Whether tapes watch it automatically."""
+        return self._trainable
+
+    @trainable.setter
+    def trainable(self, value: bool) -> None:
+        self._trainable = builtins_bool(value)
+
+    @property
+    def name(self) -> str:
+        """The variable's name."""
+        return self._name
+
+    def numpy(self) -> np.ndarray:
+        """A copy of the current value."""
+        return self._value.copy()
+
+    def _checked(self, value: Any, method: str) -> np.ndarray:
+        if isinstance(value, (Tensor, np.ndarray, np.generic)):
+            array = value._value if isinstance(value, Tensor) else np.asarray(value)
+            if array.dtype != self._value.dtype:
+                raise ValueError(
+                    f"{method}: variable '{self._name}' has dtype {self.dtype.name}, "
+                    f"got a value of dtype {array.dtype.name}; use tp.cast first"
+                )
+        else:
+            array = to_array(value, self._value.dtype)
+        if array.shape != self._value.shape:
+            raise ValueError(
+                f"{method}: variable '{self._name}' has shape {self.shape}, "
+                f"got a value of shape {array.shape}"
+            )
+        return array
+
+    def assign(self, value: Any) -> Variable:
+        """Sets the value (same shape and dtype) and returns the variable."""
+        array = self._checked(value, "assign")
+        # A Tensor's array is immutable; anything else may be changed by its owner later.
+        self._value = array if isinstance(value, Tensor) else array.copy()
+        return self
+
+    def assign_add(self, delta: Any) -> Variable:
+        """Adds ``delta`` (same shape and dtype) and returns the variable."""
+        self._value = self._value + self._checked(delta, "assign_add")
+        return self
+
+    def assign_sub(self, delta: Any) -> Variable:
+        """Subtracts ``delta`` (same shape and dtype) and returns the variable."""
+        self._value = self._value - self._checked(delta, "assign_sub")
+        return self
+
+    def __hash__(self) -> int:
+        return id(self)  # a Variable is state with an identity, usable as a dict key
+
+    def __repr__(self) -> str:
+        return (
+            f"<tp.Variable '{self._name}' shape={self.shape} dtype={self.dtype.name}, "
+            f"numpy={self._value!r}>"
+        )
+
+
+def _python_dtype(array: np.ndarray) -> np.dtype:
+    """TensorFlow's defaults for data that came from Python numbers."""
+    kind = array.dtype.kind
+    if kind == "f":
+        return _dt.float32
+    if kind in "iu":
+        fits = array.size == 0 or (array.min() >= _INT32_MIN and array.max() <= _INT32_MAX)
+        return _dt.int32 if fits else _dt.int64
+    if kind == "b":
+        return _dt.bool
+    raise TypeError(f"cannot convert a value of NumPy dtype {array.dtype} to a tensor")
+
+
+def to_array(value: Any, dtype: _dt.DTypeLike = None) -> np.ndarray:
+    """Converts ``value`` to an ndarray by tapefit's dtype rules (see ``constant``)."""
+    want = None if dtype is None else _dt.as_dtype(dtype)
+    if isinstance(value, Tensor):
+        array = value._value
+        return array if want is None or want == array.dtype else array.astype(want)
+    if isinstance(value, (np.ndarray, np.generic)):
+        array = np.asarray(value)
+        if array.dtype.kind not in "fiub":
+            raise TypeError(f"cannot convert an array of dtype {array.dtype} to a tensor")
+        return array if want is None or want == array.dtype else array.astype(want)
+    if isinstance(value, range):
+        value = list(value)
+    try:
+        array = np.asarray(value)
+    except ValueError as error:  # ragged nested lists
+        raise ValueError(f"cannot convert {value!r} to a tensor: {error}") from None
+    if array.dtype.kind not in "fiub":
+        raise TypeError(f"cannot convert {type(value).__name__} {value!r} to a tensor")
+    if want is None:
+        want = _python_dtype(array)
+    elif array.dtype.kind == "f" and want.kind in "iub" and not np.all(np.mod(array, 1) == 0):
+        raise TypeError(f"cannot convert {value!r} to a tensor of dtype {want.name}")
+    return array.astype(want, copy=False)
+
+
+def constant(value: Any, dtype: _dt.DTypeLike = None) -> Tensor:
+    """Creates a Tensor.
+
+    Python floats (and lists of them) become float32, Python ints int32 (int64
+    when too large), bools bool; ndarrays keep their dtype. ``dtype`` converts.
+    """
+    return Tensor(value, dtype)
+
+
+def convert_to_tensor(value: Any, dtype: _dt.DTypeLike = None) -> Tensor:
+    """Returns ``value`` as a Tensor; Tensors and Variables are returned as they are.
+
+    Raises:
+        TypeError: ``value`` is a Tensor of another dtype than ``dtype``.
+    """
+    if isinstance(value, Tensor):
+        if dtype is not None and _dt.as_dtype(dtype) != value._value.dtype:
+            raise TypeError(
+                f"convert_to_tensor: requested dtype {_dt.as_dtype(dtype).name} for a tensor of "
+                f"dtype {value.dtype.name}; use tp.cast"
+            )
+        return value
+    return Tensor(value, dtype)
+
+
+def weak_operand(value: Any, like: Tensor, op_name: str) -> Tensor:
+    """Converts the non-tensor side of a binary op.
+
+    Python numbers and lists are weakly typed and take ``like``'s dtype (a
+    float into an integer tensor is an error, never a silent truncation);
+    ndarrays and NumPy scalars keep their own dtype and must match.
+    """
+    if isinstance(value, Tensor):
+        return value
+    target = like._value.dtype
+    if isinstance(value, (np.ndarray, np.generic)):
+        array = np.asarray(value)
+        if array.dtype != target:
+            raise _dt.mix_error(op_name, [target, array.dtype])
+        return _wrap(array)
+    if isinstance(value, (int, float)) and target.kind == "f":
+        return _wrap(np.array(value, target))
+    array = to_array(value)
+    if array.dtype.kind == "f" and target.kind != "f":
+        raise TypeError(
+            f"{op_name}: cannot combine Python float data {value!r} with a {target.name} tensor; "
+            f"use tp.cast(x, tp.float32) first"
+        )
+    return _wrap(array.astype(target, copy=False))
+
+
+TensorLike = Tensor | np.ndarray | float | int | bool | list | tuple
+Initializer = Callable[[], Any]
