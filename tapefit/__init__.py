@@ -3,8 +3,10 @@
 ``import tapefit as tp``; the names here are the public API (see API.md).
 """
 
-from tapefit import math, nn
+from tapefit import math as math
+from tapefit import nn as nn
 from tapefit.core import *  # noqa: F403
-from tapefit.core import random, testing
+from tapefit.core import random as random
+from tapefit.core import testing as testing
 
 __version__ = "0.1.0"

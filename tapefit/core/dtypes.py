@@ -11,7 +11,7 @@ float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
 int32 = np.dtype(np.int32)
 int64 = np.dtype(np.int64)
-bool = np.dtype(np.bool_)  # noqa: A001 - the TensorFlow name, shadowing is intended
+bool = np.dtype(np.bool_)
 
 DType = np.dtype
 DTypeLike = Any  # anything ``np.dtype()`` accepts

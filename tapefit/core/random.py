@@ -87,12 +87,18 @@ def normal(
 ) -> Tensor:
     """Samples from a normal distribution."""
     dtype = _float_dtype(dtype, "normal")
-    draw = generator(seed).standard_normal(_shape_list(shape, "normal"), dtype=np.float64 if dtype == _dt.float64 else np.float32)
+    draw = generator(seed).standard_normal(
+        _shape_list(shape, "normal"), dtype=np.float64 if dtype == _dt.float64 else np.float32
+    )
     return _wrap((draw * stddev + mean).astype(dtype, copy=False))
 
 
 def uniform(
-    shape: Any, minval: float = 0.0, maxval: float | None = None, dtype: Any = _dt.float32, seed: int | None = None
+    shape: Any,
+    minval: float = 0.0,
+    maxval: float | None = None,
+    dtype: Any = _dt.float32,
+    seed: int | None = None,
 ) -> Tensor:
     """Samples uniformly from ``[minval, maxval)``; integer dtypes need ``maxval``."""
     dtype = _dt.as_dtype(dtype)

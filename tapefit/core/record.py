@@ -6,8 +6,6 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from tapefit.core.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -21,8 +19,24 @@ class _TapeStack(threading.local):
         self.tapes: list[GradientTape] = []
 
 
-# Ops check ``_state.tapes`` once; with no active tape that check is all they pay.
 _state = _TapeStack()
+# The tapes active in any thread. Ops test this plain list first (cheaper than the
+# thread-local stack): with no active tape, that test is all they pay.
+active_tapes: list[GradientTape] = []
+
+
+def push_tape(tape: GradientTape) -> None:
+    """Makes ``tape`` the innermost active tape of this thread."""
+    _state.tapes.append(tape)
+    active_tapes.append(tape)
+
+
+def pop_tape(tape: GradientTape) -> None:
+    """Removes ``tape`` from the active tapes (also when tapes exit out of order)."""
+    if tape in _state.tapes:
+        _state.tapes.remove(tape)
+    if tape in active_tapes:
+        active_tapes.remove(tape)
 
 
 class Op:
@@ -53,7 +67,7 @@ class Op:
 
     def __init__(
         self,
-        type: str,  # noqa: A002 - TensorFlow's name for it
+        type: str,
         inputs: tuple[Tensor, ...],
         outputs: tuple[Tensor, ...],
         attrs: dict[str, Any],
@@ -121,8 +135,3 @@ def record_op(
         op = Op(name, inputs, outputs, attrs, save_inputs, save_outputs, tuple(needs), grad_fn)
         for tape in hit:
             tape._push(op)
-
-
-def float_kind(dtype: np.dtype) -> bool:
-    """Whether gradients flow through tensors of this dtype."""
-    return dtype.kind == "f"

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from tapefit.core import dtypes as _dt
-from tapefit.core.record import _NO_ATTRS, _state, record_op
-from tapefit.core.tensor import Tensor, _wrap, convert_to_tensor, weak_operand
+from tapefit.core.record import _NO_ATTRS, active_tapes, record_op
+from tapefit.core.tensor import Tensor, _next_id, _wrap, convert_to_tensor, weak_operand
 
 F = TypeVar("F", bound=Callable[..., Any])
 GradFn = Callable[..., Any]
@@ -112,7 +112,7 @@ def execute(opdef: OpDef, inputs: tuple[Tensor, ...], attrs: dict[str, Any] = _N
         outputs = tuple([_wrap(r) for r in result])
     else:
         outputs = (_wrap(result),)
-    if _state.tapes:
+    if active_tapes:
         record_op(opdef.name, inputs, outputs, attrs, opdef.save_inputs, opdef.save_outputs)
     return outputs if isinstance(result, (tuple, list)) else outputs[0]
 
@@ -125,8 +125,20 @@ def check_same_dtype(name: str, tensors: tuple[Tensor, ...] | list[Tensor]) -> N
             raise _dt.mix_error(name, [first, t._value.dtype])
 
 
-def unary(name: str, forward: Callable[[np.ndarray], np.ndarray], save: str, float_only: bool = True) -> Callable[[Any], Tensor]:
-    """An elementwise one-input op; the lean path for the hot ops."""
+_FLOATS = frozenset([_dt.float16, _dt.float32, _dt.float64])
+_new = object.__new__
+_ndarray = np.ndarray
+_asarray = np.asarray
+
+
+def unary(
+    name: str, forward: Callable[[np.ndarray], np.ndarray], save: str, float_only: bool = True
+) -> Callable[[Any], Tensor]:
+    """An elementwise one-input op, on the lean path the hot ops need.
+
+    The body is ``execute`` unrolled for one input: an op costs little more than
+    its NumPy call when no tape is active.
+    """
     opdef = OpDef(name, forward, save)
     save_inputs, save_outputs = opdef.save_inputs, opdef.save_outputs
 
@@ -134,10 +146,15 @@ def unary(name: str, forward: Callable[[np.ndarray], np.ndarray], save: str, flo
         if x.__class__ is not Tensor:
             x = convert_to_tensor(x)
         value = x._value
-        if float_only and value.dtype.kind != "f":
-            raise TypeError(f"{name} needs a floating tensor, got {value.dtype.name}; use tp.cast(x, tp.float32)")
-        out = _wrap(forward(value))
-        if _state.tapes:
+        if float_only and value.dtype not in _FLOATS:
+            raise TypeError(
+                f"{name} needs a floating tensor, got {value.dtype.name}; use tp.cast(x, tp.float32)"
+            )
+        result = forward(value)
+        out = _new(Tensor)
+        out._value = result if result.__class__ is _ndarray else _asarray(result)
+        out._id = _next_id()
+        if active_tapes:
             record_op(name, (x,), (out,), _NO_ATTRS, save_inputs, save_outputs)
         return out
 
@@ -159,8 +176,10 @@ def binary_operands(name: str, x: Any, y: Any) -> tuple[Tensor, Tensor]:
     return x, y
 
 
-def binary(name: str, forward: Callable[[np.ndarray, np.ndarray], np.ndarray], save: str) -> Callable[[Any, Any], Tensor]:
-    """An elementwise two-input op with NumPy broadcasting and weak Python scalars."""
+def binary(
+    name: str, forward: Callable[[np.ndarray, np.ndarray], np.ndarray], save: str
+) -> Callable[[Any, Any], Tensor]:
+    """An elementwise two-input op with NumPy broadcasting and weak Python scalars (lean path)."""
     opdef = OpDef(name, forward, save)
     save_inputs, save_outputs = opdef.save_inputs, opdef.save_outputs
 
@@ -168,10 +187,13 @@ def binary(name: str, forward: Callable[[np.ndarray, np.ndarray], np.ndarray], s
         if x.__class__ is not Tensor or y.__class__ is not Tensor or x._value.dtype is not y._value.dtype:
             x, y = binary_operands(name, x, y)
         try:
-            out = _wrap(forward(x._value, y._value))
+            result = forward(x._value, y._value)
         except ValueError as error:
             raise _op_error(name, (x, y), error) from error
-        if _state.tapes:
+        out = _new(Tensor)
+        out._value = result if result.__class__ is _ndarray else _asarray(result)
+        out._id = _next_id()
+        if active_tapes:
             record_op(name, (x, y), (out,), _NO_ATTRS, save_inputs, save_outputs)
         return out
 

@@ -211,8 +211,7 @@ class Variable(Tensor):
 
     def __repr__(self) -> str:
         return (
-            f"<tp.Variable '{self._name}' shape={self.shape} dtype={self.dtype.name}, "
-            f"numpy={self._value!r}>"
+            f"<tp.Variable '{self._name}' shape={self.shape} dtype={self.dtype.name}, numpy={self._value!r}>"
         )
 
 

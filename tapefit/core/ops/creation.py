@@ -22,13 +22,13 @@ def ones(shape: Any, dtype: _dt.DTypeLike = _dt.float32) -> Tensor:
     return _wrap(np.ones(_shape_list(shape, "ones"), _dt.as_dtype(dtype)))
 
 
-def zeros_like(input: Any, dtype: _dt.DTypeLike = None) -> Tensor:  # noqa: A002
+def zeros_like(input: Any, dtype: _dt.DTypeLike = None) -> Tensor:
     """Zeros with the shape (and dtype, unless given) of ``input``."""
     x = convert_to_tensor(input)
     return _wrap(np.zeros(x.shape, x.dtype if dtype is None else _dt.as_dtype(dtype)))
 
 
-def ones_like(input: Any, dtype: _dt.DTypeLike = None) -> Tensor:  # noqa: A002
+def ones_like(input: Any, dtype: _dt.DTypeLike = None) -> Tensor:
     """Ones with the shape (and dtype, unless given) of ``input``."""
     x = convert_to_tensor(input)
     return _wrap(np.ones(x.shape, x.dtype if dtype is None else _dt.as_dtype(dtype)))
@@ -44,10 +44,12 @@ def fill(dims: Any, value: Any) -> Tensor:
 
 def eye(num_rows: int, num_columns: int | None = None, dtype: _dt.DTypeLike = _dt.float32) -> Tensor:
     """An identity matrix (``num_rows`` x ``num_columns``)."""
-    return _wrap(np.eye(int(num_rows), None if num_columns is None else int(num_columns), dtype=_dt.as_dtype(dtype)))
+    return _wrap(
+        np.eye(int(num_rows), None if num_columns is None else int(num_columns), dtype=_dt.as_dtype(dtype))
+    )
 
 
-def range(start: Any, limit: Any = None, delta: Any = 1, dtype: _dt.DTypeLike = None) -> Tensor:  # noqa: A001
+def range(start: Any, limit: Any = None, delta: Any = 1, dtype: _dt.DTypeLike = None) -> Tensor:
     """``start, start + delta, ...`` up to but excluding ``limit`` (``range(n)`` counts from 0).
 
     The dtype is int32 for Python ints and float32 if any argument is a float, unless given.
@@ -59,7 +61,9 @@ def range(start: Any, limit: Any = None, delta: Any = 1, dtype: _dt.DTypeLike = 
     values = [to_array(v) for v in (start, limit, delta)]
     if dtype is None:
         kinds = {v.dtype.kind for v in values}
-        dtype = _dt.float32 if "f" in kinds else builtins.max((v.dtype for v in values), key=lambda d: d.itemsize)
+        dtype = (
+            _dt.float32 if "f" in kinds else builtins.max((v.dtype for v in values), key=lambda d: d.itemsize)
+        )
     dtype = _dt.as_dtype(dtype)
     return _wrap(np.arange(*(v.item() for v in values), dtype=dtype))
 
