@@ -16,7 +16,7 @@ import numpy as np
 
 from tapefit.core import nest
 from tapefit.core.ops import add, ones_like, reduce_sum, reshape, stack, zeros, zeros_like
-from tapefit.core.record import Op, _state
+from tapefit.core.record import Op, pop_tape, push_tape
 from tapefit.core.registry import get_gradient, is_not_differentiable
 from tapefit.core.tensor import Tensor, Variable, _wrap
 
@@ -72,14 +72,12 @@ class GradientTape:
     def __enter__(self) -> GradientTape:
         if self._active:
             raise RuntimeError("this GradientTape is already recording; tapes cannot be re-entered")
-        _state.tapes.append(self)
+        push_tape(self)
         self._active = True
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        tapes = _state.tapes
-        if self in tapes:
-            tapes.remove(self)
+        pop_tape(self)
         self._active = False
 
     def _watches(self, t: Tensor) -> bool:
