@@ -189,21 +189,40 @@ class Variable(Tensor):
             )
         return array
 
+    def _owns_value(self) -> bool:
+        """Whether nothing but this variable holds its array, so writing into it is safe.
+
+        A tape's saved value, a Tensor from ``identity``/``reshape`` (views) or an array a
+        user got from ``np.asarray`` all hold a reference; then ``assign*`` swap arrays instead.
+        """
+        return _refcount is not None and _value_refs(self) <= _SOLE_OWNER_REFS
+
     def assign(self, value: Any) -> Variable:
         """Sets the value (same shape and dtype) and returns the variable."""
         array = self._checked(value, "assign")
-        # A Tensor's array is immutable; anything else may be changed by its owner later.
-        self._value = array if isinstance(value, Tensor) else array.copy()
+        if self._owns_value():
+            np.copyto(self._value, array)
+        else:
+            # A Tensor's array is immutable; anything else may be changed by its owner later.
+            self._value = array if isinstance(value, Tensor) else array.copy()
         return self
 
     def assign_add(self, delta: Any) -> Variable:
         """Adds ``delta`` (same shape and dtype) and returns the variable."""
-        self._value = self._value + self._checked(delta, "assign_add")
+        delta = self._checked(delta, "assign_add")
+        if self._owns_value():
+            np.add(self._value, delta, out=self._value)
+        else:
+            self._value = self._value + delta
         return self
 
     def assign_sub(self, delta: Any) -> Variable:
         """Subtracts ``delta`` (same shape and dtype) and returns the variable."""
-        self._value = self._value - self._checked(delta, "assign_sub")
+        delta = self._checked(delta, "assign_sub")
+        if self._owns_value():
+            np.subtract(self._value, delta, out=self._value)
+        else:
+            self._value = self._value - delta
         return self
 
     def __hash__(self) -> int:
@@ -213,6 +232,16 @@ class Variable(Tensor):
         return (
             f"<tp.Variable '{self._name}' shape={self.shape} dtype={self.dtype.name}, numpy={self._value!r}>"
         )
+
+
+try:
+    from sys import getrefcount as _refcount
+except ImportError:  # not CPython: assign* always swap arrays
+    _refcount = None  # type: ignore[assignment]
+
+
+def _value_refs(holder: Tensor) -> int:
+    return _refcount(holder._value)
 
 
 def _python_dtype(array: np.ndarray) -> np.dtype:
@@ -307,3 +336,8 @@ def weak_operand(value: Any, like: Tensor, op_name: str) -> Tensor:
 
 TensorLike = Tensor | np.ndarray | float | int | bool | list | tuple
 Initializer = Callable[[], Any]
+
+
+# The count _value_refs sees for an array held by one variable and nothing else, measured
+# rather than assumed, since interpreters differ in the references they borrow.
+_SOLE_OWNER_REFS = _value_refs(Variable(0.0)) if _refcount is not None else 0

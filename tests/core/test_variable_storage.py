@@ -1,0 +1,53 @@
+"""Variable.assign* write in place only when nothing else holds the array (DESIGN.md, core)."""
+
+import gc
+
+import numpy as np
+
+import tapefit as tp
+
+
+def test_assign_writes_in_place_when_the_variable_is_the_only_holder():
+    v = tp.Variable(np.ones(3, np.float32))
+    storage = id(v._value)
+    v.assign_sub(tp.constant([1.0, 1.0, 1.0]))
+    v.assign_add([2.0, 2.0, 2.0])
+    v.assign(np.full(3, 5.0, np.float32))
+    assert id(v._value) == storage
+    np.testing.assert_array_equal(v.numpy(), [5.0, 5.0, 5.0])
+
+
+def test_assign_never_changes_a_value_a_live_tape_saved():
+    v = tp.Variable([3.0, 3.0])
+    with tp.GradientTape() as tape:
+        y = v * v
+    v.assign([100.0, 100.0])
+    v.assign_add([1.0, 1.0])
+    np.testing.assert_array_equal(tape.gradient(y, v).numpy(), [6.0, 6.0])
+    np.testing.assert_array_equal(y.numpy(), [9.0, 9.0])
+
+
+def test_assign_never_changes_views_or_arrays_handed_out():
+    v = tp.Variable([1.0, 2.0])
+    alias = tp.identity(v)
+    view = tp.reshape(v, [2, 1])
+    array = np.asarray(v)
+    copy = v.numpy()
+    v.assign_sub([1.0, 1.0])
+    np.testing.assert_array_equal(alias.numpy(), [1.0, 2.0])
+    np.testing.assert_array_equal(view.numpy(), [[1.0], [2.0]])
+    np.testing.assert_array_equal(array, [1.0, 2.0])
+    copy[0] = 42.0  # numpy() is a copy: writing to it leaves the variable alone
+    np.testing.assert_array_equal(v.numpy(), [0.0, 1.0])
+
+
+def test_in_place_again_once_the_tape_is_gone():
+    v = tp.Variable([1.0, 2.0])
+    with tp.GradientTape() as tape:
+        y = tp.reduce_sum(v * v)
+    tape.gradient(y, v)
+    del tape, y
+    gc.collect()
+    storage = id(v._value)
+    v.assign_add([1.0, 1.0])
+    assert id(v._value) == storage
