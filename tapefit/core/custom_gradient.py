@@ -34,8 +34,9 @@ def custom_gradient(f: Callable[..., Any]) -> Callable[..., Any]:
                 result, grad_fn = f(*inputs, **kwargs)
         finally:
             _state.tapes = outer
-        variables = inner.watched_variables()
-        if variables and "variables" not in inspect.signature(grad_fn).parameters:
+        # As in TensorFlow, ``variables`` are the ones f reads that are not among its inputs.
+        variables = tuple(v for v in inner.watched_variables() if all(v is not x for x in inputs))
+        if variables and not _takes_variables(grad_fn):
             raise TypeError(
                 f"@custom_gradient function {f.__name__!r} reads Variables "
                 f"({', '.join(v.name for v in variables)}), so its grad_fn must accept a "
@@ -61,3 +62,8 @@ def custom_gradient(f: Callable[..., Any]) -> Callable[..., Any]:
         return nest.pack_sequence_as(result, list(outputs))
 
     return wrapped
+
+
+def _takes_variables(grad_fn: Callable[..., Any]) -> bool:
+    parameters = inspect.signature(grad_fn).parameters
+    return "variables" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())

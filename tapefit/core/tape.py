@@ -440,7 +440,10 @@ class GradientTape:
                     f"the tape was created with watch_accessed_variables=False and the Variable '{name}' "
                     "was not passed to tape.watch()"
                 )
-            return f"the Variable '{name}' was not read inside the tape's context"
+            return (
+                f"the Variable '{name}' was not read by any recorded op inside the tape's context "
+                "(assign, assign_add and assign_sub are not recorded, nor ops under stop_recording())"
+            )
         return (
             "it is a Tensor (not a Variable), and a tape only watches Tensors passed to tape.watch() "
             "(a Variable turns into a Tensor after `x = x + 1`)"
