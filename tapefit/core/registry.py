@@ -10,6 +10,7 @@ Gradients live in a separate table keyed by op name, filled by
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -205,16 +206,26 @@ def primitive(op_name: str) -> Callable[[F], F]:
     """Turns a function over ndarrays into a recorded op named ``op_name``.
 
     Positional arguments are converted to Tensors and arrive as ndarrays;
-    keyword arguments are kept as the op's ``attrs``. The ndarray result (or
+    keyword arguments are kept as the op's ``attrs``, together with the
+    defaults of the keyword parameters not given (as TensorFlow ops carry every
+    attr), so a gradient can read ``op.attrs[name]``. The ndarray result (or
     tuple of results) comes back as Tensor(s). Register its gradient with
     ``register_gradient(op_name)``.
     """
 
     def decorator(fn: F) -> F:
         opdef = OpDef(op_name, fn, "all")
+        defaults = [
+            (i, p.name, p.default, p.kind is p.KEYWORD_ONLY)
+            for i, p in enumerate(inspect.signature(fn).parameters.values())
+            if p.default is not p.empty and p.kind is not p.POSITIONAL_ONLY
+        ]
 
         @functools.wraps(fn)
         def op(*args: Any, **attrs: Any) -> Any:
+            unset = {n: d for i, n, d, kw in defaults if (kw or i >= len(args)) and n not in attrs}
+            if unset:
+                attrs = {**unset, **attrs}
             return execute(opdef, tuple([convert_to_tensor(a) for a in args]), attrs)
 
         return op  # type: ignore[return-value]
