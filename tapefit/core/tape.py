@@ -202,7 +202,10 @@ class GradientTape:
         self._check_usable()
         try:
             plan = self._plan([target], flat_sources, set())
-            rows = [self._run(plan, [target], [_one_hot_like(target, j)], flat_sources) for j in range(target.size)]
+            rows = [
+                self._run(plan, [target], [_one_hot_like(target, j)], flat_sources)
+                for j in range(target.size)
+            ]
         finally:
             if not self._persistent:
                 self._release()
@@ -287,7 +290,9 @@ class GradientTape:
                 )
         return flat
 
-    def _check_output_gradients(self, output_gradients: Any, target: Any, targets: list[Tensor]) -> list[Tensor]:
+    def _check_output_gradients(
+        self, output_gradients: Any, target: Any, targets: list[Tensor]
+    ) -> list[Tensor]:
         flat = nest.flatten(output_gradients)
         if len(flat) != len(targets):
             raise ValueError(
@@ -310,7 +315,9 @@ class GradientTape:
             checked.append(g)
         return checked
 
-    def _plan(self, targets: list[Tensor], sources: list[Tensor], stops: set[int]) -> tuple[list[Op], set[int]]:
+    def _plan(
+        self, targets: list[Tensor], sources: list[Tensor], stops: set[int]
+    ) -> tuple[list[Op], set[int]]:
         """The recorded ops on a path from a source to a target, and the ids downstream of a source."""
         needed = {t._id for t in targets if _float(t)}
         back: list[Op] = []
@@ -382,7 +389,9 @@ class GradientTape:
         return [grads.get(s._id) if _float(s) else None for s in sources]
 
     @staticmethod
-    def _fill(grads: list[Tensor | None], sources: list[Tensor], unconnected: UnconnectedGradients) -> list[Any]:
+    def _fill(
+        grads: list[Tensor | None], sources: list[Tensor], unconnected: UnconnectedGradients
+    ) -> list[Any]:
         if unconnected is UnconnectedGradients.NONE:
             return grads
         return [zeros_like(s) if g is None else g for g, s in zip(grads, sources)]
@@ -512,7 +521,12 @@ def _one_hot_like(target: Tensor, j: int) -> Tensor:
     return _wrap(upstream.reshape(target.shape))
 
 
-def _stack_rows(rows: list[Tensor | None], target_shape: tuple[int, ...], source: Tensor, unconnected: UnconnectedGradients) -> Tensor | None:
+def _stack_rows(
+    rows: list[Tensor | None],
+    target_shape: tuple[int, ...],
+    source: Tensor,
+    unconnected: UnconnectedGradients,
+) -> Tensor | None:
     shape = target_shape + source.shape
     if all(r is None for r in rows):
         return zeros(shape, source.dtype) if unconnected is UnconnectedGradients.ZERO else None
