@@ -35,16 +35,21 @@ class UnconnectedGradients(enum.Enum):
 
 
 class _Node(NamedTuple):
-    """What a released tape keeps of an op: enough for ``explain``, no values."""
+    """What a released tape keeps of an op: enough for ``explain``, no values.
+
+    Not even a custom gradient's function, whose closure may hold forward values.
+    """
 
     type: str
     input_ids: tuple[int, ...]
     output_ids: tuple[int, ...]
-    grad_fn: Any
+    cut: bool
 
 
 def _is_cut(node: Op | _Node) -> bool:
     """Whether gradients stop at this op (``stop_gradient`` and other non-differentiable ops)."""
+    if isinstance(node, _Node):
+        return node.cut
     return node.grad_fn is None and is_not_differentiable(node.type)
 
 
@@ -144,7 +149,7 @@ class GradientTape:
 
     def _release(self) -> None:
         """Drops the recorded values; keeps the graph's shape for ``explain``."""
-        self._skeleton = [_Node(op.type, op.input_ids, op.output_ids, op.grad_fn) for op in self._entries]
+        self._skeleton = [_Node(op.type, op.input_ids, op.output_ids, _is_cut(op)) for op in self._entries]
         self._entries = []
         self._released = True
         self._paused = True

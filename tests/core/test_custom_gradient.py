@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 
@@ -254,3 +257,28 @@ def test_variables_passed_as_inputs_are_inputs_not_captured_variables():
         z = product(a, b)
     ga, gb = tape.gradient(z, [a, b])
     assert (ga.numpy(), gb.numpy()) == (4.0, 3.0)
+
+
+def test_non_persistent_tape_frees_what_grad_fn_captured_after_gradient():
+    captured = []
+
+    @tp.custom_gradient
+    def exp_(x):
+        e = tp.exp(x)
+        captured.append(weakref.ref(e._value))
+
+        def grad(dy):
+            return dy * e  # the closure holds a forward value
+
+        return e, grad
+
+    x = tp.Variable(np.linspace(0.0, 1.0, 100))
+    with tp.GradientTape() as tape:
+        y = tp.reduce_sum(exp_(x) * 2.0)
+    gc.collect()
+    assert captured[0]() is not None
+    grad = tape.gradient(y, x)
+    del y
+    gc.collect()
+    assert captured[0]() is None
+    np.testing.assert_allclose(grad.numpy(), 2 * np.exp(x.numpy()), rtol=1e-12)
