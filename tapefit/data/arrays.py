@@ -1,0 +1,120 @@
+"""Checks, the seeded training/validation split and standardization shared by every data set."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class DataError(ValueError):
+    """A data set that cannot be used as given; ``key`` names the config key at fault, if any."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def check_arrays(x: Any, y: Any, source: str) -> tuple[np.ndarray, np.ndarray]:
+    """Checks and converts features and labels loaded from ``source``.
+
+    Features become float32 with at least two dimensions (a 1-D ``x`` is one feature per
+    sample, as Keras reads it). Integer or boolean labels become int32 (class indices);
+    floating labels become float32.
+
+    Args:
+        x: The features, one sample per row.
+        y: The labels, one per sample (or one row per sample).
+        source: Where the arrays came from, for the error messages.
+
+    Returns:
+        ``(x, y)`` as float32 features and int32 or float32 labels.
+
+    Raises:
+        DataError: If the arrays are not numeric, empty, or disagree in length.
+    """
+    x = np.asarray(x)
+    y = np.asarray(y)
+    for what, array in (("features", x), ("labels", y)):
+        if array.dtype.kind not in "biuf":
+            raise DataError(f"{source}: the {what} must be numbers, got dtype {array.dtype}")
+        if array.ndim == 0:
+            raise DataError(f"{source}: the {what} must have one entry per sample, got a scalar")
+    if len(x) == 0:
+        raise DataError(f"{source}: there are no samples")
+    if len(x) != len(y):
+        raise DataError(f"{source}: {len(x)} samples of features but {len(y)} labels")
+    if x.ndim == 1:
+        x = x[:, None]
+    x = x.astype(np.float32, copy=False)
+    if not np.all(np.isfinite(x)):
+        raise DataError(f"{source}: the features contain NaN or infinite values")
+    if y.dtype.kind in "biu":
+        y = y.astype(np.int32, copy=False)
+    else:
+        y = y.astype(np.float32, copy=False)
+        if not np.all(np.isfinite(y)):
+            raise DataError(f"{source}: the labels contain NaN or infinite values")
+    return x, y
+
+
+def validation_split(
+    x: np.ndarray, y: np.ndarray, fraction: float, seed: int
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray] | None]:
+    """Splits ``(x, y)`` into training and validation parts after a seeded shuffle.
+
+    Unlike Keras's ``validation_split`` (which takes the last samples as they come), the
+    samples are shuffled first, so data sorted by class still gives a fair split; the same
+    seed gives the same split. The validation part has ``n - floor(n * (1 - fraction))``
+    samples, Keras's count.
+
+    Args:
+        x: Features, one sample per row.
+        y: Labels, one per sample.
+        fraction: The share of samples held out, in ``[0, 1)``; 0 gives no validation part.
+        seed: Seed of the shuffle.
+
+    Returns:
+        ``((x_train, y_train), (x_val, y_val))``, or ``((x, y), None)`` for ``fraction == 0``.
+
+    Raises:
+        DataError: If ``fraction`` is outside ``[0, 1)`` or leaves a part empty.
+    """
+    if not 0.0 <= fraction < 1.0:
+        raise DataError(f"validation_split must be in [0, 1), got {fraction}", key="validation_split")
+    if fraction == 0.0:
+        return (x, y), None
+    n = len(x)
+    n_train = int(np.floor(n * (1.0 - fraction)))
+    if n_train == 0 or n_train == n:
+        raise DataError(
+            f"validation_split {fraction} of {n} samples leaves "
+            f"{'no training' if n_train == 0 else 'no validation'} samples",
+            key="validation_split",
+        )
+    order = np.random.default_rng(seed).permutation(n)
+    train, val = order[:n_train], order[n_train:]
+    return (x[train], y[train]), (x[val], y[val])
+
+
+def standardize(
+    x_train: np.ndarray, *others: np.ndarray
+) -> tuple[list[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """Scales every feature to mean 0 and standard deviation 1, with statistics of ``x_train``.
+
+    The statistics come from the training part only, so nothing leaks from the validation
+    part; a constant feature is centred and left unscaled.
+
+    Args:
+        x_train: Training features; the per-feature statistics are taken over its first axis.
+        *others: More arrays (validation features) scaled with the same statistics.
+
+    Returns:
+        ``([x_train, *others] standardized, (mean, std))``.
+    """
+    mean = x_train.mean(axis=0, dtype=np.float64)
+    std = x_train.std(axis=0, dtype=np.float64)
+    std[std == 0.0] = 1.0
+    mean, std = mean.astype(x_train.dtype), std.astype(x_train.dtype)
+    scaled = [((a - mean) / std).astype(x_train.dtype, copy=False) for a in (x_train, *others)]
+    return scaled, (mean, std)
