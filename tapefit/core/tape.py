@@ -184,7 +184,7 @@ class GradientTape:
             upstream: list[Any] = [None] * len(targets)
         else:
             upstream = self._check_output_gradients(output_gradients, target, targets)
-        stops = {t._id for t in nest.flatten(stop_gradients or []) if isinstance(t, Tensor)}
+        stops = self._check_stops(stop_gradients)
         self._check_usable()
         try:
             plan = self._plan(targets, flat_sources, stops)
@@ -202,7 +202,7 @@ class GradientTape:
     ) -> Any:
         """The full Jacobian of ``target``: shape ``target.shape + source.shape`` per source."""
         unconnected = UnconnectedGradients(unconnected_gradients)
-        (target,) = self._check_targets([target])
+        (target,) = self._check_targets([_single(target, "target", "jacobian")])
         flat_sources = self._check_sources(sources)
         self._check_usable()
         try:
@@ -231,8 +231,8 @@ class GradientTape:
         Assumes, as TensorFlow does, that row ``i`` of ``target`` depends only on row ``i`` of ``source``.
         """
         unconnected = UnconnectedGradients(unconnected_gradients)
-        (target,) = self._check_targets([target])
-        (source,) = self._check_sources([source])
+        (target,) = self._check_targets([_single(target, "target", "batch_jacobian")])
+        (source,) = self._check_sources([_single(source, "source", "batch_jacobian")])
         if target.ndim < 1 or source.ndim < 1 or target.shape[0] != source.shape[0]:
             raise ValueError(
                 f"batch_jacobian needs target and source with the same first (batch) dimension, "
@@ -294,6 +294,21 @@ class GradientTape:
                     s.dtype.name,
                 )
         return flat
+
+    @staticmethod
+    def _check_stops(stop_gradients: Any) -> set[int]:
+        # ``is None``, not truthiness: a single scalar Tensor equal to 0 is a valid stop.
+        if stop_gradients is None:
+            return set()
+        stops = set()
+        for i, t in enumerate(nest.flatten(stop_gradients)):
+            if not isinstance(t, Tensor):
+                raise TypeError(
+                    f"stop_gradients must hold Tensors or Variables, got {type(t).__name__} at "
+                    f"position {i} of the flattened stop_gradients"
+                )
+            stops.add(t._id)
+        return stops
 
     def _check_output_gradients(
         self, output_gradients: Any, target: Any, targets: list[Tensor]
@@ -462,6 +477,16 @@ class GradientTape:
             "it is a Tensor (not a Variable), and a tape only watches Tensors passed to tape.watch() "
             "(a Variable turns into a Tensor after `x = x + 1`)"
         )
+
+
+def _single(value: Any, role: str, method: str) -> Any:
+    """``value`` itself, unless it is a structure where ``method`` takes one tensor."""
+    if nest.is_nested(value):
+        raise TypeError(
+            f"{method} takes one Tensor as its {role}, got a {type(value).__name__}; "
+            f"call {method} once per {role} (or tp.stack them)"
+        )
+    return value
 
 
 def _describe(source: Tensor) -> str:
