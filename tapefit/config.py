@@ -1,0 +1,705 @@
+"""Configs for ``train``: loading (YAML or TOML), ``--set`` overrides and validation.
+
+A config is a mapping with the top-level keys ``name``, ``seed``, ``data``, ``model``, ``loss``,
+``metrics``, ``optimizer``, ``trainer`` and ``plugins`` (API.md section 7). Sections that pick
+an implementation do so with ``type``: a built-in short name or an import path
+``package.module:Name``; their other keys are the keyword arguments of what ``type`` names, so
+the keys a type accepts, their types and which are required are read from its signature (and
+annotations). ``resolve_config`` checks everything that can be checked without running
+anything heavy (unknown keys, wrong types, missing keys, unknown types, import paths, data
+files) and returns the resolved config: every default filled in, every shorthand expanded.
+
+Each problem is reported as a ``ConfigError`` whose message is one line naming the key path
+(``optimizer.learning_rate``, ``plugins[2].global_norm``).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import importlib
+import inspect
+import os
+import re
+import sys
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+REQUIRED: Any = inspect.Parameter.empty
+"""The default of a key that has none: the config must give it."""
+
+TOP_LEVEL_KEYS = ("name", "seed", "data", "model", "loss", "metrics", "optimizer", "trainer", "plugins")
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading ``1e-3`` as a float as YAML 1.2 does (1.1 wants ``1.0e-3``)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def parse_yaml(text: str) -> Any:
+    """Parses YAML text the way config files are read (``1e-3`` is a float)."""
+    return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no code runs
+
+
+class ConfigError(Exception):
+    """A config (or ``--set`` override) that cannot be used; the message is one line.
+
+    Attributes:
+        key: The key path at fault (``"trainer.epochs"``), or ``None`` for the file as a whole.
+    """
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    """Reads a YAML (``.yaml``/``.yml``) or TOML (``.toml``) config file into a dict.
+
+    Raises:
+        ConfigError: If the file is missing, unreadable, not valid YAML/TOML, or not a mapping.
+    """
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in (".yaml", ".yml", ".toml"):
+        raise ConfigError(
+            f"config file {path!r}: unknown format {ext or '(no extension)'!r}; use .yaml, .yml or .toml"
+        )
+    if not os.path.exists(path):
+        raise ConfigError(f"config file {path!r} does not exist")
+    try:
+        if ext == ".toml":
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        else:
+            with open(path, encoding="utf-8") as f:
+                data = yaml.load(f, Loader=_Loader)  # a SafeLoader subclass: no code runs
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path!r}: {e.strerror or e}") from e
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from e
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not a text file ({e.reason})") from e
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{path}: the config must be a mapping of keys (name, data, model, ...), got {_kind(data)}"
+        )
+    return data
+
+
+# --------------------------------------------------------------------------- --set overrides
+
+_PART = re.compile(r"([^.\[\]]+)((?:\[-?\d+\])*)")
+
+
+def parse_key_path(key: str) -> list[str | int]:
+    """Splits ``"plugins[2].global_norm"`` (or ``"plugins.2.global_norm"``) into its parts.
+
+    Raises:
+        ConfigError: If ``key`` is not a dotted key path.
+    """
+    parts: list[str | int] = []
+    for piece in key.split("."):
+        match = _PART.fullmatch(piece.strip())
+        if not match:
+            raise ConfigError(
+                f"--set {key!r}: not a key path like trainer.epochs or plugins[1].every_n_epochs"
+            )
+        name, indices = match.groups()
+        parts.append(int(name) if re.fullmatch(r"-?\d+", name) else name)
+        parts.extend(int(i) for i in re.findall(r"-?\d+", indices))
+    return parts
+
+
+def format_key_path(parts: Sequence[str | int]) -> str:
+    """The inverse of ``parse_key_path``: ``["plugins", 2, "x"]`` gives ``"plugins[2].x"``."""
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def apply_overrides(config: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Returns a copy of ``config`` with each ``KEY=VALUE`` of ``overrides`` applied in order.
+
+    ``VALUE`` is parsed as YAML (``3`` an int, ``1e-3`` a float, ``true`` a bool, ``null``
+    None, ``[64, 64]`` a list, anything else a string). Missing mappings on the way are
+    created; a section written as a bare type name (``optimizer: adam``) becomes
+    ``{type: adam}`` first, so ``--set optimizer.learning_rate=0.01`` works on it.
+
+    Raises:
+        ConfigError: If an override is not ``KEY=VALUE``, its value is not valid YAML, or its
+            path runs through something that is not a mapping or list, or past a list's end.
+    """
+    result = copy.deepcopy(dict(config))
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, for example --set trainer.epochs=3")
+        parts = parse_key_path(key.strip())
+        try:
+            value = parse_yaml(text) if text.strip() else None
+        except yaml.YAMLError as e:
+            raise ConfigError(
+                f"--set {item!r}: the value is not valid YAML ({getattr(e, 'problem', e)})"
+            ) from e
+        node: Any = result
+        for depth, part in enumerate(parts):
+            last = depth == len(parts) - 1
+            where = format_key_path(parts[: depth + 1])
+            if isinstance(node, list):
+                if not isinstance(part, int):
+                    raise ConfigError(f"--set {item!r}: {format_key_path(parts[:depth])} is a list; index it")
+                if not -len(node) <= part < len(node):
+                    raise ConfigError(
+                        f"--set {item!r}: {format_key_path(parts[:depth])} has {len(node)} entries, "
+                        f"there is no [{part}]"
+                    )
+            elif isinstance(node, dict):
+                part = str(part)
+            else:
+                raise ConfigError(f"--set {item!r}: {format_key_path(parts[:depth])} is not a mapping")
+            if last:
+                node[part] = value
+                break
+            child = node[part] if isinstance(node, list) or part in node else None
+            if child is None:
+                child = {}
+            elif isinstance(child, str) and not isinstance(parts[depth + 1], int):
+                child = {"type": child}  # a bare type name becomes a mapping to add keys to
+            elif not isinstance(child, (dict, list)):
+                raise ConfigError(f"--set {item!r}: {where} is {_kind(child)}, not a mapping")
+            node[part] = child
+            node = child
+    return result
+
+
+# --------------------------------------------------------------------------- describing values and types
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a float"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def _show(value: Any) -> str:
+    """A short rendering of a config value, as the user wrote it."""
+    if isinstance(value, str):
+        text = repr(value)
+    else:
+        text = yaml.safe_dump(_plain(value), default_flow_style=True, width=1000).strip()
+        text = text.removesuffix("\n...").removesuffix("...").strip()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with tuples turned into lists, so YAML can write it."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _is_plain(value: Any) -> bool:
+    """Whether ``value`` can appear in a config (so a signature default can be shown)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_is_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
+    return False
+
+
+def _matches(value: Any, ann: Any) -> bool | None:
+    """Whether a config ``value`` fits the annotation ``ann``; ``None`` when it cannot tell."""
+    if ann is Any or ann is object or ann is inspect.Parameter.empty:
+        return True
+    if ann is None or ann is type(None):
+        return value is None
+    origin = typing.get_origin(ann)
+    if origin is typing.Union or origin is types.UnionType:
+        answers = [_matches(value, a) for a in typing.get_args(ann)]
+        if any(a is True for a in answers):
+            return True
+        return None if any(a is None for a in answers) else False
+    if origin is typing.Literal:
+        return value in typing.get_args(ann)
+    if ann is bool:
+        return isinstance(value, bool)
+    if ann is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if ann is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ann is str:
+        return isinstance(value, str)
+    container = origin or ann
+    if container in (list, tuple, Sequence) or (
+        isinstance(container, type) and container.__name__ == "Sequence"
+    ):
+        if not isinstance(value, (list, tuple)):
+            return False
+        args = [a for a in typing.get_args(ann) if a is not Ellipsis]
+        if len(args) == 1 or (container is tuple and len(set(args)) == 1 and args):
+            answers = [_matches(v, args[0]) for v in value]
+            if any(a is False for a in answers):
+                return False
+        return True
+    if container in (dict, Mapping):
+        return isinstance(value, dict)
+    return None  # a class the config cannot spell (a schedule object, a callable, ...)
+
+
+def _describe(ann: Any) -> str:
+    """The annotation ``ann`` in words, for "expected ..." messages."""
+    if ann is None or ann is type(None):
+        return "null"
+    origin = typing.get_origin(ann)
+    if origin is typing.Union or origin is types.UnionType:
+        names = [_describe(a) for a in typing.get_args(ann)]
+        return " or ".join(dict.fromkeys(names))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(_show(a) for a in typing.get_args(ann))
+    simple = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    if ann in simple:
+        return simple[ann]
+    container = origin or ann
+    if container in (dict, Mapping):
+        return "a mapping"
+    if container in (list, tuple, Sequence) or typing.get_args(ann):
+        args = [a for a in typing.get_args(ann) if a is not Ellipsis]
+        if args:
+            inner = _describe(args[0])
+            inner = inner.removeprefix("an ").removeprefix("a ")
+            return f"a list of {inner}s" if " or " not in inner else f"a list of ({inner})"
+        return "a list"
+    return getattr(ann, "__name__", str(ann))
+
+
+# --------------------------------------------------------------------------- keys and their targets
+
+
+@dataclass
+class Param:
+    """One key a config section accepts.
+
+    Attributes:
+        name: The key.
+        default: Its default, or ``REQUIRED``.
+        annotation: Its type (a typing object), or ``inspect.Parameter.empty`` if unknown.
+        check: Extra validation: returns the problem in words, or ``None`` if the value is fine.
+    """
+
+    name: str
+    default: Any = REQUIRED
+    annotation: Any = inspect.Parameter.empty
+    check: Callable[[Any], str | None] | None = None
+
+
+@dataclass
+class Target:
+    """What a section's ``type`` names: the callable and the keyword arguments it takes.
+
+    Attributes:
+        type_name: The ``type`` as written in the config.
+        obj: The class or function.
+        params: The keys it accepts, in signature order.
+        open: True when it also takes ``**kwargs`` that cannot be traced, so any key goes.
+    """
+
+    type_name: str
+    obj: Callable[..., Any]
+    params: dict[str, Param] = field(default_factory=dict)
+    open: bool = False
+
+
+def _hints(func: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(func)
+    except Exception:  # annotations a config cannot be checked against: skip the type checks
+        return {}
+
+
+def signature_params(obj: Callable[..., Any], skip: Sequence[str] = ()) -> tuple[dict[str, Param], bool]:
+    """The keyword arguments ``obj`` accepts, from its signature and type hints.
+
+    For a class whose ``__init__`` takes ``**kwargs``, the keyword arguments of the base
+    classes' ``__init__`` are added (the Keras pattern of passing ``**kwargs`` to ``super()``).
+
+    Args:
+        obj: A class or function.
+        skip: Names that are not config keys (filled in by ``train`` itself).
+
+    Returns:
+        ``(params, open)``: the keys, and whether ``**kwargs`` still accepts any other key.
+    """
+    if inspect.isclass(obj):
+        funcs = [c.__dict__["__init__"] for c in obj.__mro__ if "__init__" in c.__dict__ and c is not object]
+    else:
+        funcs = [obj]
+    params: dict[str, Param] = {}
+    is_open = not funcs
+    for func in funcs:
+        try:
+            signature = inspect.signature(func)
+        except (TypeError, ValueError):
+            return params, True
+        hints = _hints(func)
+        has_var_kw = False
+        for i, p in enumerate(signature.parameters.values()):
+            if inspect.isclass(obj) and i == 0 and p.kind is p.POSITIONAL_OR_KEYWORD:
+                continue  # self
+            if p.kind is p.VAR_KEYWORD:
+                has_var_kw = True
+            elif (
+                p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                and p.name not in params
+                and p.name not in skip
+            ):
+                params[p.name] = Param(p.name, p.default, hints.get(p.name, inspect.Parameter.empty))
+        is_open = has_var_kw
+        if not has_var_kw:
+            break
+    return params, is_open
+
+
+def import_object(path: str, key: str) -> Callable[..., Any]:
+    """Imports ``package.module:Name`` (``Name`` may be dotted: ``Outer.Inner``).
+
+    The current directory is searched too, as ``python -m`` does, so a project's own
+    ``examples/`` or ``mypackage/`` is found when ``train`` runs from its root.
+
+    Raises:
+        ConfigError: Naming ``key`` and the import error, if it does not import.
+    """
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr or not all(part.isidentifier() for part in module_name.split(".")):
+        raise ConfigError(f"{key}: {path!r} is not an import path of the form 'package.module:Name'", key)
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as e:  # any error while importing the user's module is theirs to see
+        detail = f"{type(e).__name__}: {e}".splitlines()[0]
+        raise ConfigError(f"{key}: {path!r} does not import: {detail}", key) from e
+    for name in attr.split("."):
+        if not hasattr(obj, name):
+            raise ConfigError(
+                f"{key}: {path!r} does not import: module {module_name!r} has no attribute {name!r}", key
+            )
+        obj = getattr(obj, name)
+    if not callable(obj):
+        raise ConfigError(f"{key}: {path!r} is {type(obj).__name__}, not a class or function", key)
+    return obj
+
+
+# --------------------------------------------------------------------------- sections
+
+
+@dataclass
+class Kind:
+    """A config section whose entries pick a ``type`` (data, model, optimizer, loss, ...).
+
+    Attributes:
+        label: What an entry is, in messages ("data", "plugin").
+        builtins: Returns the built-in types, short name to class or function.
+        common: Keys every type of this section takes, handled by ``train`` itself.
+        skip: Keyword arguments that ``train`` fills in, never config keys.
+        nested: Keys whose mapping value is itself a typed entry of another kind
+            (``optimizer.learning_rate`` may be a schedule).
+        fill_defaults: Whether the resolved config lists every default of the type.
+    """
+
+    label: str
+    builtins: Callable[[], Mapping[str, Callable[..., Any]]]
+    common: dict[str, Param] = field(default_factory=dict)
+    skip: tuple[str, ...] = ()
+    nested: dict[str, str] = field(default_factory=dict)
+    fill_defaults: bool = True
+
+
+def find_target(kind: Kind, type_name: Any, key: str) -> Target:
+    """Resolves a ``type`` value of a ``kind`` entry at ``key`` (the ``....type`` path).
+
+    Raises:
+        ConfigError: For a non-string, an unknown short name (listing the known ones) or an
+            import path that does not import.
+    """
+    if not isinstance(type_name, str):
+        raise ConfigError(f"{key}: expected a type name, got {_show(type_name)} ({_kind(type_name)})", key)
+    if ":" in type_name:
+        obj = import_object(type_name, key)
+    else:
+        known = kind.builtins()
+        if type_name not in known:
+            names = sorted(known)
+            close = difflib.get_close_matches(type_name, names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"{key}: unknown {kind.label} type {type_name!r}{hint} Known types: {', '.join(names)}, "
+                "or an import path 'package.module:Name'",
+                key,
+            )
+        obj = known[type_name]
+    params, is_open = signature_params(obj, kind.skip)
+    return Target(type_name, obj, params, is_open)
+
+
+def _check_value(value: Any, param: Param, key: str) -> None:
+    ok = _matches(value, param.annotation)
+    if ok is False:
+        raise ConfigError(
+            f"{key}: expected {_describe(param.annotation)}, got {_show(value)} ({_kind(value)})", key
+        )
+    if param.check is not None:
+        problem = param.check(value)
+        if problem:
+            raise ConfigError(f"{key}: {problem}, got {_show(value)}", key)
+
+
+def _unknown_key(name: str, valid: Sequence[str], prefix: str, what: str) -> ConfigError:
+    key = f"{prefix}.{name}" if prefix else str(name)
+    close = difflib.get_close_matches(str(name), list(valid), n=1, cutoff=0.6)
+    if close:
+        hint = f"did you mean {(prefix + '.' if prefix else '') + close[0]!r}?"
+    else:
+        hint = f"{what} takes: {', '.join(valid) or 'no keys'}"
+    return ConfigError(f"{key}: unknown key; {hint}", key)
+
+
+def check_mapping(
+    value: Any, params: Mapping[str, Param], prefix: str, what: str, fill_defaults: bool = True
+) -> dict[str, Any]:
+    """Validates a mapping against ``params``: no unknown keys, types right, required present.
+
+    Args:
+        value: The mapping from the config.
+        params: The keys it may have.
+        prefix: Its key path (``"trainer"``), for messages.
+        what: What it is in words (``"trainer"``, ``"data.type 'npz'"``), for messages.
+        fill_defaults: Whether to add the missing keys' defaults to the result.
+
+    Returns:
+        A new dict in ``params`` order, then any extra keys.
+    """
+    if not isinstance(value, dict):
+        raise ConfigError(f"{prefix}: expected a mapping, got {_show(value)} ({_kind(value)})", prefix)
+    for name in value:
+        if name not in params:
+            raise _unknown_key(name, list(params), prefix, what)
+    resolved: dict[str, Any] = {}
+    for name, param in params.items():
+        key = f"{prefix}.{name}" if prefix else name
+        if name in value:
+            _check_value(value[name], param, key)
+            resolved[name] = value[name]
+        elif param.default is REQUIRED:
+            raise ConfigError(f"{key}: missing required key ({what} needs it)", key)
+        elif fill_defaults and _is_plain(param.default):
+            resolved[name] = _plain(param.default)
+    return resolved
+
+
+def check_typed(value: Any, kind: Kind, prefix: str, kinds: Mapping[str, Kind]) -> dict[str, Any]:
+    """Validates one typed entry (``{type: ..., key: value, ...}`` or a bare type name).
+
+    Args:
+        value: The entry from the config.
+        kind: Its section.
+        prefix: Its key path (``"optimizer"``, ``"plugins[1]"``).
+        kinds: Every section by label, for nested entries (schedules).
+
+    Returns:
+        The entry as a mapping: ``type`` first, then the section's common keys, then the
+        type's keys with their defaults filled in.
+    """
+    if isinstance(value, str):
+        value = {"type": value}
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"{prefix}: expected a {kind.label} type name or a mapping with a 'type' key, "
+            f"got {_show(value)} ({_kind(value)})",
+            prefix,
+        )
+    if "type" not in value:
+        names = ", ".join(sorted(kind.builtins()))
+        raise ConfigError(
+            f"{prefix}.type: missing required key (one of: {names}, or 'package.module:Name')",
+            prefix + ".type",
+        )
+    target = find_target(kind, value["type"], f"{prefix}.type")
+    what = f"{kind.label} type {target.type_name!r}"
+    # A common key wins over the type's own argument of that name (data's seed seeds both).
+    params = {**kind.common, **{k: v for k, v in target.params.items() if k not in kind.common}}
+    resolved: dict[str, Any] = {"type": target.type_name}
+    rest = {k: v for k, v in value.items() if k != "type"}
+    nested: dict[str, Any] = {}
+    for name, nested_label in kind.nested.items():
+        if isinstance(rest.get(name), dict) and name in params:
+            nested[name] = check_typed(rest.pop(name), kinds[nested_label], f"{prefix}.{name}", kinds)
+    if target.open:
+        known = {k: v for k, v in rest.items() if k in params}
+        extra = {k: v for k, v in rest.items() if k not in params}
+        resolved.update(check_mapping(known, params, prefix, what, kind.fill_defaults))
+        resolved.update(extra)
+    else:
+        resolved.update(check_mapping(rest, params, prefix, what, kind.fill_defaults))
+    for name, entry in nested.items():
+        resolved[name] = entry
+    return resolved
+
+
+def check_list(value: Any, kind: Kind, prefix: str, kinds: Mapping[str, Kind]) -> list[Any]:
+    """Validates a list of typed entries (``metrics``, ``plugins``); ``null`` is an empty list."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ConfigError(f"{prefix}: expected a list, got {_show(value)} ({_kind(value)})", prefix)
+    return [check_typed(item, kind, f"{prefix}[{i}]", kinds) for i, item in enumerate(value)]
+
+
+# --------------------------------------------------------------------------- the schema of a config
+
+
+def _at_least(low: float) -> Callable[[Any], str | None]:
+    return lambda v: None if v >= low else f"must be at least {low}"
+
+
+def _check_name(v: str) -> str | None:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v) or v in (".", ".."):
+        return "must be a folder name of letters, digits, '.', '_' and '-'"
+    return None
+
+
+def _check_split(v: float) -> str | None:
+    return None if 0.0 <= v < 1.0 else "must be in [0, 1)"
+
+
+def _check_file(v: str) -> str | None:
+    if not os.path.exists(v):
+        return f"file {v!r} does not exist"
+    return None if os.path.isfile(v) else f"{v!r} is not a file"
+
+
+TRAINER_PARAMS: dict[str, Param] = {
+    "epochs": Param("epochs", 1, int, _at_least(1)),
+    "batch_size": Param("batch_size", 32, int, _at_least(1)),
+    "shuffle": Param("shuffle", True, bool),
+    "output_dir": Param("output_dir", None, str | None),
+}
+"""The ``trainer`` section: ``Trainer.fit`` arguments and where the run's files go."""
+
+DATA_COMMON: dict[str, Param] = {
+    "validation_split": Param("validation_split", 0.2, float, _check_split),
+    "standardize": Param("standardize", False, bool),
+    "seed": Param("seed", None, int | None),
+}
+"""Keys every data type takes: the held-out share, standardization, the split's seed."""
+
+
+@dataclass
+class Schema:
+    """Everything ``resolve_config`` needs to know about the sections' types.
+
+    Attributes:
+        kinds: The typed sections by label: ``data``, ``model``, ``loss``, ``metric``,
+            ``optimizer``, ``schedule``, ``plugin``.
+        trainer: The keys of the ``trainer`` section.
+        default_optimizer: The optimizer when the config has none.
+    """
+
+    kinds: dict[str, Kind]
+    trainer: dict[str, Param] = field(default_factory=lambda: dict(TRAINER_PARAMS))
+    default_optimizer: str = "rmsprop"
+
+
+def resolve_config(config: Mapping[str, Any], schema: Schema, default_name: str = "run") -> dict[str, Any]:
+    """Validates a config and returns it resolved: defaults filled in, shorthands expanded.
+
+    Nothing is built and nothing is written; files named by ``data.path`` must exist and
+    import paths must import.
+
+    Args:
+        config: The config as loaded (and overridden).
+        schema: The sections' types.
+        default_name: The run's name when the config has none (the config file's stem).
+
+    Returns:
+        The resolved config, keys in the order of API.md.
+
+    Raises:
+        ConfigError: For the first problem found, naming its key path.
+    """
+    for name in config:
+        if name not in TOP_LEVEL_KEYS:
+            raise _unknown_key(name, TOP_LEVEL_KEYS, "", "a config")
+    top: dict[str, Param] = {
+        "name": Param("name", default_name, str, _check_name),
+        "seed": Param("seed", 0, int),
+    }
+    for key in ("data", "model", "loss"):
+        if key not in config:
+            raise ConfigError(f"{key}: missing required key (a config needs data, model and loss)", key)
+    resolved: dict[str, Any] = check_mapping({k: config[k] for k in top if k in config}, top, "", "a config")
+    kinds = schema.kinds
+    resolved["data"] = check_typed(config["data"], kinds["data"], "data", kinds)
+    for name, value in resolved["data"].items():
+        if name == "path" and isinstance(value, str):
+            problem = _check_file(value)
+            if problem:
+                raise ConfigError(f"data.path: {problem}", "data.path")
+    if resolved["data"].get("seed") is None:
+        resolved["data"]["seed"] = resolved["seed"]
+    resolved["model"] = check_typed(config["model"], kinds["model"], "model", kinds)
+    resolved["loss"] = check_typed(config["loss"], kinds["loss"], "loss", kinds)
+    resolved["metrics"] = check_list(config.get("metrics"), kinds["metric"], "metrics", kinds)
+    resolved["optimizer"] = check_typed(
+        config.get("optimizer", schema.default_optimizer), kinds["optimizer"], "optimizer", kinds
+    )
+    resolved["trainer"] = check_mapping(config.get("trainer") or {}, schema.trainer, "trainer", "trainer")
+    resolved["plugins"] = check_list(config.get("plugins"), kinds["plugin"], "plugins", kinds)
+    return resolved
+
+
+def dump_config(config: Mapping[str, Any]) -> str:
+    """The config as YAML text, keys in their order."""
+    return yaml.safe_dump(_plain(dict(config)), sort_keys=False, default_flow_style=None, width=100)
