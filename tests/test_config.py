@@ -267,7 +267,7 @@ def test_unknown_keys_suggest_the_closest_valid_key():
         "trainer.epoch",
     )
     assert error_of({**base(), "optimiser": "adam"})[0] == "optimiser: unknown key; did you mean 'optimizer'?"
-    message, key = error_of(base(plugins=["progress", {"type": "checkpoint", "keep_lst": 1}]))
+    message, _ = error_of(base(plugins=["progress", {"type": "checkpoint", "keep_lst": 1}]))
     assert message == "plugins[1].keep_lst: unknown key; did you mean 'plugins[1].keep_last'?"
     message, _ = error_of(base(model={"type": "mlp", "zzz": 1}))
     assert message == "model.zzz: unknown key; model type 'mlp' takes: hidden_units, activation"
@@ -399,7 +399,7 @@ def test_unknown_types_list_the_known_ones():
         "or an import path 'package.module:Name'",
         "data.type",
     )
-    message, key = error_of(base(optimizer="adamw"))
+    message, _ = error_of(base(optimizer="adamw"))
     assert message.startswith(
         "optimizer.type: unknown optimizer type 'adamw'; did you mean 'adam'? Known types: adam, anything, sgd"
     )
