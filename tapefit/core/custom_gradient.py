@@ -17,8 +17,9 @@ def custom_gradient(f: Callable[..., Any]) -> Callable[..., Any]:
     """Decorates ``f(*xs) -> (y, grad_fn)`` so that tapes use ``grad_fn`` for its gradient.
 
     ``grad_fn(*dys)`` returns one gradient per input (a tuple, or one tensor for one
-    input). If ``f`` reads trainable Variables, ``grad_fn`` must take a keyword
-    argument ``variables`` and return ``(input_grads, variable_grads)``, as in TensorFlow.
+    input). If ``f`` reads trainable Variables other than its inputs, ``grad_fn`` must
+    take a keyword argument ``variables`` (the list of those Variables) and return
+    ``(input_grads, variable_grads)``, as in TensorFlow.
     """
 
     @functools.wraps(f)
