@@ -5,6 +5,7 @@
 
 from tapefit import math as math
 from tapefit import nn as nn
+from tapefit import optimizers as optimizers
 from tapefit.core import *  # noqa: F403
 from tapefit.core import random as random
 from tapefit.core import testing as testing

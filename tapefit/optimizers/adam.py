@@ -1,0 +1,95 @@
+"""Adam: adaptive moment estimation."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from tapefit.core.tensor import Variable
+from tapefit.optimizers import _config
+from tapefit.optimizers.optimizer import LearningRate, Optimizer, value_array
+
+__all__ = ["Adam"]
+
+
+class Adam(Optimizer):
+    """Adam, as ``keras.optimizers.Adam`` (Keras 3 update rule).
+
+    At step ``t`` (1-based): ``m += (1 - beta_1) * (g - m)``, ``v += (1 - beta_2) * (g*g - v)``,
+    ``alpha = lr * sqrt(1 - beta_2**t) / (1 - beta_1**t)``, then
+    ``w -= alpha * m / (sqrt(v) + epsilon)``; with ``amsgrad``, ``v_hat = max(v_hat, v)``
+    replaces ``v`` in the last formula.
+
+    Args:
+        learning_rate: a float or a schedule (see ``Optimizer``).
+        beta_1: decay of the first moment, in ``[0, 1)``.
+        beta_2: decay of the second moment, in ``[0, 1)``.
+        epsilon: added to the denominator for stability.
+        amsgrad: use the AMSGrad variant.
+        weight_decay, clipnorm, clipvalue, global_clipnorm, name: see ``Optimizer``.
+    """
+
+    def __init__(
+        self,
+        learning_rate: LearningRate = 0.001,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-7,
+        amsgrad: bool = False,
+        weight_decay: float | None = None,
+        clipnorm: float | None = None,
+        clipvalue: float | None = None,
+        global_clipnorm: float | None = None,
+        name: str = "adam",
+    ) -> None:
+        super().__init__(learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm, name)
+        self.beta_1 = _config.check_float("beta_1", beta_1, low=0.0, high=1.0, high_open=True)
+        self.beta_2 = _config.check_float("beta_2", beta_2, low=0.0, high=1.0, high_open=True)
+        self.epsilon = _config.check_float("epsilon", epsilon, low=0.0)
+        self.amsgrad = bool(amsgrad)
+
+    def slot_initial_values(self) -> dict[str, float]:
+        """``momentum`` and ``velocity`` (and ``velocity_hat`` with ``amsgrad``)."""
+        slots = {"momentum": 0.0, "velocity": 0.0}
+        if self.amsgrad:
+            slots["velocity_hat"] = 0.0
+        return slots
+
+    def update_step(self, gradient: np.ndarray, variable: Variable, learning_rate: float) -> None:
+        """One Adam step for ``variable``, with one temporary array."""
+        slots = self._slots_of(variable)
+        m, v = slots["momentum"], slots["velocity"]
+        t = int(self._iterations) + 1
+        alpha = learning_rate * math.sqrt(1.0 - self.beta_2**t) / (1.0 - self.beta_1**t)
+
+        # `work` is the one temporary; the slots are read inline so that assign* find
+        # their arrays unshared and update them in place.
+        work = np.subtract(gradient, value_array(m))
+        work *= 1.0 - self.beta_1
+        m.assign_add(work)
+        np.square(gradient, out=work)
+        work -= value_array(v)
+        work *= 1.0 - self.beta_2
+        v.assign_add(work)
+        if self.amsgrad:
+            v_hat = slots["velocity_hat"]
+            np.maximum(value_array(v_hat), value_array(v), out=work)
+            v_hat.assign(work)
+            v = v_hat
+        np.sqrt(value_array(v), out=work)
+        work += self.epsilon
+        np.divide(value_array(m), work, out=work)
+        work *= alpha
+        variable.assign_sub(work)
+
+    def get_config(self) -> dict[str, Any]:
+        """The constructor's keyword arguments."""
+        return {
+            **super().get_config(),
+            "beta_1": self.beta_1,
+            "beta_2": self.beta_2,
+            "epsilon": self.epsilon,
+            "amsgrad": self.amsgrad,
+        }
