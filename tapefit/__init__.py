@@ -3,11 +3,16 @@
 ``import tapefit as tp``; the names here are the public API (see API.md).
 """
 
+from tapefit import layers as layers
 from tapefit import math as math
 from tapefit import nn as nn
 from tapefit import optimizers as optimizers
 from tapefit.core import *  # noqa: F403
 from tapefit.core import random as random
 from tapefit.core import testing as testing
+from tapefit.layers import Module as Module
+from tapefit.layers import initializers as initializers
+from tapefit.layers import losses as losses
+from tapefit.layers import metrics as metrics
 
 __version__ = "0.1.0"

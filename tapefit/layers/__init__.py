@@ -1,0 +1,42 @@
+"""``tp.layers``: Module, the built-in layers, and (as submodules) losses, metrics, initializers.
+
+Layers import the core; the core never imports layers.
+"""
+
+from tapefit.layers import activations, initializers, losses, metrics, regularizers
+from tapefit.layers.convolutional import (
+    AveragePooling2D,
+    AvgPool2D,
+    Conv2D,
+    Convolution2D,
+    MaxPool2D,
+    MaxPooling2D,
+)
+from tapefit.layers.core import Activation, Dense, Dropout, Embedding, Flatten, Lambda, Sequential
+from tapefit.layers.module import Layer, Module
+from tapefit.layers.normalization import BatchNormalization, LayerNormalization
+
+__all__ = [
+    "Activation",
+    "AvgPool2D",
+    "AveragePooling2D",
+    "BatchNormalization",
+    "Conv2D",
+    "Convolution2D",
+    "Dense",
+    "Dropout",
+    "Embedding",
+    "Flatten",
+    "Lambda",
+    "Layer",
+    "LayerNormalization",
+    "MaxPool2D",
+    "MaxPooling2D",
+    "Module",
+    "Sequential",
+    "activations",
+    "initializers",
+    "losses",
+    "metrics",
+    "regularizers",
+]

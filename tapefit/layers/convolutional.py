@@ -1,0 +1,202 @@
+"""Convolution and pooling layers over NHWC images (channels last, as Keras by default)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tapefit.core.ops import nn as _nn
+from tapefit.core.tensor import Tensor
+from tapefit.layers import activations
+from tapefit.layers.module import Layer
+
+
+def _pair(value: Any, what: str, layer: str) -> tuple[int, int]:
+    """An int or a pair of ints, as a pair of positive ints."""
+    items = (
+        [value, value]
+        if isinstance(value, (int, np.integer))
+        else list(value)
+        if isinstance(value, (list, tuple))
+        else None
+    )
+    if (
+        items is None
+        or len(items) != 2
+        or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n > 0 for n in items)
+    ):
+        raise ValueError(f"{layer}: {what} must be a positive int or a pair of them, got {value!r}")
+    return int(items[0]), int(items[1])
+
+
+def _padding(value: Any, layer: str) -> str:
+    if not isinstance(value, str) or value.lower() not in ("valid", "same"):
+        raise ValueError(f"{layer}: padding must be 'valid' or 'same', got {value!r}")
+    return value.lower()
+
+
+def _check_images(x: Tensor, layer: str) -> None:
+    if x.ndim != 4:
+        raise ValueError(
+            f"{layer} needs images of shape (batch, height, width, channels), got shape {x.shape}"
+        )
+
+
+class Conv2D(Layer):
+    """2-D convolution over NHWC images: ``activation(conv2d(inputs, kernel) + bias)``.
+
+    Builds on its first call: ``kernel`` has shape ``(kh, kw, in_channels, filters)``,
+    ``bias`` ``(filters,)``.
+
+    Args:
+        filters: the number of output channels.
+        kernel_size: an int or a pair ``(kh, kw)``.
+        strides: an int or a pair.
+        padding: ``"valid"`` (no padding) or ``"same"`` (output size ``ceil(in / stride)``).
+        activation: ``None``, a name or a callable.
+        use_bias: whether to add ``bias``.
+        kernel_initializer: initializer name or callable.
+        bias_initializer: initializer name or callable.
+        kernel_regularizer: ``None``, a name or a callable; its penalty goes to ``losses``.
+        bias_regularizer: as ``kernel_regularizer``, for the bias.
+        name: the layer's name.
+        dtype: the dtype of the weights and computations (default float32).
+        trainable: whether the weights are trainable.
+    """
+
+    def __init__(
+        self,
+        filters: int,
+        kernel_size: int | tuple[int, int],
+        strides: int | tuple[int, int] = 1,
+        padding: str = "valid",
+        activation: str | Callable[..., Any] | None = None,
+        use_bias: bool = True,
+        kernel_initializer: Any = "glorot_uniform",
+        bias_initializer: Any = "zeros",
+        kernel_regularizer: Any = None,
+        bias_regularizer: Any = None,
+        name: str | None = None,
+        dtype: Any = None,
+        trainable: bool = True,
+    ) -> None:
+        super().__init__(trainable=trainable, name=name, dtype=dtype)
+        if isinstance(filters, bool) or not isinstance(filters, (int, np.integer)) or filters <= 0:
+            raise ValueError(f"Conv2D: filters must be a positive integer, got {filters!r}")
+        self.filters = int(filters)
+        self.kernel_size = _pair(kernel_size, "kernel_size", "Conv2D")
+        self.strides = _pair(strides, "strides", "Conv2D")
+        self.padding = _padding(padding, "Conv2D")
+        self.activation = activations.get(activation)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = kernel_initializer
+        self.bias_initializer = bias_initializer
+        self.kernel = None
+        self.bias = None
+        self._add_regularizer("kernel", kernel_regularizer)
+        self._add_regularizer("bias", bias_regularizer)
+
+    def build(self, input_shape: Any) -> None:
+        """Creates ``kernel`` (kh, kw, in_channels, filters) and ``bias`` (filters,)."""
+        if not isinstance(input_shape, tuple) or len(input_shape) != 4:
+            raise ValueError(
+                f"Conv2D '{self.name}' needs images of shape (batch, height, width, channels), got shape {input_shape}"
+            )
+        shape = (*self.kernel_size, input_shape[-1], self.filters)
+        self.kernel = self.add_weight(shape, self.kernel_initializer, name="kernel")
+        if self.use_bias:
+            self.bias = self.add_weight((self.filters,), self.bias_initializer, name="bias")
+
+    def call(self, inputs: Any) -> Tensor:
+        """Applies the convolution."""
+        x = self._cast_input(inputs)
+        _check_images(x, f"Conv2D '{self.name}'")
+        channels = self.kernel.shape[2]
+        if x.shape[-1] != channels:
+            raise ValueError(
+                f"Conv2D '{self.name}' was built for {channels} input channels, got shape {x.shape}"
+            )
+        if self.padding == "valid" and (x.shape[1] < self.kernel_size[0] or x.shape[2] < self.kernel_size[1]):
+            raise ValueError(
+                f"Conv2D '{self.name}': images of shape {x.shape} are smaller than the kernel {self.kernel_size} "
+                "with padding='valid'"
+            )
+        y = _nn.conv2d(x, self.kernel, strides=list(self.strides), padding=self.padding.upper())
+        if self.bias is not None:
+            y = y + self.bias
+        return self.activation(y)
+
+
+class _Pool2D(Layer):
+    _op_name = ""
+
+    def __init__(
+        self,
+        pool_size: int | tuple[int, int] = 2,
+        strides: int | tuple[int, int] | None = None,
+        padding: str = "valid",
+        name: str | None = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__(name=name, dtype=dtype)
+        kind = type(self).__name__
+        self.pool_size = _pair(pool_size, "pool_size", kind)
+        self.strides = self.pool_size if strides is None else _pair(strides, "strides", kind)
+        self.padding = _padding(padding, kind)
+
+    def _pool(self, x: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def call(self, inputs: Any) -> Tensor:
+        """Pools the input."""
+        x = self._cast_input(inputs)
+        _check_images(x, f"{type(self).__name__} '{self.name}'")
+        if self.padding == "valid" and (x.shape[1] < self.pool_size[0] or x.shape[2] < self.pool_size[1]):
+            raise ValueError(
+                f"{type(self).__name__} '{self.name}': images of shape {x.shape} are smaller than the pool "
+                f"{self.pool_size} with padding='valid'"
+            )
+        return self._pool(x)
+
+
+class MaxPool2D(_Pool2D):
+    """The maximum over ``pool_size`` windows of NHWC images.
+
+    Args:
+        pool_size: an int or a pair (default 2).
+        strides: an int or a pair (default ``pool_size``).
+        padding: ``"valid"`` or ``"same"``.
+        name: the layer's name.
+        dtype: inputs are cast to it (default float32).
+    """
+
+    def _pool(self, x: Tensor) -> Tensor:
+        return _nn.max_pool2d(x, list(self.pool_size), list(self.strides), self.padding.upper())
+
+
+class AvgPool2D(_Pool2D):
+    """The mean over ``pool_size`` windows of NHWC images.
+
+    With ``padding="same"`` the windows at the border average only the real
+    (unpadded) values, as in Keras.
+
+    Args:
+        pool_size: an int or a pair (default 2).
+        strides: an int or a pair (default ``pool_size``).
+        padding: ``"valid"`` or ``"same"``.
+        name: the layer's name.
+        dtype: inputs are cast to it (default float32).
+    """
+
+    def _pool(self, x: Tensor) -> Tensor:
+        return _nn.avg_pool2d(x, list(self.pool_size), list(self.strides), self.padding.upper())
+
+
+# Keras has both spellings.
+MaxPooling2D = MaxPool2D
+AveragePooling2D = AvgPool2D
+Convolution2D = Conv2D
+
+__all__ = ["AvgPool2D", "AveragePooling2D", "Conv2D", "Convolution2D", "MaxPool2D", "MaxPooling2D"]

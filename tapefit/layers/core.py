@@ -1,0 +1,303 @@
+"""The everyday layers: Dense, Activation, Flatten, Embedding, Dropout, Lambda, Sequential."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tapefit.core import dtypes as _dt
+from tapefit.core.ops import nn as _nn
+from tapefit.core.ops import shape as _shape
+from tapefit.core.ops.linalg import matmul
+from tapefit.core.ops.math import cast
+from tapefit.core.tensor import Tensor, convert_to_tensor
+from tapefit.layers import activations
+from tapefit.layers.module import Layer, Module
+
+
+def _positive_int(value: Any, what: str, layer: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError(f"{layer}: {what} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+class Dense(Layer):
+    """``activation(inputs @ kernel + bias)`` over the last axis of ``inputs``.
+
+    Builds on its first call: ``kernel`` has shape ``(input_dim, units)``, ``bias``
+    ``(units,)``. Integer inputs are cast to the layer's dtype (float32).
+
+    Args:
+        units: the output size.
+        activation: ``None``, a name (``"relu"``, ``"softmax"``, ...) or a callable.
+        use_bias: whether to add ``bias``.
+        kernel_initializer: initializer name or callable.
+        bias_initializer: initializer name or callable.
+        kernel_regularizer: ``None``, ``"l1"``/``"l2"`` or a callable; its penalty goes to ``losses``.
+        bias_regularizer: as ``kernel_regularizer``, for the bias.
+        name: the layer's name.
+        dtype: the dtype of the weights and computations (default float32).
+        trainable: whether the weights are trainable.
+    """
+
+    def __init__(
+        self,
+        units: int,
+        activation: str | Callable[..., Any] | None = None,
+        use_bias: bool = True,
+        kernel_initializer: Any = "glorot_uniform",
+        bias_initializer: Any = "zeros",
+        kernel_regularizer: Any = None,
+        bias_regularizer: Any = None,
+        name: str | None = None,
+        dtype: Any = None,
+        trainable: bool = True,
+    ) -> None:
+        super().__init__(trainable=trainable, name=name, dtype=dtype)
+        self.units = _positive_int(units, "units", "Dense")
+        self.activation = activations.get(activation)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = kernel_initializer
+        self.bias_initializer = bias_initializer
+        self.kernel = None
+        self.bias = None
+        self._add_regularizer("kernel", kernel_regularizer)
+        self._add_regularizer("bias", bias_regularizer)
+
+    def build(self, input_shape: Any) -> None:
+        """Creates ``kernel`` (input_shape[-1], units) and ``bias`` (units,)."""
+        if not isinstance(input_shape, tuple) or not input_shape:
+            raise ValueError(f"Dense '{self.name}' needs inputs of rank >= 1, got shape {input_shape}")
+        self.kernel = self.add_weight((input_shape[-1], self.units), self.kernel_initializer, name="kernel")
+        if self.use_bias:
+            self.bias = self.add_weight((self.units,), self.bias_initializer, name="bias")
+
+    def call(self, inputs: Any) -> Tensor:
+        """Applies the layer."""
+        x = self._cast_input(inputs)
+        in_dim = self.kernel.shape[0]
+        if x.ndim == 0 or x.shape[-1] != in_dim:
+            raise ValueError(
+                f"Dense '{self.name}' was built for inputs with last dimension {in_dim}, got shape {x.shape}"
+            )
+        if x.ndim == 2:
+            y = matmul(x, self.kernel)
+        else:
+            # One matmul over all leading axes, then the leading axes back.
+            y = _shape.reshape(
+                matmul(_shape.reshape(x, (-1, in_dim)), self.kernel), x.shape[:-1] + (self.units,)
+            )
+        if self.bias is not None:
+            y = y + self.bias
+        return self.activation(y)
+
+
+class Activation(Layer):
+    """Applies an activation (a name such as ``"relu"`` or a callable) to its input.
+
+    Args:
+        activation: the activation.
+        name: the layer's name.
+        dtype: inputs are cast to it (default float32).
+    """
+
+    def __init__(
+        self, activation: str | Callable[..., Any], name: str | None = None, dtype: Any = None
+    ) -> None:
+        super().__init__(name=name, dtype=dtype)
+        self.activation = activations.get(activation)
+
+    def call(self, inputs: Any) -> Tensor:
+        """Applies the activation."""
+        return self.activation(self._cast_input(inputs))
+
+
+class Flatten(Layer):
+    """Flattens every axis but the first (batch): ``(batch, ...)`` -> ``(batch, product)``.
+
+    Keeps the input's dtype.
+    """
+
+    def call(self, inputs: Any) -> Tensor:
+        """Flattens the input."""
+        x = convert_to_tensor(inputs)
+        if x.ndim == 0:
+            raise ValueError(f"Flatten '{self.name}' needs inputs with a batch axis, got a scalar")
+        return _shape.reshape(x, (x.shape[0], math.prod(x.shape[1:])))
+
+
+class Embedding(Layer):
+    """Maps integer ids in ``[0, input_dim)`` to rows of a trainable ``embeddings`` matrix.
+
+    The matrix ``(input_dim, output_dim)`` is created at construction (its shape
+    does not depend on the input). Output shape: ``ids.shape + (output_dim,)``.
+
+    Args:
+        input_dim: the vocabulary size.
+        output_dim: the embedding size.
+        embeddings_initializer: initializer name or callable (Keras default ``"uniform"``,
+            uniform on ``[-0.05, 0.05)``).
+        embeddings_regularizer: ``None``, a name or a callable; its penalty goes to ``losses``.
+        name: the layer's name.
+        dtype: the dtype of the embeddings (default float32).
+        trainable: whether the embeddings are trainable.
+    """
+
+    def __init__(
+        self,
+        input_dim: int,
+        output_dim: int,
+        embeddings_initializer: Any = "uniform",
+        embeddings_regularizer: Any = None,
+        name: str | None = None,
+        dtype: Any = None,
+        trainable: bool = True,
+    ) -> None:
+        super().__init__(trainable=trainable, name=name, dtype=dtype)
+        self.input_dim = _positive_int(input_dim, "input_dim", "Embedding")
+        self.output_dim = _positive_int(output_dim, "output_dim", "Embedding")
+        self.embeddings = self.add_weight(
+            (self.input_dim, self.output_dim), embeddings_initializer, name="embeddings"
+        )
+        self._add_regularizer("embeddings", embeddings_regularizer)
+
+    def call(self, inputs: Any) -> Tensor:
+        """Looks the ids up."""
+        ids = convert_to_tensor(inputs)
+        if ids.dtype.kind == "f":
+            values = ids.numpy()
+            if not np.all(values == np.floor(values)):
+                raise TypeError(
+                    f"Embedding '{self.name}' needs integer ids, got non-integral {ids.dtype.name} values"
+                )
+            ids = cast(ids, _dt.int32)
+        elif ids.dtype.kind not in "iu":
+            raise TypeError(f"Embedding '{self.name}' needs integer ids, got dtype {ids.dtype.name}")
+        values = ids.numpy()
+        if values.size and (values.min() < 0 or values.max() >= self.input_dim):
+            raise ValueError(
+                f"Embedding '{self.name}': ids must lie in [0, {self.input_dim}), got values from "
+                f"{values.min()} to {values.max()}"
+            )
+        gather = getattr(_shape, "gather", None)
+        if gather is not None:
+            return gather(self.embeddings, ids)
+        return _shape.getitem(self.embeddings, ids)
+
+
+class Dropout(Layer):
+    """Sets a random fraction ``rate`` of the inputs to 0 and scales the rest by ``1 / (1 - rate)``.
+
+    Active only when called with ``training=True`` (directly, or inside a model
+    called with it); otherwise the identity.
+
+    Args:
+        rate: the fraction to drop, in ``[0, 1)``.
+        noise_shape: the shape of the keep/drop mask, broadcast against the input.
+        seed: an op seed; with ``tp.random.set_seed`` the masks repeat from run to run.
+        name: the layer's name.
+        dtype: inputs are cast to it (default float32).
+    """
+
+    def __init__(
+        self,
+        rate: float,
+        noise_shape: Any = None,
+        seed: int | None = None,
+        name: str | None = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__(name=name, dtype=dtype)
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+            raise ValueError(f"Dropout: rate must be a number in [0, 1), got {rate!r}")
+        self.rate = float(rate)
+        self.noise_shape = noise_shape
+        self.seed = seed
+
+    def call(self, inputs: Any, training: bool | None = None) -> Tensor:
+        """Drops units when ``training`` is true."""
+        x = self._cast_input(inputs)
+        if not training or self.rate == 0:
+            return x
+        if self.noise_shape is not None:
+            return _nn.dropout(x, self.rate, noise_shape=self.noise_shape, seed=self.seed)
+        return _nn.dropout(x, self.rate, seed=self.seed)
+
+
+class Lambda(Layer):
+    """Wraps a function of tensors as a layer (``keras.layers.Lambda``); it has no variables.
+
+    Args:
+        function: ``function(inputs) -> outputs``, built from tapefit ops.
+        name: the layer's name.
+    """
+
+    def __init__(self, function: Callable[..., Any], name: str | None = None) -> None:
+        if not callable(function):
+            raise TypeError(f"Lambda needs a callable, got {function!r}")
+        super().__init__(name=name)
+        self.function = function
+
+    def call(self, inputs: Any) -> Any:
+        """Applies the function."""
+        return self.function(inputs)
+
+
+class Sequential(Layer):
+    """A stack of layers, each called on the previous one's output.
+
+    Args:
+        layers: the layers (Modules), in order; more can be added with ``add``.
+        name: the model's name.
+        trainable: whether its variables are trainable.
+    """
+
+    def __init__(
+        self, layers: list[Module] | None = None, name: str | None = None, trainable: bool = True
+    ) -> None:
+        super().__init__(trainable=trainable, name=name)
+        self._layers: list[Module] = []
+        for layer in layers or []:
+            self.add(layer)
+
+    @property
+    def layers(self) -> list[Module]:
+        """The layers, in order (a copy)."""
+        return list(self._layers)
+
+    def add(self, layer: Module) -> None:
+        """Appends a layer.
+
+        Raises:
+            TypeError: ``layer`` is not a Module (wrap a function in ``Lambda``).
+        """
+        if not isinstance(layer, Module):
+            raise TypeError(
+                f"Sequential '{self.name}' takes Modules (layers), got {type(layer).__name__} {layer!r}; "
+                "wrap a function in tp.layers.Lambda"
+            )
+        self._layers.append(layer)
+
+    def pop(self) -> Module:
+        """Removes and returns the last layer."""
+        if not self._layers:
+            raise IndexError(f"Sequential '{self.name}' has no layers to pop")
+        return self._layers.pop()
+
+    def call(self, inputs: Any, training: bool | None = None) -> Any:
+        """Calls the layers in turn; ``training`` reaches those that take it."""
+        x = inputs
+        for layer in self._layers:
+            # Module.__call__ drops `training` for a call that does not take it; a user
+            # __call__ override gets it only through the call context.
+            if training is not None and type(layer).__call__ is Module.__call__:
+                x = layer(x, training=training)
+            else:
+                x = layer(x)
+        return x
+
+
+__all__ = ["Activation", "Dense", "Dropout", "Embedding", "Flatten", "Lambda", "Sequential"]

@@ -1,0 +1,364 @@
+"""Losses (``tp.losses``): callables ``loss(y_true, y_pred, sample_weight=None) -> scalar``.
+
+As in Keras: each loss computes one value per sample (reducing the last axis),
+then ``reduction="sum_over_batch_size"`` (the default) sums them, weighted by
+``sample_weight``, and divides by their number. Cross-entropies on
+probabilities clip them to ``[1e-7, 1 - 1e-7]``; with ``from_logits=True`` they
+use the fused, stable ``tp.nn`` forms (finite at logits of 1000).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tapefit.core import dtypes as _dt
+from tapefit.core.ops import nn as _nn
+from tapefit.core.ops.math import abs, cast, clip_by_value, log, square, where
+from tapefit.core.ops.reduce import reduce_mean, reduce_sum
+from tapefit.core.ops.shape import squeeze
+from tapefit.core.tensor import Tensor, _wrap, convert_to_tensor
+
+EPSILON = 1e-7
+_REDUCTIONS = ("sum_over_batch_size", "sum", "none")
+
+
+def _prediction(y_pred: Any, loss: str) -> Tensor:
+    y_pred = convert_to_tensor(y_pred)
+    if y_pred.dtype.kind != "f":
+        raise TypeError(f"{loss}: y_pred must be floating, got dtype {y_pred.dtype.name}")
+    return y_pred
+
+
+def _same_rank(y_true: Tensor, y_pred: Tensor, loss: str) -> tuple[Tensor, Tensor]:
+    """Drops a trailing axis of size 1 from the one of higher rank (Keras's rule), then checks the shapes.
+
+    Without this, ``(batch,)`` against ``(batch, 1)`` would broadcast to ``(batch, batch)``.
+    """
+    if y_true.ndim == y_pred.ndim + 1 and y_true.shape[-1] == 1:
+        y_true = squeeze(y_true, -1)
+    elif y_pred.ndim == y_true.ndim + 1 and y_pred.shape[-1] == 1:
+        y_pred = squeeze(y_pred, -1)
+    if y_true.shape != y_pred.shape:
+        raise ValueError(f"{loss}: y_true has shape {y_true.shape} but y_pred has shape {y_pred.shape}")
+    return y_true, y_pred
+
+
+def _mean_last(x: Tensor) -> Tensor:
+    """The per-sample mean over the last axis (elementwise values for rank 0 and 1)."""
+    return reduce_mean(x, axis=-1) if x.ndim >= 2 else x
+
+
+class Loss:
+    """Base class: subclasses define ``call(y_true, y_pred) -> per-sample losses``.
+
+    Args:
+        name: the loss's name (default: the Keras function name, ``"mean_squared_error"``...).
+        reduction: ``"sum_over_batch_size"`` (the mean over samples; the default), ``"sum"``,
+            or ``"none"``/``None`` (the per-sample losses).
+    """
+
+    default_name = "loss"
+
+    def __init__(self, name: str | None = None, reduction: str | None = "sum_over_batch_size") -> None:
+        if reduction is None:
+            reduction = "none"
+        if reduction not in _REDUCTIONS:
+            raise ValueError(
+                f"{type(self).__name__}: reduction must be one of {_REDUCTIONS} or None, got {reduction!r}"
+            )
+        self.name = name or self.default_name
+        self.reduction = reduction
+
+    def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
+        """The per-sample losses."""
+        raise NotImplementedError
+
+    def _true(self, y_true: Any, y_pred: Tensor) -> tuple[Tensor, Tensor]:
+        """``y_true`` in ``y_pred``'s dtype, shapes reconciled."""
+        y_true = cast(convert_to_tensor(y_true), y_pred.dtype)
+        return _same_rank(y_true, y_pred, type(self).__name__)
+
+    def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Tensor:
+        """The loss of a batch.
+
+        Args:
+            y_true: the targets.
+            y_pred: the predictions (floating).
+            sample_weight: optional weights, one per sample (or broadcastable to the per-sample losses).
+        """
+        y_pred = _prediction(y_pred, type(self).__name__)
+        losses = self.call(y_true, y_pred)
+        if sample_weight is not None:
+            weights = cast(convert_to_tensor(sample_weight), losses.dtype)
+            while weights.ndim > losses.ndim and weights.shape[-1] == 1:
+                weights = squeeze(weights, -1)
+            try:
+                np.broadcast_shapes(weights.shape, losses.shape)
+            except ValueError:
+                raise ValueError(
+                    f"{type(self).__name__}: sample_weight of shape {weights.shape} does not fit the "
+                    f"per-sample losses of shape {losses.shape}"
+                ) from None
+            losses = losses * weights
+        if self.reduction == "none":
+            return losses
+        total = reduce_sum(losses)
+        if self.reduction == "sum":
+            return total
+        return total / max(int(np.prod(losses.shape)), 1)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, reduction={self.reduction!r})"
+
+
+class MeanSquaredError(Loss):
+    """``mean((y_true - y_pred) ** 2)`` over the last axis, then over the batch."""
+
+    default_name = "mean_squared_error"
+
+    def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
+        """The per-sample losses."""
+        y_true, y_pred = self._true(y_true, y_pred)
+        return _mean_last(square(y_pred - y_true))
+
+
+class MeanAbsoluteError(Loss):
+    """``mean(|y_true - y_pred|)`` over the last axis, then over the batch."""
+
+    default_name = "mean_absolute_error"
+
+    def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
+        """The per-sample losses."""
+        y_true, y_pred = self._true(y_true, y_pred)
+        return _mean_last(abs(y_pred - y_true))
+
+
+class Huber(Loss):
+    """``0.5 * e ** 2`` where ``|e| <= delta``, else ``delta * (|e| - 0.5 * delta)``, with ``e = y_pred - y_true``.
+
+    Args:
+        delta: where the loss turns from quadratic to linear (default 1.0).
+        name: the loss's name.
+        reduction: see ``Loss``.
+    """
+
+    default_name = "huber_loss"
+
+    def __init__(
+        self, delta: float = 1.0, name: str | None = None, reduction: str | None = "sum_over_batch_size"
+    ) -> None:
+        super().__init__(name, reduction)
+        if delta <= 0:
+            raise ValueError(f"Huber: delta must be positive, got {delta!r}")
+        self.delta = float(delta)
+
+    def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
+        """The per-sample losses."""
+        y_true, y_pred = self._true(y_true, y_pred)
+        error = abs(y_pred - y_true)
+        quadratic = square(error) * 0.5
+        linear = error * self.delta - 0.5 * self.delta**2
+        return _mean_last(where(error <= self.delta, quadratic, linear))
+
+
+class BinaryCrossentropy(Loss):
+    """Cross-entropy of 0/1 targets and probabilities (or logits), averaged over the last axis.
+
+    Args:
+        from_logits: whether ``y_pred`` holds logits rather than probabilities.
+        label_smoothing: squeezes the targets towards 0.5: ``y * (1 - s) + 0.5 * s``.
+        name: the loss's name.
+        reduction: see ``Loss``.
+    """
+
+    default_name = "binary_crossentropy"
+
+    def __init__(
+        self,
+        from_logits: bool = False,
+        label_smoothing: float = 0.0,
+        name: str | None = None,
+        reduction: str | None = "sum_over_batch_size",
+    ) -> None:
+        super().__init__(name, reduction)
+        self.from_logits = bool(from_logits)
+        self.label_smoothing = _smoothing(label_smoothing, "BinaryCrossentropy")
+
+    def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
+        """The per-sample losses."""
+        y_true, y_pred = self._true(y_true, y_pred)
+        if self.label_smoothing:
+            y_true = y_true * (1.0 - self.label_smoothing) + 0.5 * self.label_smoothing
+        if self.from_logits:
+            return _mean_last(_nn.sigmoid_cross_entropy_with_logits(labels=y_true, logits=y_pred))
+        p = clip_by_value(y_pred, EPSILON, 1.0 - EPSILON)
+        return _mean_last(-(y_true * log(p) + (1.0 - y_true) * log(1.0 - p)))
+
+
+class CategoricalCrossentropy(Loss):
+    """Cross-entropy of one-hot (or soft) targets and class probabilities (or logits).
+
+    Probabilities are renormalized to sum to 1 over ``axis`` and clipped, as in Keras.
+
+    Args:
+        from_logits: whether ``y_pred`` holds logits rather than probabilities.
+        label_smoothing: mixes the targets with the uniform distribution: ``y * (1 - s) + s / classes``.
+        axis: the class axis.
+        name: the loss's name.
+        reduction: see ``Loss``.
+    """
+
+    default_name = "categorical_crossentropy"
+
+    def __init__(
+        self,
+        from_logits: bool = False,
+        label_smoothing: float = 0.0,
+        axis: int = -1,
+        name: str | None = None,
+        reduction: str | None = "sum_over_batch_size",
+    ) -> None:
+        super().__init__(name, reduction)
+        self.from_logits = bool(from_logits)
+        self.label_smoothing = _smoothing(label_smoothing, "CategoricalCrossentropy")
+        self.axis = int(axis)
+
+    def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
+        """The per-sample losses."""
+        y_true = cast(convert_to_tensor(y_true), y_pred.dtype)
+        if y_true.shape != y_pred.shape:
+            raise ValueError(
+                f"CategoricalCrossentropy: y_true has shape {y_true.shape} but y_pred has shape {y_pred.shape} "
+                "(for integer class labels use SparseCategoricalCrossentropy)"
+            )
+        if y_pred.ndim == 0:
+            raise ValueError("CategoricalCrossentropy: y_pred needs a class axis, got a scalar")
+        if self.label_smoothing:
+            classes = y_pred.shape[self.axis]
+            y_true = y_true * (1.0 - self.label_smoothing) + self.label_smoothing / classes
+        if self.from_logits:
+            return _nn.softmax_cross_entropy_with_logits(labels=y_true, logits=y_pred, axis=self.axis)
+        p = y_pred / reduce_sum(y_pred, axis=self.axis, keepdims=True)
+        p = clip_by_value(p, EPSILON, 1.0 - EPSILON)
+        return -reduce_sum(y_true * log(p), axis=self.axis)
+
+
+class SparseCategoricalCrossentropy(Loss):
+    """Cross-entropy of integer class labels and class probabilities (or logits) on the last axis.
+
+    ``y_true`` has ``y_pred``'s shape without the class axis (a trailing axis of
+    size 1 is accepted too). Probabilities are renormalized and clipped, as in Keras.
+
+    Args:
+        from_logits: whether ``y_pred`` holds logits rather than probabilities.
+        name: the loss's name.
+        reduction: see ``Loss``.
+    """
+
+    default_name = "sparse_categorical_crossentropy"
+
+    def __init__(
+        self,
+        from_logits: bool = False,
+        name: str | None = None,
+        reduction: str | None = "sum_over_batch_size",
+    ) -> None:
+        super().__init__(name, reduction)
+        self.from_logits = bool(from_logits)
+
+    def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
+        """The per-sample losses."""
+        labels = sparse_labels(y_true, y_pred, "SparseCategoricalCrossentropy")
+        if self.from_logits:
+            return _nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=y_pred)
+        p = y_pred / reduce_sum(y_pred, axis=-1, keepdims=True)
+        p = clip_by_value(p, EPSILON, 1.0 - EPSILON)
+        one_hot = _wrap(np.eye(y_pred.shape[-1], dtype=y_pred.dtype)[labels.numpy()])
+        return -reduce_sum(one_hot * log(p), axis=-1)
+
+
+def sparse_labels(y_true: Any, y_pred: Tensor, what: str) -> Tensor:
+    """Integer class labels checked against ``y_pred`` (shape without the class axis, values in range).
+
+    Integral floats are accepted and cast to int32; a trailing axis of size 1 is dropped.
+    """
+    labels = convert_to_tensor(y_true)
+    if y_pred.ndim == 0:
+        raise ValueError(f"{what}: y_pred needs a class axis, got a scalar")
+    if labels.ndim == y_pred.ndim and labels.shape[-1] == 1:
+        labels = squeeze(labels, -1)
+    if labels.shape != y_pred.shape[:-1]:
+        raise ValueError(
+            f"{what}: y_true of shape {labels.shape} does not fit y_pred of shape {y_pred.shape}; expected integer "
+            f"labels of shape {y_pred.shape[:-1]} (for one-hot targets use CategoricalCrossentropy)"
+        )
+    values = labels.numpy()
+    if labels.dtype.kind == "f":
+        if not np.all(values == np.floor(values)):
+            raise ValueError(
+                f"{what}: y_true must hold integer class labels, got non-integral {labels.dtype.name} values"
+            )
+        labels = cast(labels, _dt.int32)
+    elif labels.dtype.kind not in "iu":
+        raise TypeError(f"{what}: y_true must hold integer class labels, got dtype {labels.dtype.name}")
+    classes = y_pred.shape[-1]
+    if values.size and (values.min() < 0 or values.max() >= classes):
+        raise ValueError(
+            f"{what}: labels must lie in [0, {classes}) for y_pred with {classes} classes, got values from "
+            f"{values.min():g} to {values.max():g}"
+        )
+    return labels
+
+
+def _smoothing(value: float, loss: str) -> float:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{loss}: label_smoothing must be in [0, 1], got {value!r}")
+    return float(value)
+
+
+_BY_NAME: dict[str, Callable[[], Loss]] = {
+    "mse": MeanSquaredError,
+    "mean_squared_error": MeanSquaredError,
+    "mae": MeanAbsoluteError,
+    "mean_absolute_error": MeanAbsoluteError,
+    "huber": Huber,
+    "huber_loss": Huber,
+    "binary_crossentropy": BinaryCrossentropy,
+    "categorical_crossentropy": CategoricalCrossentropy,
+    "sparse_categorical_crossentropy": SparseCategoricalCrossentropy,
+}
+
+
+def get(identifier: str | Callable[..., Any]) -> Callable[..., Any]:
+    """A loss from its config name (``"mse"``, ``"sparse_categorical_crossentropy"``, ...),
+    its class name (``"MeanSquaredError"``), or a callable ``(y_true, y_pred) -> scalar`` (returned as is).
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones).
+        TypeError: neither a string nor a callable.
+    """
+    if isinstance(identifier, str):
+        from tapefit.layers.module import to_snake_case
+
+        make = _BY_NAME.get(identifier) or _BY_NAME.get(to_snake_case(identifier))
+        if make is None:
+            raise ValueError(f"unknown loss {identifier!r}; known: {', '.join(sorted(_BY_NAME))}")
+        return make()
+    if callable(identifier):
+        return identifier
+    raise TypeError(f"a loss must be a name or a callable (y_true, y_pred) -> scalar, got {identifier!r}")
+
+
+__all__ = [
+    "BinaryCrossentropy",
+    "CategoricalCrossentropy",
+    "Huber",
+    "Loss",
+    "MeanAbsoluteError",
+    "MeanSquaredError",
+    "SparseCategoricalCrossentropy",
+    "get",
+]

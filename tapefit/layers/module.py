@@ -1,0 +1,590 @@
+"""``Module``: the base of every layer and of user models.
+
+A Module finds its Variables and sub-Modules by walking its attributes (and the
+lists, tuples and dicts in them) whenever it is asked, the way ``tf.Module``
+does: nothing intercepts attribute assignment, so a layer appended to a list
+later, or an attribute replaced, is seen on the next walk. The walk is
+depth-first in attribute order, uses an explicit stack and visits every object
+once.
+
+Calling a module runs ``build(input_shape)`` once, then ``call(...)``, the way
+a Keras layer does; ``training=`` reaches the sublayers whose ``call`` takes it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from tapefit.core import dtypes as _dt
+from tapefit.core import nest
+from tapefit.core.ops.math import cast
+from tapefit.core.tensor import Tensor, Variable, convert_to_tensor
+from tapefit.layers import initializers, regularizers
+
+# Attributes of Module itself that hold no user state and are not walked.
+_INTERNAL = frozenset(["_name", "_trainable", "_built", "_added_weights", "_output_shape", "_regularizers"])
+
+_name_counts: dict[str, int] = {}
+_name_lock = threading.Lock()
+
+
+def to_snake_case(name: str) -> str:
+    """``"BatchNormalization"`` -> ``"batch_normalization"``, ``"Conv2D"`` -> ``"conv2d"``."""
+    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
+    return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+def unique_name(base: str) -> str:
+    """``base`` the first time it is asked for, then ``base_1``, ``base_2``, ... (as Keras)."""
+    with _name_lock:
+        count = _name_counts.get(base, 0)
+        _name_counts[base] = count + 1
+    return base if count == 0 else f"{base}_{count}"
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"a module name must be a non-empty string, got {name!r}")
+    if "/" in name:
+        raise ValueError(f"a module name may not contain '/' (it separates variable paths), got {name!r}")
+    return name
+
+
+class _CallContext(threading.local):
+    """The ``training`` values of the module calls in progress in this thread, outermost first."""
+
+    def __init__(self) -> None:
+        self.training: list[bool | None] = []
+
+
+_context = _CallContext()
+_accepts_training: dict[Callable[..., Any], bool] = {}
+
+
+def _call_accepts_training(call: Callable[..., Any]) -> bool:
+    accepts = _accepts_training.get(call)
+    if accepts is None:
+        params = inspect.signature(call).parameters.values()
+        accepts = any(p.name == "training" or p.kind is p.VAR_KEYWORD for p in params)
+        _accepts_training[call] = accepts
+    return accepts
+
+
+def _shape_of(value: Any) -> Any:
+    """The shape of a tensor-like value, or the nested shapes of a list/tuple/dict of them."""
+    if isinstance(value, (Tensor, np.ndarray, np.generic)):
+        return tuple(value.shape)
+    if isinstance(value, (int, float, bool)):
+        return ()
+    if isinstance(value, dict) or (
+        isinstance(value, (list, tuple)) and any(isinstance(v, Tensor) for v in value)
+    ):
+        return nest.pack_sequence_as(value, [_shape_of(v) for v in nest.flatten(value)])
+    if isinstance(value, (list, tuple)):
+        try:
+            return tuple(np.shape(value))
+        except ValueError:  # ragged nested lists
+            return None
+    return None
+
+
+def _container_items(value: Any) -> Iterator[tuple[str, Any]] | None:
+    if isinstance(value, dict):
+        return ((str(k), v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ((str(i), v) for i, v in enumerate(value))
+    return None
+
+
+class _Entry:
+    """One variable found by the walk: its path, and whether every module above it is trainable."""
+
+    __slots__ = ("path", "variable", "modules_trainable")
+
+    def __init__(self, path: str, variable: Variable, modules_trainable: bool) -> None:
+        self.path = path
+        self.variable = variable
+        self.modules_trainable = modules_trainable
+
+
+class Module:
+    """A container of Variables and sub-Modules; the base of layers and user models.
+
+    Assign Variables and Modules as attributes (directly or inside lists, tuples
+    and dicts) and they are tracked: ``variables``, ``trainable_variables``,
+    ``submodules``, ``state_dict()`` and ``summary()`` find them. Subclasses
+    define ``call(...)`` (and optionally ``build(input_shape)``, run once before
+    the first call), or override ``__call__`` as with ``tf.Module``.
+
+    Args:
+        name: the module's name; by default the snake-case class name made unique
+            (``dense``, ``dense_1``, ...), as in Keras. It may not contain ``/``.
+
+    Variable paths (the keys of ``state_dict``) are the module names from this
+    module down, then the attribute path inside the owning module:
+    ``sequential/dense/kernel``, ``my_model/extra/w``, ``my_model/weights/0``.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Module:
+        # State lives here, so a subclass that forgets super().__init__() still works.
+        self = super().__new__(cls)
+        self.__dict__.update(_name=None, _trainable=True, _built=False, _added_weights=[], _output_shape=None)
+        return self
+
+    def __init__(self, name: str | None = None) -> None:
+        if name is not None:
+            self._name = _check_name(name)
+
+    # -- identity ------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The module's name."""
+        if self._name is None:
+            self._name = unique_name(to_snake_case(type(self).__name__))
+        return self._name
+
+    @property
+    def trainable(self) -> bool:
+        """Whether this module's variables are listed in ``trainable_variables``.
+
+        Setting it sets it on every submodule too (as in Keras); the Variables'
+        own ``trainable`` flags are left alone, so unfreezing restores exactly
+        what was there.
+        """
+        return self._trainable
+
+    @trainable.setter
+    def trainable(self, value: bool) -> None:
+        value = bool(value)
+        self._trainable = value
+        for module in self.submodules:
+            module._trainable = value
+
+    @property
+    def built(self) -> bool:
+        """Whether ``build`` has run."""
+        return self._built
+
+    @built.setter
+    def built(self, value: bool) -> None:
+        self._built = bool(value)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name!r}>"
+
+    # -- tracking --------------------------------------------------------------
+
+    def _walk(self) -> tuple[list[_Entry], list[Module], list[tuple[Module, int]]]:
+        """Every reachable variable (with its path), every submodule, and each submodule's depth.
+
+        Depth-first, in attribute order, each object once; no recursion.
+        """
+        entries: list[_Entry] = []
+        modules: list[Module] = []
+        depths: list[tuple[Module, int]] = []
+        seen: set[int] = {id(self)}
+        # A frame: (items to visit, module path, attribute path prefix, modules above are trainable, depth)
+        stack: list[tuple[Iterator[tuple[str, Any]], str, str, bool, int]] = [
+            (self._own_items(), self.name, "", self._trainable, 0)
+        ]
+        while stack:
+            items, module_path, prefix, trainable, depth = stack[-1]
+            item = next(items, None)
+            if item is None:
+                stack.pop()
+                continue
+            key, value = item
+            if isinstance(value, Variable):
+                if id(value) not in seen:
+                    seen.add(id(value))
+                    entries.append(_Entry(f"{module_path}/{prefix}{key}", value, trainable))
+            elif isinstance(value, Module):
+                if id(value) not in seen:
+                    seen.add(id(value))
+                    modules.append(value)
+                    depths.append((value, depth + 1))
+                    stack.append(
+                        (
+                            value._own_items(),
+                            f"{module_path}/{value.name}",
+                            "",
+                            trainable and value._trainable,
+                            depth + 1,
+                        )
+                    )
+            else:
+                children = _container_items(value)
+                if children is not None and id(value) not in seen:
+                    seen.add(id(value))
+                    stack.append((children, module_path, f"{prefix}{key}/", trainable, depth))
+        return entries, modules, depths
+
+    def _own_items(self) -> Iterator[tuple[str, Any]]:
+        """This module's attributes in assignment order, then weights only ``add_weight`` knows."""
+        for key, value in list(vars(self).items()):
+            if key not in _INTERNAL:
+                yield key, value
+        # Those already reached through an attribute are skipped by the walk's `seen` set.
+        for variable in list(self._added_weights):
+            yield variable.name, variable
+
+    @property
+    def variables(self) -> list[Variable]:
+        """Every Variable of this module and its submodules, each once, in assignment order."""
+        return [e.variable for e in self._walk()[0]]
+
+    @property
+    def trainable_variables(self) -> list[Variable]:
+        """The trainable Variables not inside a frozen (``trainable = False``) module."""
+        return [e.variable for e in self._walk()[0] if e.variable.trainable and e.modules_trainable]
+
+    @property
+    def non_trainable_variables(self) -> list[Variable]:
+        """The Variables that are not in ``trainable_variables``."""
+        return [e.variable for e in self._walk()[0] if not (e.variable.trainable and e.modules_trainable)]
+
+    @property
+    def weights(self) -> list[Variable]:
+        """Keras's name for ``variables``."""
+        return self.variables
+
+    @property
+    def trainable_weights(self) -> list[Variable]:
+        """Keras's name for ``trainable_variables``."""
+        return self.trainable_variables
+
+    @property
+    def non_trainable_weights(self) -> list[Variable]:
+        """Keras's name for ``non_trainable_variables``."""
+        return self.non_trainable_variables
+
+    @property
+    def submodules(self) -> list[Module]:
+        """Every Module below this one (not itself), each once, depth-first in assignment order."""
+        return self._walk()[1]
+
+    @property
+    def losses(self) -> list[Tensor]:
+        """The regularization losses of this module and its submodules, computed now.
+
+        Read it inside the ``GradientTape`` so the penalties are differentiated:
+        ``loss = loss_fn(y, model(x)) + tp.add_n(model.losses)``.
+        """
+        result = []
+        for module in [self, *self.submodules]:
+            result.extend(module._regularization_losses())
+        return result
+
+    def _regularization_losses(self) -> list[Tensor]:
+        """This module's own penalties (layers with regularizers override it)."""
+        return []
+
+    def named_variables(self) -> list[tuple[str, Variable]]:
+        """``(path, variable)`` for every variable, as ``state_dict`` names them."""
+        return [(e.path, e.variable) for e in self._walk()[0]]
+
+    def add_weight(
+        self,
+        shape: Any = (),
+        initializer: Any = "glorot_uniform",
+        dtype: Any = None,
+        trainable: bool = True,
+        name: str | None = None,
+    ) -> Variable:
+        """Creates a Variable owned by this module (Keras's ``add_weight``).
+
+        Args:
+            shape: the variable's shape.
+            initializer: an initializer name (``"zeros"``, ``"glorot_uniform"``, ...) or
+                a callable ``(shape, dtype) -> value``.
+            dtype: the dtype; by default the module's ``dtype`` (float32).
+            trainable: whether it is trainable.
+            name: the variable's name (``kernel``, ``bias``, ...).
+
+        The variable is tracked even when it is not assigned to an attribute.
+        """
+        dtype = _dt.as_dtype(dtype if dtype is not None else getattr(self, "dtype", None) or _dt.float32)
+        shape = tuple(int(n) for n in shape)
+        init = initializers.get(initializer)
+        variable = Variable(
+            lambda: init(shape, dtype=dtype), trainable=trainable, name=name or "Variable", dtype=dtype
+        )
+        self._added_weights.append(variable)
+        return variable
+
+    # -- calling ---------------------------------------------------------------
+
+    def build(self, input_shape: Any) -> None:
+        """Creates the variables once the input shape is known; runs once, before the first ``call``.
+
+        Args:
+            input_shape: the shape of the first positional argument (a tuple, or
+                nested tuples for a list/dict of tensors).
+        """
+
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        """The forward computation; subclasses define it (or override ``__call__``)."""
+        raise NotImplementedError(f"{type(self).__name__} defines neither call(...) nor __call__(...)")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Builds the module on its first call, then runs ``call``.
+
+        ``training`` resolves as in Keras: the value passed here; else the value
+        the enclosing module's call received; else it is not passed (``call``'s
+        default applies). It is passed only to a ``call`` that takes it.
+        """
+        training = kwargs.get("training")
+        if training is None and _context.training:
+            training = _context.training[-1]
+        call = type(self).call
+        if _call_accepts_training(call):
+            if training is not None:
+                kwargs["training"] = training
+        else:
+            kwargs.pop("training", None)
+        _context.training.append(training)
+        try:
+            if not self._built:
+                first = args[0] if args else kwargs.get("inputs")
+                self.build(_shape_of(first))
+                self._built = True
+            outputs = self.call(*args, **kwargs)
+        finally:
+            _context.training.pop()
+        self._output_shape = _shape_of(outputs)
+        return outputs
+
+    # -- state ---------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """``{variable path: value copy}`` for every variable, in the order of ``variables``.
+
+        Raises:
+            ValueError: two variables share a path (two sibling layers with the same name).
+        """
+        entries = self._walk()[0]
+        _check_unique_paths([e.path for e in entries])
+        return {e.path: e.variable.numpy() for e in entries}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Assigns the values of ``state_dict`` to this module's variables.
+
+        Keys are matched by path. When the paths differ only in the root's name
+        and the numbers default names get (``sequential_1/dense_3/kernel`` against
+        ``sequential/dense/kernel``, as for a second copy of a model built in one
+        process), entries are matched by that stripped path, in order. Nothing is
+        assigned unless every entry matches.
+
+        Raises:
+            ValueError: naming every missing, unexpected and mis-shaped entry.
+        """
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"load_state_dict needs a dict of arrays, got {type(state_dict).__name__}")
+        entries = self._walk()[0]
+        paths = [e.path for e in entries]
+        _check_unique_paths(paths)
+        if set(paths) == set(state_dict):
+            pairs = [(e, e.path) for e in entries]
+            missing: list[str] = []
+            unexpected: list[str] = []
+        else:
+            pairs, missing, unexpected = _match_by_structure(entries, list(state_dict))
+        problems = []
+        values = []
+        for entry, key in pairs:
+            try:
+                value = np.asarray(state_dict[key])
+            except (TypeError, ValueError) as error:
+                problems.append(f"entry '{key}' is not an array ({error})")
+                continue
+            if value.shape != entry.variable.shape:
+                shown = key if key == entry.path else f"{key}' (for '{entry.path})"
+                problems.append(
+                    f"entry '{shown}' has shape {value.shape}, the variable has {entry.variable.shape}"
+                )
+            values.append((entry.variable, value))
+        if missing:
+            problems.append("missing: " + ", ".join(missing))
+        if unexpected:
+            problems.append("unexpected: " + ", ".join(unexpected))
+        if problems:
+            raise ValueError(f"load_state_dict into '{self.name}' failed; " + "; ".join(problems))
+        for variable, value in values:
+            if value.dtype != variable.dtype:
+                value = value.astype(variable.dtype)
+            variable.assign(value)
+
+    # -- summary ---------------------------------------------------------------
+
+    def summary(self, line_length: int = 80, print_fn: Callable[[str], Any] | None = None) -> None:
+        """Prints a table of the layers, their output shapes and parameter counts, as Keras does.
+
+        One row per direct sublayer (nested models count as one row) and per
+        variable held directly by this module. Output shapes are known once the
+        model has been called; the batch axis is shown as ``None``.
+
+        Args:
+            line_length: the table width.
+            print_fn: where lines go (default ``print``).
+        """
+        print_fn = print_fn or print
+        entries, _, depths = self._walk()
+        direct = [m for m, depth in depths if depth == 1]
+        rows: list[tuple[str, str, int]] = []
+        counted: set[int] = set()
+        for module in direct:
+            n = 0
+            for variable in [*module.variables]:
+                if id(variable) not in counted:
+                    counted.add(id(variable))
+                    n += variable.size
+            unbuilt = not n and not module._built and type(module).build is not Module.build
+            params = "0 (unbuilt)" if unbuilt else str(n)
+            rows.append(
+                (f"{module.name} ({type(module).__name__})", _format_shape(module._output_shape), params)
+            )
+        for e in entries:
+            if id(e.variable) not in counted:
+                counted.add(id(e.variable))
+                rows.append(
+                    (
+                        f"{e.path.split('/', 1)[1]} (Variable)",
+                        _format_shape(e.variable.shape, batch=False),
+                        str(e.variable.size),
+                    )
+                )
+        trainable = sum(e.variable.size for e in entries if e.variable.trainable and e.modules_trainable)
+        total = sum(e.variable.size for e in entries)
+        # Columns fit the longest entry (plus a gap), and the table is at least line_length wide.
+        col = [
+            max([len("Layer (type)"), *[len(r[0]) for r in rows]]) + 2,
+            max([len("Output Shape"), *[len(r[1]) for r in rows]]) + 2,
+            max([len("Param #"), *[len(r[2]) for r in rows]]),
+        ]
+        col[0] = max(col[0], int(line_length * 0.45))
+        col[1] = max(col[1], int(line_length * 0.33))
+        col[2] = max(col[2], line_length - col[0] - col[1])
+        width = sum(col)
+
+        def line(a: str, b: str, c: str) -> str:
+            return f"{a:<{col[0]}}{b:<{col[1]}}{c:>{col[2]}}"
+
+        print_fn(f'Model: "{self.name}"')
+        print_fn("_" * width)
+        print_fn(line("Layer (type)", "Output Shape", "Param #"))
+        print_fn("=" * width)
+        for k, (name, shape, params) in enumerate(rows):
+            print_fn(line(name, shape, params))
+            if k < len(rows) - 1:
+                print_fn("_" * width)
+        print_fn("=" * width)
+        print_fn(f"Total params: {total:,}")
+        print_fn(f"Trainable params: {trainable:,}")
+        print_fn(f"Non-trainable params: {total - trainable:,}")
+        print_fn("_" * width)
+
+
+class Layer(Module):
+    """A Module with a ``dtype``: the base of the built-in layers (``keras.layers.Layer``).
+
+    Args:
+        trainable: whether its variables are trainable (``layer.trainable = False`` freezes it).
+        name: the layer's name (default: the snake-case class name, made unique).
+        dtype: the dtype of its variables and computations (default float32). Inputs
+            are cast to it, as Keras autocasts (integer inputs of ``Dense`` included).
+    """
+
+    def __init__(self, trainable: bool = True, name: str | None = None, dtype: Any = None) -> None:
+        super().__init__(name=name)
+        dtype = _dt.float32 if dtype is None else _dt.as_dtype(dtype)
+        if dtype.kind != "f":
+            raise TypeError(f"{type(self).__name__}: dtype must be floating, got {dtype.name}")
+        self.dtype = dtype
+        self._trainable = bool(trainable)
+        self._regularizers: dict[str, Callable[[Tensor], Tensor]] = {}
+
+    def _add_regularizer(self, attribute: str, regularizer: Any) -> None:
+        """Penalizes the variable held in ``attribute`` with ``regularizer`` (a name or callable)."""
+        fn = regularizers.get(regularizer)
+        if fn is not None:
+            self._regularizers[attribute] = fn
+
+    def _regularization_losses(self) -> list[Tensor]:
+        return [
+            fn(getattr(self, attr))
+            for attr, fn in self._regularizers.items()
+            if getattr(self, attr, None) is not None
+        ]
+
+    def _cast_input(self, inputs: Any) -> Tensor:
+        """``inputs`` as a Tensor of the layer's dtype."""
+        x = convert_to_tensor(inputs)
+        if x.dtype != self.dtype:
+            x = cast(x, self.dtype)
+        return x
+
+
+def _format_shape(shape: Any, batch: bool = True) -> str:
+    if shape is None:
+        return "?"
+    if isinstance(shape, tuple) and all(isinstance(n, int) for n in shape):
+        dims = ["None" if batch and i == 0 else str(n) for i, n in enumerate(shape)]
+        return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+    return str(shape)
+
+
+def _check_unique_paths(paths: list[str]) -> None:
+    seen: set[str] = set()
+    twice = sorted({p for p in paths if p in seen or seen.add(p)})  # type: ignore[func-returns-value]
+    if twice:
+        raise ValueError(
+            "several variables share the path(s) "
+            + ", ".join(twice)
+            + "; give the sibling layers distinct names"
+        )
+
+
+_NUMBER_SUFFIX = re.compile(r"_\d+$")
+
+
+def _stripped(path: str) -> str:
+    """``path`` without the root's name and without default-name numbers: ``dense_3`` -> ``dense``."""
+    parts = path.split("/")[1:]
+    return "/".join(_NUMBER_SUFFIX.sub("", p) for p in parts)
+
+
+def _match_by_structure(
+    entries: list[_Entry], keys: list[str]
+) -> tuple[list[tuple[_Entry, str]], list[str], list[str]]:
+    """Pairs variables with ``keys``: equal paths first, then by stripped path in order.
+
+    Returns (pairs, missing variable paths, unexpected keys).
+    """
+    exact = set(keys) & {e.path for e in entries}
+    by_stripped: dict[str, list[str]] = {}
+    for key in keys:
+        if key not in exact:
+            by_stripped.setdefault(_stripped(key), []).append(key)
+    pairs = []
+    missing = []
+    for entry in entries:
+        if entry.path in exact:
+            pairs.append((entry, entry.path))
+            continue
+        candidates = by_stripped.get(_stripped(entry.path))
+        if candidates:
+            pairs.append((entry, candidates.pop(0)))
+        else:
+            missing.append(entry.path)
+    unexpected = [k for left in by_stripped.values() for k in left]
+    return pairs, missing, unexpected
+
+
+__all__ = ["Layer", "Module"]

@@ -1,0 +1,205 @@
+"""Normalization layers: LayerNormalization and BatchNormalization, with Keras's defaults."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tapefit.core.ops.math import sqrt, square
+from tapefit.core.ops.reduce import normalize_axes, reduce_mean
+from tapefit.core.ops.shape import reshape
+from tapefit.core.tensor import Tensor
+from tapefit.layers.module import Layer
+
+
+def _axes(axis: Any, rank: int, layer: str) -> tuple[int, ...]:
+    try:
+        return normalize_axes(axis, rank)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"{layer}: {error} (inputs of rank {rank})") from None
+
+
+def _param_shapes(
+    input_shape: tuple[int, ...], axes: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The parameters' own shape (the sizes of ``axes``) and the shape they broadcast as."""
+    own = tuple(input_shape[a] for a in axes)
+    broadcast = tuple(n if i in axes else 1 for i, n in enumerate(input_shape))
+    return own, broadcast
+
+
+class LayerNormalization(Layer):
+    """Normalizes each example over ``axis`` to mean 0 and variance 1, then scales and shifts.
+
+    ``out = gamma * (x - mean) / sqrt(variance + epsilon) + beta`` with the moments
+    taken over ``axis`` of each example; ``gamma`` and ``beta`` have the sizes of ``axis``.
+
+    Args:
+        axis: the axis or axes to normalize over (default the last).
+        epsilon: added to the variance (Keras default 1e-3).
+        center: whether to add ``beta``.
+        scale: whether to multiply by ``gamma``.
+        beta_initializer: initializer of ``beta``.
+        gamma_initializer: initializer of ``gamma``.
+        name: the layer's name.
+        dtype: the dtype of the weights and computations (default float32).
+        trainable: whether ``gamma`` and ``beta`` are trainable.
+    """
+
+    def __init__(
+        self,
+        axis: int | list[int] | tuple[int, ...] = -1,
+        epsilon: float = 1e-3,
+        center: bool = True,
+        scale: bool = True,
+        beta_initializer: Any = "zeros",
+        gamma_initializer: Any = "ones",
+        name: str | None = None,
+        dtype: Any = None,
+        trainable: bool = True,
+    ) -> None:
+        super().__init__(trainable=trainable, name=name, dtype=dtype)
+        self.axis = axis
+        self.epsilon = float(epsilon)
+        self.center, self.scale = bool(center), bool(scale)
+        self.beta_initializer, self.gamma_initializer = beta_initializer, gamma_initializer
+        self.gamma = None
+        self.beta = None
+        self._broadcast_shape: tuple[int, ...] = ()
+
+    def build(self, input_shape: Any) -> None:
+        """Creates ``gamma`` and ``beta`` with the sizes of the normalized axes."""
+        axes = _axes(self.axis, len(input_shape), f"LayerNormalization '{self.name}'")
+        own, self._broadcast_shape = _param_shapes(tuple(input_shape), axes)
+        self._axes = axes
+        self._input_shape = tuple(input_shape)
+        if self.scale:
+            self.gamma = self.add_weight(own, self.gamma_initializer, name="gamma")
+        if self.center:
+            self.beta = self.add_weight(own, self.beta_initializer, name="beta")
+
+    def call(self, inputs: Any) -> Tensor:
+        """Normalizes the input."""
+        x = self._cast_input(inputs)
+        if x.ndim != len(self._input_shape) or any(x.shape[a] != self._input_shape[a] for a in self._axes):
+            raise ValueError(
+                f"LayerNormalization '{self.name}' was built for inputs of shape {self._input_shape} "
+                f"(normalizing axes {list(self._axes)}), got shape {x.shape}"
+            )
+        mean = reduce_mean(x, axis=self._axes, keepdims=True)
+        centered = x - mean
+        variance = reduce_mean(square(centered), axis=self._axes, keepdims=True)
+        y = centered / sqrt(variance + self.epsilon)
+        if self.gamma is not None:
+            y = y * reshape(self.gamma, self._broadcast_shape)
+        if self.beta is not None:
+            y = y + reshape(self.beta, self._broadcast_shape)
+        return y
+
+
+class BatchNormalization(Layer):
+    """Normalizes with batch statistics in training and moving averages of them in inference.
+
+    With ``training=True``: ``out = gamma * (x - mean) / sqrt(var + epsilon) + beta``
+    with the (biased) moments over every axis but ``axis``, and the non-trainable
+    ``moving_mean``/``moving_variance`` are updated with ``assign`` to
+    ``moving * momentum + batch * (1 - momentum)``. Otherwise (``training`` false or
+    not given) the moving statistics are used. A frozen layer
+    (``trainable = False``) always runs in inference mode, as in Keras 3.
+
+    Args:
+        axis: the feature axis (default the last, channels-last images).
+        momentum: the moving averages' momentum (Keras default 0.99).
+        epsilon: added to the variance (Keras default 1e-3).
+        center: whether to add ``beta``.
+        scale: whether to multiply by ``gamma``.
+        beta_initializer: initializer of ``beta``.
+        gamma_initializer: initializer of ``gamma``.
+        moving_mean_initializer: initializer of ``moving_mean``.
+        moving_variance_initializer: initializer of ``moving_variance``.
+        name: the layer's name.
+        dtype: the dtype of the weights and computations (default float32).
+        trainable: whether ``gamma`` and ``beta`` are trainable.
+    """
+
+    def __init__(
+        self,
+        axis: int = -1,
+        momentum: float = 0.99,
+        epsilon: float = 1e-3,
+        center: bool = True,
+        scale: bool = True,
+        beta_initializer: Any = "zeros",
+        gamma_initializer: Any = "ones",
+        moving_mean_initializer: Any = "zeros",
+        moving_variance_initializer: Any = "ones",
+        name: str | None = None,
+        dtype: Any = None,
+        trainable: bool = True,
+    ) -> None:
+        super().__init__(trainable=trainable, name=name, dtype=dtype)
+        if not 0.0 <= momentum <= 1.0:
+            raise ValueError(f"BatchNormalization: momentum must be in [0, 1], got {momentum!r}")
+        self.axis = axis
+        self.momentum = float(momentum)
+        self.epsilon = float(epsilon)
+        self.center, self.scale = bool(center), bool(scale)
+        self.initializers = {
+            "gamma": gamma_initializer,
+            "beta": beta_initializer,
+            "moving_mean": moving_mean_initializer,
+            "moving_variance": moving_variance_initializer,
+        }
+        self.gamma = None
+        self.beta = None
+        self.moving_mean = None
+        self.moving_variance = None
+
+    def build(self, input_shape: Any) -> None:
+        """Creates ``gamma``, ``beta`` and the moving statistics, one value per feature."""
+        if not isinstance(self.axis, int):
+            raise TypeError(f"BatchNormalization '{self.name}': axis must be an int, got {self.axis!r}")
+        (axis,) = _axes(self.axis, len(input_shape), f"BatchNormalization '{self.name}'")
+        own, self._broadcast_shape = _param_shapes(tuple(input_shape), (axis,))
+        self._feature_axis = axis
+        self._reduce_axes = tuple(i for i in range(len(input_shape)) if i != axis)
+        init = self.initializers
+        if self.scale:
+            self.gamma = self.add_weight(own, init["gamma"], name="gamma")
+        if self.center:
+            self.beta = self.add_weight(own, init["beta"], name="beta")
+        self.moving_mean = self.add_weight(own, init["moving_mean"], trainable=False, name="moving_mean")
+        self.moving_variance = self.add_weight(
+            own, init["moving_variance"], trainable=False, name="moving_variance"
+        )
+
+    def call(self, inputs: Any, training: bool | None = None) -> Tensor:
+        """Normalizes the input; in training, also updates the moving statistics."""
+        x = self._cast_input(inputs)
+        features = self.moving_mean.shape[0]
+        if x.ndim != len(self._broadcast_shape) or x.shape[self._feature_axis] != features:
+            raise ValueError(
+                f"BatchNormalization '{self.name}' was built for rank-{len(self._broadcast_shape)} inputs with "
+                f"{features} features on axis {self._feature_axis}, got shape {x.shape}"
+            )
+        if training and self.trainable:
+            mean = reduce_mean(x, axis=self._reduce_axes, keepdims=True)
+            centered = x - mean
+            variance = reduce_mean(square(centered), axis=self._reduce_axes, keepdims=True)
+            # moving <- moving * momentum + batch * (1 - momentum), as Keras; plain values, not recorded
+            m = self.momentum
+            self.moving_mean.assign(self.moving_mean.numpy() * m + mean.numpy().reshape(features) * (1 - m))
+            self.moving_variance.assign(
+                self.moving_variance.numpy() * m + variance.numpy().reshape(features) * (1 - m)
+            )
+        else:
+            centered = x - reshape(self.moving_mean, self._broadcast_shape)
+            variance = reshape(self.moving_variance, self._broadcast_shape)
+        y = centered / sqrt(variance + self.epsilon)
+        if self.gamma is not None:
+            y = y * reshape(self.gamma, self._broadcast_shape)
+        if self.beta is not None:
+            y = y + reshape(self.beta, self._broadcast_shape)
+        return y
+
+
+__all__ = ["BatchNormalization", "LayerNormalization"]
