@@ -62,6 +62,8 @@ class Tensor:
         return view
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if dtype is None and not copy:
+            return self.numpy()  # read-only: writing through np.asarray(t) would change the tensor
         value = self._value if dtype is None else self._value.astype(dtype)
         return value.copy() if copy else value
 
@@ -262,12 +264,12 @@ def to_array(value: Any, dtype: _dt.DTypeLike = None) -> np.ndarray:
     want = None if dtype is None else _dt.as_dtype(dtype)
     if isinstance(value, Tensor):
         array = value._value
-        return array if want is None or want == array.dtype else array.astype(want)
+        return array if want is None or want == array.dtype else _lossless_astype(array, want, value)
     if isinstance(value, (np.ndarray, np.generic)):
         array = np.asarray(value)
         if array.dtype.kind not in "fiub":
             raise TypeError(f"cannot convert an array of dtype {array.dtype} to a tensor")
-        return array if want is None or want == array.dtype else array.astype(want)
+        return array if want is None or want == array.dtype else _lossless_astype(array, want, value)
     if isinstance(value, range):
         value = list(value)
     try:
@@ -278,8 +280,20 @@ def to_array(value: Any, dtype: _dt.DTypeLike = None) -> np.ndarray:
         raise TypeError(f"cannot convert {type(value).__name__} {value!r} to a tensor")
     if want is None:
         want = _python_dtype(array)
-    elif array.dtype.kind == "f" and want.kind in "iub" and not np.all(np.mod(array, 1) == 0):
-        raise TypeError(f"cannot convert {value!r} to a tensor of dtype {want.name}")
+    return _lossless_astype(array, want, value)
+
+
+def _lossless_astype(array: np.ndarray, want: np.dtype, value: Any) -> np.ndarray:
+    """``array`` as ``want``, refusing the silent data loss of fractions or overflow into integers."""
+    if array.dtype.kind == "f" and want.kind in "iub" and not np.all(np.mod(array, 1) == 0):
+        raise TypeError(
+            f"cannot convert {value!r} to a tensor of dtype {want.name} without losing its fractions; "
+            "use tp.cast to truncate"
+        )
+    if want.kind in "iu" and array.dtype.kind in "iuf" and array.size and not np.can_cast(array.dtype, want):
+        info = np.iinfo(want)
+        if array.min() < info.min or array.max() > info.max:
+            raise ValueError(f"cannot convert {value!r} to a tensor of dtype {want.name}: out of range")
     return array.astype(want, copy=False)
 
 
@@ -331,7 +345,10 @@ def weak_operand(value: Any, like: Tensor, op_name: str) -> Tensor:
             f"{op_name}: cannot combine Python float data {value!r} with a {target.name} tensor; "
             f"use tp.cast(x, tp.float32) first"
         )
-    return _wrap(array.astype(target, copy=False))
+    try:
+        return _wrap(_lossless_astype(array, target, value))
+    except ValueError as error:  # a Python int too large for the tensor's integer dtype
+        raise ValueError(f"{op_name}: {error}") from None
 
 
 TensorLike = Tensor | np.ndarray | float | int | bool | list | tuple

@@ -33,7 +33,7 @@ multiply = binary("Mul", np.multiply, save="x y")
 divide = binary("RealDiv", np.true_divide, save="x y")
 floordiv = binary("FloorDiv", np.floor_divide, save="")
 floormod = binary("FloorMod", np.mod, save="x y")
-pow = binary("Pow", np.power, save="x y out")  # noqa: A001 - TensorFlow's name
+pow = binary("Pow", np.power, save="x y out")
 maximum = binary("Maximum", np.maximum, save="x y")
 minimum = binary("Minimum", np.minimum, save="x y")
 
@@ -105,19 +105,49 @@ greater = binary("Greater", np.greater, save="")
 greater_equal = binary("GreaterEqual", np.greater_equal, save="")
 equal = binary("Equal", np.equal, save="")
 not_equal = binary("NotEqual", np.not_equal, save="")
-logical_and = binary("LogicalAnd", np.logical_and, save="")
-logical_or = binary("LogicalOr", np.logical_or, save="")
-logical_not = unary("LogicalNot", np.logical_not, save="", float_only=False)
-for _name in ("Less", "LessEqual", "Greater", "GreaterEqual", "Equal", "NotEqual", "LogicalAnd", "LogicalOr", "LogicalNot"):
+
+
+def _bool_only(name: str, fn: Any) -> Any:
+    """``fn`` refusing non-bool arrays, as TensorFlow's logical ops do (no silent truthiness)."""
+
+    def forward(*arrays: np.ndarray) -> np.ndarray:
+        for a in arrays:
+            if a.dtype.kind != "b":
+                raise TypeError(f"{name} needs bool tensors, got {a.dtype.name}; compare first, e.g. x > 0")
+        return fn(*arrays)
+
+    return forward
+
+
+logical_and = binary("LogicalAnd", _bool_only("LogicalAnd", np.logical_and), save="")
+logical_or = binary("LogicalOr", _bool_only("LogicalOr", np.logical_or), save="")
+logical_not = unary("LogicalNot", _bool_only("LogicalNot", np.logical_not), save="", float_only=False)
+for _name in (
+    "Less",
+    "LessEqual",
+    "Greater",
+    "GreaterEqual",
+    "Equal",
+    "NotEqual",
+    "LogicalAnd",
+    "LogicalOr",
+    "LogicalNot",
+):
     not_differentiable(_name)
 
 # -- unary -------------------------------------------------------------------
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    # 0.5 (1 + tanh(x / 2)) is sigmoid without overflow for large |x|
-    half = x.dtype.type(0.5)
-    return half + half * np.tanh(half * x)
+    # 1 / (1 + exp(-x)): exp overflows to inf for very negative x, which gives the right limit 0,
+    # and unlike 0.5 + 0.5 tanh(x / 2) it keeps full relative precision for x < 0.
+    out = np.empty_like(x)  # an array also for 0-d input, so the in-place steps below work
+    with np.errstate(over="ignore"):
+        np.negative(x, out=out)
+        np.exp(out, out=out)
+    out += 1
+    np.reciprocal(out, out=out)
+    return out
 
 
 def _identity(x: np.ndarray) -> np.ndarray:
@@ -125,7 +155,7 @@ def _identity(x: np.ndarray) -> np.ndarray:
 
 
 negative = unary("Neg", np.negative, save="", float_only=False)
-abs = unary("Abs", np.abs, save="x", float_only=False)  # noqa: A001
+abs = unary("Abs", np.abs, save="x", float_only=False)
 sign = unary("Sign", np.sign, save="", float_only=False)
 square = unary("Square", np.square, save="x", float_only=False)
 floor = unary("Floor", np.floor, save="")
