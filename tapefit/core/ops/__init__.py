@@ -1,6 +1,7 @@
 """Every op, gathered from its family module."""
 
-from tapefit.core.ops import creation, linalg, math, nn, reduce, shape
+from tapefit.core.ops import clip, creation, linalg, math, nn, reduce, shape
+from tapefit.core.ops.clip import *  # noqa: F403
 from tapefit.core.ops.creation import *  # noqa: F403
 from tapefit.core.ops.linalg import *  # noqa: F403
 from tapefit.core.ops.math import *  # noqa: F403
@@ -8,5 +9,5 @@ from tapefit.core.ops.reduce import *  # noqa: F403
 from tapefit.core.ops.shape import *  # noqa: F403
 
 # tp.nn's names stay in tp.nn (as in TensorFlow), except the few TF also has at the top.
-__all__ = [*creation.__all__, *linalg.__all__, *math.__all__, *reduce.__all__, *shape.__all__]
+__all__ = [*clip.__all__, *creation.__all__, *linalg.__all__, *math.__all__, *reduce.__all__, *shape.__all__]
 _ = nn
