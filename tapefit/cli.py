@@ -1,14 +1,622 @@
-"""The ``train`` command (the configuration-driven trainer arrives with the CLI issue)."""
+"""The ``train`` command: ``train --config FILE [--set KEY=VALUE ...] [--resume auto|PATH]``.
+
+It reads and validates the config (every problem is one line naming the key, exit status 2,
+before anything is built or written), builds the data, model, loss, metrics, optimizer and
+plugins, checks that the model runs on the data, and only then creates the run's folder
+(``runs/<name>/`` unless ``trainer.output_dir`` says otherwise), writes the resolved config
+there and trains. Exit status: 0 done, 2 a bad command line or config, 1 a failure while
+training, 130 interrupted.
+"""
 
 from __future__ import annotations
 
+import argparse
+import logging
+import math
+import shutil
 import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+
+from tapefit import config as _config
+from tapefit.config import ConfigError, Kind, Schema
+
+CONFIG_FILE_NAME = "config.yaml"
+"""The resolved config in the run folder; its presence marks a folder as a tapefit run."""
+
+EXAMPLES = """\
+examples:
+  train --config configs/digits_mlp.yaml
+      train the digits MLP; outputs go to runs/digits-mlp/
+  train --config configs/digits_mlp.yaml --set trainer.epochs=5 --set optimizer.learning_rate=3e-3
+      override any key; values are read as YAML (3, 3e-3, true, null, [64, 32])
+  train --config configs/digits_mlp.yaml --resume auto --set trainer.epochs=40
+      continue from the newest checkpoint of runs/digits-mlp/, up to epoch 40
+  train --config configs/spirals_mlp.yaml --print-config
+      show the config with every default filled in, then exit
+  python -m tapefit train --config my_run.toml --set name=try-2 --set plugins[0].every_n_epochs=5
+
+exit status: 0 done, 2 bad command line or config, 1 failure while training, 130 interrupted
+watch a run: tensorboard --logdir runs
+"""
+
+logger = logging.getLogger("tapefit")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``train``; not implemented yet, so it says so and exits with status 2."""
-    print("train: not implemented yet (tapefit's command line is still being built)", file=sys.stderr)
-    return 2
+# --------------------------------------------------------------------------- the schema of configs
+
+
+class _LazyTable(Mapping[str, Any]):
+    """Names known up front, objects imported only when looked up (tensorboardX is slow)."""
+
+    def __init__(self, names: Sequence[str], resolve: Callable[[str], Any]) -> None:
+        self._names = list(names)
+        self._resolve = resolve
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._names:
+            raise KeyError(name)
+        return self._resolve(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def _data_types() -> dict[str, Callable[..., Any]]:
+    from tapefit import data
+
+    return {
+        "digits": data.load_digits,
+        "spirals": data.make_spirals,
+        "npz": data.load_npz,
+        "csv": data.load_csv,
+    }
+
+
+def _model_types() -> dict[str, Callable[..., Any]]:
+    from tapefit import models
+
+    return {"mlp": models.mlp, "cnn": models.cnn}
+
+
+def _loss_types() -> dict[str, Callable[..., Any]]:
+    from tapefit.layers import losses
+
+    return dict(losses._BY_NAME)
+
+
+def named_metric(name: str | None = None) -> None:
+    """Stands for a built-in metric name in configs: such a metric takes only ``name``."""
+
+
+def _metric_types() -> dict[str, Callable[..., Any]]:
+    from tapefit.layers import losses, metrics
+
+    names = {"accuracy", "acc", *metrics._BY_NAME, *losses._BY_NAME}
+    return dict.fromkeys(sorted(names), named_metric)
+
+
+def _optimizer_types() -> dict[str, Callable[..., Any]]:
+    from tapefit import optimizers
+
+    return dict(optimizers._REGISTRY)
+
+
+def _schedule_types() -> dict[str, Callable[..., Any]]:
+    from tapefit.optimizers import schedules
+
+    return dict(schedules._REGISTRY)
+
+
+def _plugin_types() -> Mapping[str, Any]:
+    from tapefit.plugins import manager
+
+    return _LazyTable(manager.available_plugins(), manager.resolve_plugin)
+
+
+def default_schema() -> Schema:
+    """The sections of a ``train`` config and their built-in types."""
+    kinds = {
+        "data": Kind("data", _data_types, common=dict(_config.DATA_COMMON)),
+        "model": Kind("model", _model_types),
+        "loss": Kind("loss", _loss_types, call_functions=False),
+        "metric": Kind("metric", _metric_types, call_functions=False),
+        "optimizer": Kind("optimizer", _optimizer_types, nested={"learning_rate": "schedule"}),
+        "schedule": Kind("schedule", _schedule_types),
+        "plugin": Kind("plugin", _plugin_types),
+    }
+    trainer = dict(_config.TRAINER_PARAMS)
+    trainer["drop_last"] = _config.Param("drop_last", False, bool)
+    return Schema(kinds, trainer=trainer)
+
+
+# --------------------------------------------------------------------------- building the run
+
+
+@dataclass
+class Data:
+    """The prepared data of a run."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    validation: tuple[np.ndarray, np.ndarray] | None
+    description: str
+
+
+@dataclass
+class Run:
+    """Everything ``train`` built from a config, ready to fit."""
+
+    config: dict[str, Any]
+    data: Data
+    model: Any
+    loss: Any
+    metrics: list[Any]
+    optimizer: Any
+    plugins: list[Any]
+    output_dir: Path
+    resume_from: Path | None
+
+
+def _fail(key: str, message: str) -> NoReturn:
+    raise ConfigError(f"{key}: {message}", key)
+
+
+def _error_text(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _kwargs(entry: Mapping[str, Any], skip: Sequence[str] = ()) -> dict[str, Any]:
+    return {k: v for k, v in entry.items() if k != "type" and k not in skip}
+
+
+def build_data(section: dict[str, Any], schema: Schema) -> Data:
+    """Loads the data of ``section`` (the resolved ``data`` config), splits and standardizes it."""
+    from tapefit import data as _data
+
+    target = _config.find_target(schema.kinds["data"], section["type"], "data.type")
+    kwargs = _kwargs(section, skip=list(_config.DATA_COMMON))
+    if "seed" in target.params:
+        kwargs["seed"] = section["seed"]
+    source = f"data.type {section['type']!r}"
+    try:
+        x, y = target.obj(**kwargs)
+        x, y = _data.check_arrays(x, y, source)
+    except _data.DataError as e:
+        key = f"data.{e.key}" if e.key else "data"
+        _fail(key, str(e))
+    except Exception as e:  # a user loader's own error, or one that does not return (x, y)
+        _fail("data", f"{source} failed to load: {_error_text(e)}")
+    try:
+        (x_train, y_train), validation = _data.validation_split(
+            x, y, section["validation_split"], section["seed"]
+        )
+    except _data.DataError as e:
+        _fail("data.validation_split", str(e))
+    if section["standardize"]:
+        if validation is None:
+            (x_train,), _ = _data.standardize(x_train)
+        else:
+            (x_train, x_val), _ = _data.standardize(x_train, validation[0])
+            validation = (x_val, validation[1])
+    n_val = 0 if validation is None else len(validation[0])
+    description = f"{source}: {len(x_train)} training and {n_val} validation samples of shape {x.shape[1:]}"
+    return Data(x_train, y_train, validation, description)
+
+
+def _output_defaults(loss: dict[str, Any], y: np.ndarray) -> tuple[int, str | None]:
+    """The output layer a built-in model needs for these labels and this loss."""
+    loss_type = loss["type"]
+    from_logits = bool(loss.get("from_logits", False))
+    width = 1 if y.ndim == 1 else int(np.prod(y.shape[1:]))
+    if loss_type in ("binary_crossentropy",):
+        return width, None if from_logits else "sigmoid"
+    if y.dtype.kind in "iu" and y.ndim == 1:
+        return int(y.max()) + 1, None if from_logits else "softmax"
+    if loss_type in ("categorical_crossentropy",):
+        return width, None if from_logits else "softmax"
+    return width, None
+
+
+def build_model(config: dict[str, Any], schema: Schema, data: Data) -> Any:
+    """Builds the model of ``config["model"]``; fills a built-in model's output layer from the data."""
+    from tapefit import layers
+
+    section = config["model"]
+    target = _config.find_target(schema.kinds["model"], section["type"], "model.type")
+    if section["type"] in ("mlp", "cnn"):
+        units, activation = _output_defaults(config["loss"], data.y_train)
+        if section.get("output_units") is None:
+            section["output_units"] = units
+        if section.get("output_activation") == "auto":
+            section["output_activation"] = activation
+        if section["type"] == "cnn" and data.x_train.ndim != 4:
+            _fail(
+                "model.type",
+                f"'cnn' needs images of shape (samples, height, width, channels), but the data has shape "
+                f"{data.x_train.shape}"
+                + (" (set data.flatten: false)" if config["data"]["type"] == "digits" else ""),
+            )
+    try:
+        model = target.obj(**_kwargs(section))
+    except Exception as e:
+        _fail("model", f"{section['type']!r} could not be built: {_error_text(e)}")
+    if not isinstance(model, layers.Module):
+        _fail(
+            "model.type",
+            f"{section['type']!r} made a {type(model).__name__}, not a tapefit Module (tp.Module)",
+        )
+    return model
+
+
+def _named(entry: dict[str, Any], key: str, build: Callable[[], Any]) -> Any:
+    try:
+        return build()
+    except ConfigError:
+        raise
+    except Exception as e:
+        _fail(key, f"{entry['type']!r} could not be built: {_error_text(e)}")
+
+
+def build_loss(section: dict[str, Any], schema: Schema) -> Any:
+    """The loss object (or function) of the resolved ``loss`` entry."""
+    target = _config.find_target(schema.kinds["loss"], section["type"], "loss.type")
+    kwargs = _kwargs(section)
+    if not target.params and not target.open and not kwargs and not isinstance(target.obj, type):
+        return target.obj  # a user function (y_true, y_pred)
+    return _named(section, "loss", lambda: target.obj(**kwargs))
+
+
+def build_metrics(entries: list[dict[str, Any]], schema: Schema, loss: Any) -> list[Any]:
+    """The metric objects of the resolved ``metrics`` list (``accuracy`` follows the loss)."""
+    from tapefit.layers import metrics as _metrics
+
+    built = []
+    for i, entry in enumerate(entries):
+        key = f"metrics[{i}]"
+        target = _config.find_target(schema.kinds["metric"], entry["type"], f"{key}.type")
+        kwargs = _kwargs(entry)
+        if target.obj is named_metric:
+
+            def make(entry: dict[str, Any] = entry, kwargs: dict[str, Any] = kwargs) -> Any:
+                metric = _metrics.get(entry["type"], loss=loss)
+                if kwargs.get("name"):
+                    metric.name = kwargs["name"]
+                return metric
+
+        elif isinstance(target.obj, type):
+
+            def make(target: _config.Target = target, kwargs: dict[str, Any] = kwargs) -> Any:
+                return target.obj(**kwargs)
+
+        else:
+
+            def make(target: _config.Target = target) -> Any:
+                return _metrics.get(target.obj)
+
+        built.append(_named(entry, key, make))
+    names = [getattr(m, "name", None) for m in built]
+    for i, name in enumerate(names):
+        if name == "loss" or names.index(name) != i:
+            _fail(f"metrics[{i}]", f"the metric name {name!r} is taken; give it another with name: ...")
+    return built
+
+
+def build_optimizer(section: dict[str, Any]) -> Any:
+    """The optimizer of the resolved ``optimizer`` entry (its schedule included)."""
+    from tapefit import optimizers
+
+    try:
+        return optimizers.get(section)
+    except Exception as e:
+        _fail("optimizer", f"{section['type']!r} could not be built: {_error_text(e)}")
+
+
+def build_plugins(entries: list[dict[str, Any]]) -> list[Any]:
+    """The plugin objects of the resolved ``plugins`` list, in order."""
+    from tapefit.plugins import manager
+
+    built = []
+    for i, entry in enumerate(entries):
+        try:
+            built.append(manager.create_plugin(dict(entry)))
+        except Exception as e:
+            _fail(f"plugins[{i}]", f"{entry['type']!r} could not be built: {_error_text(e)}")
+    return built
+
+
+def check_model_on_data(model: Any, loss: Any, loss_type: str, data: Data) -> None:
+    """Runs the model and the loss on two samples, so a mismatch is a config error, not a crash."""
+    from tapefit.core.tensor import convert_to_tensor
+
+    x, y = data.x_train[:2], data.y_train[:2]
+    try:
+        out = model(convert_to_tensor(x))
+    except Exception as e:
+        _fail("model", f"cannot run on the data (inputs of shape {x.shape[1:]} per sample): {_error_text(e)}")
+    shape = tuple(getattr(out, "shape", ()))
+    if "sparse" in loss_type and data.y_train.dtype.kind in "iu" and len(shape) >= 2:
+        low, high = int(data.y_train.min()), int(data.y_train.max())
+        if low < 0 or high >= shape[-1]:
+            _fail(
+                "model",
+                f"the model gives {shape[-1]} class scores per sample, but the labels go from {low} to {high}"
+                f" (the model needs {high + 1} outputs)",
+            )
+    try:
+        value = loss(convert_to_tensor(y), out)
+        float(value)
+    except Exception as e:
+        _fail(
+            "loss",
+            f"{loss_type!r} cannot compare labels of shape {y.shape} with model outputs of shape {shape}: "
+            f"{_error_text(e)}",
+        )
+
+
+def _checkpoint_folder(plugins: list[Any], output_dir: Path) -> Path | None:
+    from tapefit.plugins.checkpoint import Checkpoint
+
+    for plugin in plugins:
+        if isinstance(plugin, Checkpoint):
+            return plugin.dirpath if plugin.dirpath is not None else output_dir / "checkpoints"
+    return None
+
+
+def find_resume_point(resume: str, plugins: list[Any], output_dir: Path) -> Path | None:
+    """The checkpoint ``--resume`` means: ``auto`` the run's newest (or ``None``), else a path."""
+    from tapefit.plugins import checkpoint as _checkpoint
+
+    if resume == "auto":
+        folder = _checkpoint_folder(plugins, output_dir)
+        if folder is None:
+            raise ConfigError(
+                "--resume auto: the config has no checkpoint plugin, so there is nothing to resume"
+            )
+        return _checkpoint.latest_checkpoint(folder)
+    try:
+        path = _checkpoint.resolve_checkpoint(resume)
+        _checkpoint.load_checkpoint(path)  # verified now, so a bad file is a start-up error
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--resume: {e}") from e
+    return path
+
+
+def _check_resume_fits(path: Path, model: Any) -> None:
+    from tapefit.plugins import checkpoint as _checkpoint
+
+    try:
+        contents = _checkpoint.load_checkpoint(path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--resume: {e}") from e
+    saved = contents.get("model", {})
+    ours = model.state_dict()
+    if set(saved) != set(ours) or any(np.shape(saved[k]) != np.shape(ours[k]) for k in ours):
+        diff = sorted(set(saved) ^ set(ours)) or [k for k in ours if np.shape(saved[k]) != np.shape(ours[k])]
+        raise ConfigError(
+            f"--resume: {path} holds a different model than the config builds (variables differ: "
+            f"{', '.join(diff[:4])}{' ...' if len(diff) > 4 else ''})"
+        )
+
+
+def prepare(args: argparse.Namespace) -> Run:
+    """Reads, validates and builds everything; raises ``ConfigError`` before anything is written."""
+    raw = _config.load_config_file(args.config)
+    raw = _config.apply_overrides(raw, args.set)
+    schema = default_schema()
+    stem = Path(args.config).stem.replace("_", "-")
+    config = _config.resolve_config(raw, schema, default_name=stem)
+    import tapefit as tp
+
+    tp.random.set_seed(config["seed"])
+    data = build_data(config["data"], schema)
+    model = build_model(config, schema, data)
+    loss = build_loss(config["loss"], schema)
+    metrics = build_metrics(config["metrics"], schema, loss)
+    optimizer = build_optimizer(config["optimizer"])
+    plugins = build_plugins(config["plugins"])
+    check_model_on_data(model, loss, config["loss"]["type"], data)
+    output_dir = Path(config["trainer"]["output_dir"] or Path("runs") / config["name"])
+    resume_from = None
+    if args.resume is not None:
+        resume_from = find_resume_point(args.resume, plugins, output_dir)
+        if resume_from is not None:
+            _check_resume_fits(resume_from, model)
+    if resume_from is None and not args.print_config:
+        _check_output_dir(output_dir, args)
+    return Run(config, data, model, loss, metrics, optimizer, plugins, output_dir, resume_from)
+
+
+def _check_output_dir(output_dir: Path, args: argparse.Namespace) -> None:
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ConfigError(
+            f"trainer.output_dir: {str(output_dir)!r} exists and is not a folder", "trainer.output_dir"
+        )
+    if not output_dir.is_dir() or not any(output_dir.iterdir()):
+        return
+    if args.resume == "auto":
+        return  # asked to continue, and nothing to continue from: start afresh in place
+    if not args.overwrite:
+        raise ConfigError(
+            f"{output_dir} already holds a run; continue it with --resume auto, start over with --overwrite, "
+            "or pick another name (--set name=...)"
+        )
+    if not (output_dir / CONFIG_FILE_NAME).is_file():
+        raise ConfigError(
+            f"--overwrite: {output_dir} is not empty and has no {CONFIG_FILE_NAME}, so it is not a tapefit run "
+            "folder; not deleting it"
+        )
+
+
+# --------------------------------------------------------------------------- training and the report
+
+
+def _format_logs(logs: Mapping[str, float]) -> str:
+    return "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in logs.items())
+
+
+def train(run: Run, args: argparse.Namespace, out: Any) -> int:
+    """Creates the run folder, writes the resolved config, fits, and prints the summary."""
+    from tapefit.trainer import Trainer
+
+    if run.resume_from is None and args.overwrite and (run.output_dir / CONFIG_FILE_NAME).is_file():
+        shutil.rmtree(run.output_dir)
+    run.output_dir.mkdir(parents=True, exist_ok=True)
+    (run.output_dir / CONFIG_FILE_NAME).write_text(_config.dump_config(run.config), encoding="utf-8")
+    trainer = Trainer(
+        run.model,
+        run.optimizer,
+        run.loss,
+        metrics=run.metrics,
+        plugins=run.plugins,
+        output_dir=run.output_dir,
+        config=run.config,
+    )
+    settings = run.config["trainer"]
+    print(f"train: {run.config['name']}: {run.data.description}", file=out)
+    if run.resume_from is not None:
+        print(f"train: resuming from {run.resume_from}", file=out)
+    started = time.perf_counter()
+    history = trainer.fit(
+        run.data.x_train,
+        run.data.y_train,
+        epochs=settings["epochs"],
+        batch_size=settings["batch_size"],
+        validation_data=run.data.validation,
+        shuffle=settings["shuffle"],
+        drop_last=settings["drop_last"],
+        resume_from=run.resume_from,
+    )
+    seconds = time.perf_counter() - started
+    final = {k: v[-1] for k, v in history.history.items() if v}
+    epochs = len(history.history.get("loss", []))
+    print(f"train: done: {run.config['name']}, {epochs} epochs in {seconds:.1f} s", file=out)
+    if final:
+        print(f"  final   {_format_logs(final)}", file=out)
+    _print_outputs(run, out)
+    loss = final.get("loss")
+    if isinstance(loss, float) and not math.isfinite(loss):
+        print(f"train: error: the training loss became {loss}; the run stopped", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_outputs(run: Run, out: Any) -> None:
+    from tapefit.plugins.checkpoint import latest_checkpoint
+
+    folder = run.output_dir
+    print(f"  outputs {folder}/", file=out)
+    known = {CONFIG_FILE_NAME: "resolved config", "tensorboard": "TensorBoard (tensorboard --logdir runs)"}
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        what = known.get(entry.name) or ("CSV log" if entry.suffix == ".csv" else "")
+        print(f"    {entry.name + ('/' if entry.is_dir() else ''):<18}{what}", file=out)
+    checkpoints = _checkpoint_folder(run.plugins, folder)
+    last = latest_checkpoint(checkpoints) if checkpoints is not None else None
+    if last is not None:
+        print(f"  last checkpoint {last} (continue with --resume auto)", file=out)
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser(prog: str = "train") -> argparse.ArgumentParser:
+    """The argument parser of ``train``."""
+    parser = _Parser(
+        prog=prog,
+        description="Train a model from a config file (YAML or TOML).",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--config", required=True, metavar="FILE", help="the config file (.yaml, .yml or .toml)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key (dotted path, lists by index: plugins[1].keep_last=5); repeatable",
+    )
+    parser.add_argument(
+        "--resume",
+        metavar="auto|PATH",
+        help="continue from a checkpoint: 'auto' for the run's newest, or a checkpoint file or folder",
+    )
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the resolved config (defaults filled in) and exit"
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="delete an earlier run of the same name first"
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
+    from tapefit import __version__
+
+    parser.add_argument("--version", action="version", version=f"tapefit {__version__}")
+    return parser
+
+
+def _setup_logging(debug: bool) -> None:
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("train: %(levelname)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if debug else logging.INFO)
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "train") -> int:
+    """Runs ``train`` with ``argv`` (default ``sys.argv[1:]``) and returns the exit status."""
+    parser = build_parser(prog)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version and usage errors
+        return e.code if isinstance(e.code, int) else 2
+    _setup_logging(args.debug)
+    try:
+        run = prepare(args)
+    except ConfigError as e:
+        if args.debug:
+            traceback.print_exc()
+        where = f"{args.config}: " if e.key is not None else ""  # a key's message names its file
+        print(f"{prog}: error: {where}{e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted before training started", file=sys.stderr)
+        return 130
+    if args.print_config:
+        sys.stdout.write(_config.dump_config(run.config))
+        return 0
+    try:
+        return train(run, args, sys.stdout)
+    except KeyboardInterrupt:
+        last = _checkpoint_folder(run.plugins, run.output_dir)
+        saved = f"; the state was saved under {last}" if last is not None and last.is_dir() else ""
+        print(f"\n{prog}: interrupted{saved} (continue with --resume auto)", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if args.debug:
+            traceback.print_exc()
+        print(
+            f"{prog}: error while training: {_error_text(e)} (--debug shows the traceback)", file=sys.stderr
+        )
+        return 1
 
 
 if __name__ == "__main__":

@@ -447,6 +447,9 @@ class Kind:
         nested: Keys whose mapping value is itself a typed entry of another kind
             (``optimizer.learning_rate`` may be a schedule).
         fill_defaults: Whether the resolved config lists every default of the type.
+        call_functions: Whether a function named by ``type`` is called with the entry's keys
+            (data loaders, model builders); otherwise it is used as it is and takes no keys
+            (a loss or metric function ``(y_true, y_pred)``).
     """
 
     label: str
@@ -455,6 +458,7 @@ class Kind:
     skip: tuple[str, ...] = ()
     nested: dict[str, str] = field(default_factory=dict)
     fill_defaults: bool = True
+    call_functions: bool = True
 
 
 def find_target(kind: Kind, type_name: Any, key: str) -> Target:
@@ -470,6 +474,7 @@ def find_target(kind: Kind, type_name: Any, key: str) -> Target:
         obj = import_object(type_name, key)
     else:
         known = kind.builtins()
+        type_name = _canonical(type_name, known)
         if type_name not in known:
             names = sorted(known)
             close = difflib.get_close_matches(type_name, names, n=1)
@@ -480,8 +485,19 @@ def find_target(kind: Kind, type_name: Any, key: str) -> Target:
                 key,
             )
         obj = known[type_name]
+    if not kind.call_functions and not inspect.isclass(obj):
+        return Target(type_name, obj)
     params, is_open = signature_params(obj, kind.skip)
     return Target(type_name, obj, params, is_open)
+
+
+def _canonical(name: str, known: Mapping[str, Any]) -> str:
+    """The built-in short name that ``name`` spells (``"Adam"``, ``"CosineDecay"``), else ``name``."""
+    snake = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)).lower()
+    for candidate in (name, name.strip().lower(), snake):
+        if candidate in known:
+            return candidate
+    return name
 
 
 def _check_value(value: Any, param: Param, key: str) -> None:
@@ -700,6 +716,20 @@ def resolve_config(config: Mapping[str, Any], schema: Schema, default_name: str 
     return resolved
 
 
+class _Dumper(yaml.SafeDumper):
+    """Mappings in block style, lists of plain values on one line (``hidden_units: [64, 64]``)."""
+
+
+def _represent_list(dumper: yaml.SafeDumper, value: list[Any]) -> yaml.Node:
+    flow = all(v is None or isinstance(v, (bool, int, float, str)) for v in value)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=flow)
+
+
+_Dumper.add_representer(list, _represent_list)
+
+
 def dump_config(config: Mapping[str, Any]) -> str:
-    """The config as YAML text, keys in their order."""
-    return yaml.safe_dump(_plain(dict(config)), sort_keys=False, default_flow_style=None, width=100)
+    """The config as YAML text, keys in their order; ``parse_yaml`` reads it back unchanged."""
+    return yaml.dump(
+        _plain(dict(config)), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100
+    )
