@@ -26,13 +26,17 @@ def normalize_axes(axis: Any, ndim: int, name: str = "axis") -> tuple[int, ...]:
         return tuple(range(ndim))
     if isinstance(axis, Tensor):
         axis = axis.numpy().tolist()
-    items = [axis] if isinstance(axis, (int, np.integer)) else list(axis)
+    items = [axis] if isinstance(axis, (int, np.integer)) else axis
+    if not isinstance(items, (list, tuple, np.ndarray)) or not all(
+        isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_)) for a in items
+    ):
+        raise TypeError(f"{name} must be None, an int or a list of ints, got {axis!r}")
     axes = set()
     for a in items:
         a = int(a)
-        if not -ndim <= a < max(ndim, 1):
+        if not -ndim <= a < ndim:
             raise ValueError(f"{name} {a} is out of range for a tensor of rank {ndim}")
-        axes.add(a % ndim if ndim else 0)
+        axes.add(a % ndim)
     return tuple(sorted(axes))
 
 
@@ -46,7 +50,7 @@ def _spread(dy: Tensor, op: Op) -> Tensor:
     return broadcast_to(reshape(dy, _kept_shape(shape, op.attrs["axis"])), shape)
 
 
-def _reducer(name: str, forward: Any, save: str) -> Any:
+def _reducer(name: str, public: str, what: str, forward: Any, save: str) -> Any:
     opdef = OpDef(name, forward, save)
 
     def reduce(input_tensor: Any, axis: Axis = None, keepdims: bool = False) -> Tensor:
@@ -54,7 +58,11 @@ def _reducer(name: str, forward: Any, save: str) -> Any:
         axes = normalize_axes(axis, x.ndim)
         return execute(opdef, (x,), {"axis": axes, "keepdims": bool(keepdims)})
 
-    reduce.__name__ = reduce.__qualname__ = name
+    reduce.__name__ = reduce.__qualname__ = public
+    reduce.__doc__ = (
+        f"The {what} of the elements over ``axis`` (all axes if ``None``; an int or a list,\n"
+        "    negative values count from the end); ``keepdims`` keeps the reduced axes with size 1.\n"
+    )
     return reduce
 
 
@@ -64,9 +72,15 @@ def _sum(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
 
 def _mean(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
     if x.dtype.kind == "f":
+        if 0 in x.shape:  # the mean of nothing is nan, as TF, without NumPy's warning
+            return np.full(np.sum(x, axis=axis, keepdims=keepdims).shape, np.nan, x.dtype)
         return np.mean(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
-    count = _pymath.prod(x.shape[a] for a in axis)
-    return np.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype) // max(count, 1)  # integer mean truncates, as TF
+    if x.dtype.kind == "b":
+        raise TypeError("reduce_mean needs a numeric tensor, got bool; use tp.cast(x, tp.float32)")
+    count = max(_pymath.prod(x.shape[a] for a in axis), 1)
+    total = np.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+    # integer mean rounds toward zero (C division, as TensorFlow), not toward -inf as // does
+    return (np.sign(total) * (np.abs(total) // count)).astype(x.dtype, copy=False)
 
 
 def _prod(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
@@ -85,13 +99,28 @@ def _min(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
     return np.min(x, axis=axis, keepdims=keepdims)
 
 
-reduce_sum = _reducer("Sum", _sum, save="")
-reduce_mean = _reducer("Mean", _mean, save="")
-reduce_prod = _reducer("Prod", _prod, save="x")
-reduce_max = _reducer("Max", _max, save="x out")
-reduce_min = _reducer("Min", _min, save="x out")
-reduce_any = _reducer("Any", lambda x, axis, keepdims: np.any(x, axis=axis, keepdims=keepdims), save="")
-reduce_all = _reducer("All", lambda x, axis, keepdims: np.all(x, axis=axis, keepdims=keepdims), save="")
+reduce_sum = _reducer("Sum", "reduce_sum", "sum (bool counts as int32)", _sum, save="")
+reduce_mean = _reducer("Mean", "reduce_mean", "mean (integer means round toward zero, as TF)", _mean, save="")
+reduce_prod = _reducer("Prod", "reduce_prod", "product", _prod, save="x")
+reduce_max = _reducer("Max", "reduce_max", "maximum", _max, save="x out")
+reduce_min = _reducer("Min", "reduce_min", "minimum", _min, save="x out")
+
+
+def _logical_reducer(name: str, fn: Any) -> Any:
+    def forward(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+        if x.dtype.kind != "b":
+            raise TypeError(f"{name} needs a bool tensor, got {x.dtype.name}; compare first, e.g. x > 0")
+        return fn(x, axis=axis, keepdims=keepdims)
+
+    return forward
+
+
+reduce_any = _reducer(
+    "Any", "reduce_any", "logical or (bool only)", _logical_reducer("reduce_any", np.any), save=""
+)
+reduce_all = _reducer(
+    "All", "reduce_all", "logical and (bool only)", _logical_reducer("reduce_all", np.all), save=""
+)
 not_differentiable("Any")
 not_differentiable("All")
 
@@ -147,43 +176,72 @@ def _prod_others_grad(op: Op, dy: Tensor) -> Tensor:
 
 
 def reduce_logsumexp(input_tensor: Any, axis: Axis = None, keepdims: bool = False) -> Tensor:
-    """``log(reduce_sum(exp(x)))`` computed without overflow."""
+    """``log(reduce_sum(exp(x)))`` over ``axis``, computed without overflow (floating tensors only)."""
     x = convert_to_tensor(input_tensor)
+    if x.dtype.kind != "f":
+        raise TypeError(
+            f"reduce_logsumexp needs a floating tensor, got {x.dtype.name}; use tp.cast(x, tp.float32)"
+        )
     axes = normalize_axes(axis, x.ndim)
     # Shifting by the (constant) max changes nothing mathematically and keeps exp finite.
-    shift = np.max(x._value, axis=axes, keepdims=True) if x.size else np.zeros(_kept_shape(x.shape, axes), x.dtype)
+    shift = (
+        np.max(x._value, axis=axes, keepdims=True)
+        if x.size
+        else np.zeros(_kept_shape(x.shape, axes), x.dtype)
+    )
     shift = Tensor(np.where(np.isfinite(shift), shift, 0).astype(x.dtype))
-    out = log(reduce_sum(exp(x - shift), axes, keepdims=True)) + shift
+    total = reduce_sum(exp(x - shift), axes, keepdims=True)
+    with np.errstate(divide="ignore"):  # all -inf (or empty): log(0) = -inf is the answer
+        out = log(total) + shift
     return out if keepdims else reshape(out, [n for i, n in enumerate(x.shape) if i not in axes])
 
 
-def _arg(name: str, fn: Any) -> Any:
+def _arg(name: str, what: str, fn: Any) -> Any:
     opdef = OpDef(name, lambda x, axis, dtype: fn(x, axis=axis).astype(dtype), save="")
     not_differentiable(name)
+    public = name.lower()
 
-    def arg(input: Any, axis: int = 0, output_type: Any = np.int64) -> Tensor:  # noqa: A002
+    def arg(input: Any, axis: int | None = None, output_type: Any = np.int64) -> Tensor:
         x = convert_to_tensor(input)
-        (a,) = normalize_axes(int(axis), x.ndim)
+        if not isinstance(axis, (int, np.integer, Tensor, type(None))):
+            raise TypeError(f"{public}: axis must be an int, got {axis!r}")
+        axes = normalize_axes(0 if axis is None else axis, x.ndim)
+        if len(axes) != 1:
+            raise TypeError(f"{public}: axis must be one int, got {axis!r}")
+        (a,) = axes
         if x.shape[a] == 0:
-            raise ValueError(f"{name.lower()} over an empty axis {a} of shape {x.shape}")
-        return execute(opdef, (x,), {"axis": a, "dtype": np.dtype(output_type)})
+            raise ValueError(f"{public} over an empty axis {a} of shape {x.shape}")
+        output_type = np.dtype(output_type)
+        if output_type not in (np.dtype(np.int32), np.dtype(np.int64)):
+            raise TypeError(f"{public}: output_type must be tp.int32 or tp.int64, got {output_type.name}")
+        return execute(opdef, (x,), {"axis": a, "dtype": output_type})
 
-    arg.__name__ = arg.__qualname__ = name.lower()
+    arg.__name__ = arg.__qualname__ = public
+    arg.__doc__ = (
+        f"The index of the {what} value along ``axis`` (0 when ``None``, as TensorFlow 2);\n"
+        "    the first one on ties. ``output_type`` is ``tp.int64`` (default) or ``tp.int32``.\n"
+    )
     return arg
 
 
-argmax = _arg("ArgMax", np.argmax)
-argmin = _arg("ArgMin", np.argmin)
+argmax = _arg("ArgMax", "largest", np.argmax)
+argmin = _arg("ArgMin", "smallest", np.argmin)
 
 
-def norm(tensor: Any, ord: Any = "euclidean", axis: Axis = None, keepdims: bool = False) -> Tensor:  # noqa: A002
+def norm(tensor: Any, ord: Any = "euclidean", axis: Axis = None, keepdims: bool = False) -> Tensor:
     """Vector norms (``ord`` 1, 2/``"euclidean"``, ``np.inf``, any p > 0) and the Frobenius norm.
 
     With ``axis`` a pair, ``ord`` may also be 1 or ``np.inf`` (matrix norms), as ``tf.norm``.
+    The gradient at an all-zero input is nan for the 2-norm, as in TensorFlow.
     """
     x = convert_to_tensor(tensor)
+    if x.dtype.kind != "f":
+        raise TypeError(f"norm needs a floating tensor, got {x.dtype.name}; use tp.cast(x, tp.float32)")
     axes = normalize_axes(axis, x.ndim)
-    if isinstance(axis, (list, tuple)) and len(axis) == 2 and ord in (1, np.inf):
+    pair = isinstance(axis, (list, tuple)) and len(axis) == 2
+    if pair and len(axes) != 2:
+        raise ValueError(f"norm: axis {list(axis)} must name two different axes of a rank-{x.ndim} tensor")
+    if pair and ord in (1, np.inf):
         rows, cols = (int(a) % x.ndim for a in axis)
         inner, outer = (rows, cols) if ord == 1 else (cols, rows)
         out = reduce_max(reduce_sum(abs(x), inner, keepdims=True), outer, keepdims=True)
