@@ -14,5 +14,8 @@ from tapefit.layers import Module as Module
 from tapefit.layers import initializers as initializers
 from tapefit.layers import losses as losses
 from tapefit.layers import metrics as metrics
+from tapefit.plugins import hookimpl as hookimpl
+from tapefit.trainer import History as History
+from tapefit.trainer import Trainer as Trainer
 
 __version__ = "0.1.0"

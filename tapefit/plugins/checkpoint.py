@@ -1,0 +1,497 @@
+"""Checkpoints: the file format, atomic writes, and the ``checkpoint`` plugin.
+
+**Format.** One checkpoint is one ``.npz`` file (a zip of ``.npy`` members, written and
+read with ``allow_pickle=False``, so loading never runs code). Every array of the
+checkpoint's contents is a member; the rest of the contents (counters, random
+generator states, the config, plugin states) is JSON in the member ``__metadata__``,
+with each array replaced by ``{"__ndarray__": member name}``. The member ``__digest__``
+holds the SHA-256 of the metadata and of every array (name, dtype, shape and bytes);
+``load_checkpoint`` recomputes it and refuses a file that does not match, naming it.
+
+**Atomic writes.** A file is written to a temporary file in the same folder, flushed,
+``fsync``-ed and renamed over its final name (a rename within one file system is
+atomic), and the folder is ``fsync``-ed. The ``last`` pointer (a one-line text file
+naming the newest checkpoint) is written the same way, after the checkpoint, so a
+process killed at any moment leaves ``last`` naming a complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import os
+import tempfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from tapefit.core.tensor import Tensor
+from tapefit.plugins.hookspecs import hookimpl
+
+logger = logging.getLogger("tapefit")
+
+FORMAT_NAME = "tapefit-checkpoint"
+FORMAT_VERSION = 1
+LAST_POINTER = "last"
+BEST_POINTER = "best"
+INTERRUPTED_NAME = "interrupted.npz"
+_METADATA = "__metadata__"
+_DIGEST = "__digest__"
+_ARRAY_REF = "__ndarray__"
+_TMP_SUFFIX = ".tmp"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, truncated, corrupted, or not a tapefit checkpoint."""
+
+
+# ---------------------------------------------------------------------------
+# Atomic writes
+# ---------------------------------------------------------------------------
+
+
+def _fsync_dir(folder: Path) -> None:
+    # Makes the rename itself durable; not every platform can open a folder.
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None]) -> Path:
+    """Writes a file so that it is either complete or absent, never half-written.
+
+    Args:
+        path: the final file name.
+        write: called with a binary file object to write the contents into.
+
+    Returns:
+        The path written.
+    """
+    path = Path(path)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=_TMP_SUFFIX, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def remove_stale_temporaries(folder: str | os.PathLike[str]) -> list[Path]:
+    """Deletes temporary files that a killed writer left in ``folder``; returns them."""
+    removed = []
+    for tmp in Path(folder).glob(f".*{_TMP_SUFFIX}"):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+            removed.append(tmp)
+    return removed
+
+
+# ---------------------------------------------------------------------------
+# Contents <-> (JSON metadata, arrays)
+# ---------------------------------------------------------------------------
+
+
+def _split(contents: dict[str, Any]) -> tuple[Any, dict[str, np.ndarray]]:
+    """Replaces every array in ``contents`` by a reference; returns (JSON-able data, arrays)."""
+    arrays: dict[str, np.ndarray] = {}
+
+    def member_name(path: list[str]) -> str:
+        base = "/".join(path) or "array"
+        name, i = base, 2
+        while name in arrays or name in (_METADATA, _DIGEST):
+            name, i = f"{base}~{i}", i + 1
+        return name
+
+    def convert(value: Any, path: list[str]) -> Any:
+        if isinstance(value, Tensor):
+            value = value.numpy()
+        if isinstance(value, (np.ndarray, np.generic)) and not isinstance(value, np.bool_ | np.str_):
+            array = np.asarray(value)
+            if array.dtype.kind not in "biuf":
+                raise TypeError(
+                    f"checkpoint entry {'/'.join(path)!r}: cannot store arrays of dtype {array.dtype}"
+                )
+            name = member_name(path)
+            arrays[name] = np.ascontiguousarray(array)
+            return {_ARRAY_REF: name}
+        if isinstance(value, np.bool_):
+            return bool(value)
+        if isinstance(value, np.str_):
+            return str(value)
+        if isinstance(value, dict):
+            out = {}
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise TypeError(
+                        f"checkpoint entry {'/'.join(path) or '<root>'!r}: keys must be strings, got {key!r}"
+                    )
+                out[key] = convert(item, [*path, key])
+            return out
+        if isinstance(value, (list, tuple)):
+            return [convert(item, [*path, str(i)]) for i, item in enumerate(value)]
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        raise TypeError(
+            f"checkpoint entry {'/'.join(path)!r}: cannot store a {type(value).__name__}; "
+            "states must be dicts, lists, numbers, strings, None and arrays"
+        )
+
+    return convert(contents, []), arrays
+
+
+def _join(data: Any, arrays: dict[str, np.ndarray], source: Path) -> Any:
+    """The inverse of ``_split``."""
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, dict):
+            if set(value) == {_ARRAY_REF}:
+                try:
+                    return arrays[value[_ARRAY_REF]]
+                except KeyError:
+                    raise CheckpointError(f"{source}: missing array {value[_ARRAY_REF]!r}") from None
+            return {k: convert(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [convert(v) for v in value]
+        return value
+
+    return convert(data)
+
+
+def _digest(metadata: bytes, arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    h.update(metadata)
+    for name in sorted(arrays):
+        array = arrays[name]
+        h.update(f"\0{name}\0{array.dtype.str}\0{array.shape}\0".encode())
+        h.update(memoryview(np.ascontiguousarray(array)).cast("B"))
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------
+# Saving and loading
+# ---------------------------------------------------------------------------
+
+
+def _write_npz(f: IO[bytes], members: dict[str, np.ndarray]) -> None:
+    # Uncompressed, like np.savez; allow_pickle=False also refuses object arrays here.
+    with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, array in members.items():
+            with zf.open(name + ".npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, array, allow_pickle=False)
+
+
+def save_checkpoint(path: str | os.PathLike[str], contents: dict[str, Any]) -> Path:
+    """Writes ``contents`` (nested dicts/lists of JSON values and arrays) atomically to ``path``.
+
+    Returns:
+        The path written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data, arrays = _split({"format": FORMAT_NAME, "version": FORMAT_VERSION, **contents})
+    metadata = json.dumps(data, sort_keys=True, allow_nan=True).encode("utf-8")
+    digest = _digest(metadata, arrays)
+    members = {
+        _METADATA: np.frombuffer(metadata, dtype=np.uint8),
+        _DIGEST: np.frombuffer(digest.encode("ascii"), dtype=np.uint8),
+        **arrays,
+    }
+    return atomic_write(path, lambda f: _write_npz(f, members))
+
+
+def resolve_checkpoint(path: str | os.PathLike[str]) -> Path:
+    """The checkpoint file that ``path`` means.
+
+    Args:
+        path: a checkpoint file, or a folder whose ``last`` pointer names one.
+
+    Raises:
+        FileNotFoundError: nothing there (the message names the path).
+        CheckpointError: the ``last`` pointer names a file that does not exist.
+    """
+    path = Path(path)
+    if path.is_dir():
+        pointer = path / LAST_POINTER
+        if not pointer.is_file():
+            raise FileNotFoundError(
+                f"{path} is a folder without a '{LAST_POINTER}' pointer: no checkpoint to resume"
+            )
+        name = pointer.read_text(encoding="utf-8").strip()
+        target = path / name
+        if not name or not target.is_file():
+            raise CheckpointError(f"{pointer} names {name!r}, which is not a file in {path}")
+        return target
+    if path.is_file():
+        return path
+    if path.with_name(path.name + ".npz").is_file():
+        return path.with_name(path.name + ".npz")
+    raise FileNotFoundError(f"no checkpoint at {path}")
+
+
+def latest_checkpoint(folder: str | os.PathLike[str]) -> Path | None:
+    """The checkpoint that ``folder``'s ``last`` pointer names, or ``None`` when there is none."""
+    try:
+        return resolve_checkpoint(folder) if Path(folder).is_dir() else None
+    except (FileNotFoundError, CheckpointError):
+        return None
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Reads and verifies a checkpoint written by ``save_checkpoint``.
+
+    Args:
+        path: a checkpoint file, or a folder with a ``last`` pointer.
+
+    Returns:
+        The contents, arrays as ndarrays.
+
+    Raises:
+        CheckpointError: the file is truncated, corrupted (digest mismatch), or not a
+            tapefit checkpoint; the message names the file.
+    """
+    path = resolve_checkpoint(path)
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            members = {name: npz[name] for name in npz.files}
+    except Exception as error:  # zipfile, zlib, numpy and OS errors all mean the same here
+        raise CheckpointError(
+            f"{path}: cannot read the checkpoint, the file is truncated or corrupted "
+            f"({type(error).__name__}: {error})"
+        ) from error
+    if _METADATA not in members or _DIGEST not in members:
+        raise CheckpointError(f"{path}: not a tapefit checkpoint (no {_METADATA}/{_DIGEST} members)")
+    metadata = members.pop(_METADATA).tobytes()
+    stored = members.pop(_DIGEST).tobytes().decode("ascii", errors="replace")
+    if _digest(metadata, members) != stored:
+        raise CheckpointError(f"{path}: the checkpoint is corrupted (its SHA-256 digest does not match)")
+    try:
+        data = json.loads(metadata.decode("utf-8"))
+    except ValueError as error:
+        raise CheckpointError(f"{path}: unreadable metadata: {error}") from error
+    if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
+        raise CheckpointError(f"{path}: not a tapefit checkpoint")
+    if data.get("version") != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: checkpoint format version {data.get('version')!r} is not supported")
+    return _join(data, members, path)
+
+
+def write_pointer(folder: str | os.PathLike[str], name: str, target: str) -> Path:
+    """Atomically writes the pointer file ``folder/name`` naming ``target`` (a file name in ``folder``)."""
+    return atomic_write(Path(folder) / name, lambda f: f.write(f"{target}\n".encode()))
+
+
+# ---------------------------------------------------------------------------
+# The plugin
+# ---------------------------------------------------------------------------
+
+
+def _infer_mode(monitor: str, mode: str) -> str:
+    if mode not in ("auto", "min", "max"):
+        raise ValueError(f"mode must be 'auto', 'min' or 'max', got {mode!r}")
+    if mode != "auto":
+        return mode
+    name = monitor.removeprefix("val_")
+    return "max" if name.startswith(("acc", "auc")) or name.endswith(("accuracy", "auc")) else "min"
+
+
+def _all_finite(state: Any) -> bool:
+    arrays = state.values() if isinstance(state, dict) else state
+    return all(np.isfinite(a).all() for a in arrays if a.dtype.kind == "f")
+
+
+class Checkpoint:
+    """Saves checkpoints during ``fit`` (config name ``checkpoint``).
+
+    A checkpoint holds the model's variables, the optimizer's state and step count, the
+    trainer's epoch, step and position in the epoch, the metrics' running state, the
+    random generators' states (shuffle order, dropout), every plugin's state and the
+    resolved config; ``Trainer.fit(..., resume_from=folder_or_file)`` continues from it
+    exactly. Files are named ``epoch{E:04d}-step{S:08d}.npz`` (``E`` the epoch index,
+    ``S`` the optimizer steps done), written atomically, and the pointer file ``last``
+    names the newest (``best`` the best one when ``monitor`` is set).
+
+    Args:
+        dirpath: the folder; default ``<trainer.output_dir>/checkpoints``.
+        every_n_epochs: save at the end of every n-th epoch (``None`` or 0: never).
+        every_n_steps: save after every n-th optimizer step (``None`` or 0: never).
+        keep_last: keep only the newest n checkpoints (``None``: keep all). The best
+            one (with ``monitor``) and ``interrupted.npz`` are never deleted.
+        monitor: an epoch log key (``"val_loss"``) to rank checkpoints by; checked at
+            epoch ends.
+        mode: ``"min"``, ``"max"`` or ``"auto"`` (max for accuracy/AUC, else min), as Keras.
+        save_best_only: with ``monitor``, save at an epoch end only when it improved.
+        save_on_exception: save ``interrupted.npz`` when an exception (also
+            ``KeyboardInterrupt``) ends the fit, and point ``last`` at it.
+        save_on_fit_end: when ``fit`` ends after a step that was not saved (for example
+            stopped in the middle of an epoch), save it; not with ``save_best_only``.
+
+    A state whose model weights are not finite is never saved (a warning says so), so
+    after a NaN the last good checkpoint stays the newest.
+    """
+
+    plugin_name = "checkpoint"
+
+    def __init__(
+        self,
+        dirpath: str | None = None,
+        every_n_epochs: int | None = 1,
+        every_n_steps: int | None = None,
+        keep_last: int | None = None,
+        monitor: str | None = None,
+        mode: str = "auto",
+        save_best_only: bool = False,
+        save_on_exception: bool = True,
+        save_on_fit_end: bool = True,
+    ) -> None:
+        for name, value in (("every_n_epochs", every_n_epochs), ("every_n_steps", every_n_steps)):
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise ValueError(f"{name} must be a non-negative integer or None, got {value!r}")
+        if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 1):
+            raise ValueError(f"keep_last must be a positive integer or None, got {keep_last!r}")
+        if save_best_only and monitor is None:
+            raise ValueError("save_best_only=True needs a monitor (an epoch log key such as 'val_loss')")
+        self.dirpath = None if dirpath is None else Path(dirpath)
+        self.every_n_epochs = every_n_epochs or 0
+        self.every_n_steps = every_n_steps or 0
+        self.keep_last = keep_last
+        self.monitor = monitor
+        self.mode = _infer_mode(monitor, mode) if monitor else mode
+        self.save_best_only = bool(save_best_only)
+        self.save_on_exception = bool(save_on_exception)
+        self.save_on_fit_end = bool(save_on_fit_end)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.saved: list[str] = []
+        self.best_value: float | None = None
+        self.best_name: str | None = None
+        self._last_saved: tuple[int, int, bool] | None = None
+        self._warned_missing = False
+
+    # -- state -------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The files saved so far and the best monitored value."""
+        return {"saved": list(self.saved), "best_value": self.best_value, "best_name": self.best_name}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores what ``state_dict`` returned."""
+        self.saved = list(state["saved"])
+        self.best_value = state["best_value"]
+        self.best_name = state["best_name"]
+
+    # -- hooks -------------------------------------------------------------
+
+    @hookimpl
+    def on_fit_start(self, trainer: Any) -> None:
+        self._reset()
+        self.folder = self.dirpath if self.dirpath is not None else Path(trainer.output_dir) / "checkpoints"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for tmp in remove_stale_temporaries(self.folder):
+            logger.info("removed %s, left by an interrupted checkpoint write", tmp)
+        # Resuming from a step counts as saved, so fit end does not save it again.
+        self._last_saved = trainer.position_key()
+
+    @hookimpl(trylast=True)
+    def on_train_batch_end(self, trainer: Any) -> None:
+        if self.every_n_steps and trainer.step % self.every_n_steps == 0:
+            self._save(trainer)
+
+    @hookimpl(trylast=True)
+    def on_epoch_end(self, trainer: Any, epoch: int, logs: dict[str, float]) -> None:
+        if trainer.batch_in_epoch < trainer.steps_per_epoch:
+            return  # a partial epoch (stop_training): on_fit_end saves it
+        if not self.every_n_epochs or (epoch + 1) % self.every_n_epochs:
+            return
+        improved = False
+        if self.monitor is not None:
+            value = logs.get(self.monitor)
+            if value is None:
+                if not self._warned_missing:
+                    logger.warning(
+                        "checkpoint: monitor %r is not in the epoch logs (keys: %s)",
+                        self.monitor,
+                        ", ".join(sorted(logs)),
+                    )
+                    self._warned_missing = True
+            elif math.isfinite(value) and (
+                self.best_value is None
+                or (value < self.best_value if self.mode == "min" else value > self.best_value)
+            ):
+                improved = True
+        if self.save_best_only and not improved:
+            return
+        path = self._save(trainer)
+        if improved and path is not None:
+            self.best_value = float(logs[self.monitor])  # type: ignore[index]
+            self.best_name = path.name
+            write_pointer(self.folder, BEST_POINTER, path.name)
+
+    @hookimpl
+    def on_fit_end(self, trainer: Any) -> None:
+        if self.save_on_fit_end and not self.save_best_only and trainer.position_key() != self._last_saved:
+            self._save(trainer)
+
+    @hookimpl
+    def on_exception(self, trainer: Any, exception: BaseException) -> None:
+        if not self.save_on_exception or not hasattr(self, "folder"):
+            return
+        if trainer.update_in_progress:
+            logger.warning(
+                "checkpoint: %s arrived while the optimizer was updating the variables; "
+                "no interrupted checkpoint is saved (the state is half-updated)",
+                type(exception).__name__,
+            )
+            return
+        path = self._write(trainer, self.folder / INTERRUPTED_NAME)
+        if path is not None:
+            write_pointer(self.folder, LAST_POINTER, path.name)
+            logger.warning("checkpoint: saved %s after %s", path, type(exception).__name__)
+
+    # -- saving --------------------------------------------------------------
+
+    def _write(self, trainer: Any, path: Path) -> Path | None:
+        contents = trainer.checkpoint_contents()
+        if not _all_finite(contents["model"]):
+            logger.warning(
+                "checkpoint: not saving %s at step %d: the model has non-finite weights; "
+                "the last good checkpoint stays",
+                path.name,
+                trainer.step,
+            )
+            return None
+        return save_checkpoint(path, contents)
+
+    def _save(self, trainer: Any) -> Path | None:
+        name = f"epoch{trainer.epoch:04d}-step{trainer.step:08d}.npz"
+        path = self._write(trainer, self.folder / name)
+        if path is None:
+            return None
+        self._last_saved = trainer.position_key()
+        write_pointer(self.folder, LAST_POINTER, name)
+        if name in self.saved:
+            self.saved.remove(name)
+        self.saved.append(name)
+        if self.keep_last is not None:
+            keep = set(self.saved[-self.keep_last :])
+            for old in [n for n in self.saved if n not in keep and n != self.best_name]:
+                self.saved.remove(old)
+                with contextlib.suppress(FileNotFoundError):
+                    (self.folder / old).unlink()
+        return path

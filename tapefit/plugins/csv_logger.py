@@ -1,0 +1,107 @@
+"""The ``csv_logger`` plugin: one row per epoch with every log key."""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+from pathlib import Path
+from typing import IO, Any
+
+from tapefit.plugins.checkpoint import atomic_write
+from tapefit.plugins.hookspecs import hookimpl
+
+logger = logging.getLogger("tapefit")
+
+
+class CSVLogger:
+    """Writes the epoch logs to a CSV file, one row per epoch (config name ``csv_logger``).
+
+    The columns are ``epoch`` then the log keys of the first row, sorted (as Keras's
+    ``CSVLogger``); a key missing in a later row is written empty, and a key that
+    first appears later is left out (with one warning). Rows are flushed as they are
+    written.
+
+    Args:
+        filename: the file; default ``<trainer.output_dir>/history.csv``.
+        separator: the column separator.
+        append: ``True`` appends to an existing file, ``False`` starts it anew; ``None``
+            (default) appends when the fit resumes from a checkpoint, after dropping the
+            rows of epochs the resumed fit will run again (those after the checkpoint),
+            and starts anew otherwise.
+    """
+
+    plugin_name = "csv_logger"
+
+    def __init__(self, filename: str | None = None, separator: str = ",", append: bool | None = None) -> None:
+        self.filename = None if filename is None else Path(filename)
+        self.separator = separator
+        self.append = append
+        self.path: Path | None = None
+        self._file: IO[str] | None = None
+        self._keys: list[str] | None = None
+        self._writer: Any = None
+        self._warned: set[str] = set()
+
+    @hookimpl
+    def on_fit_start(self, trainer: Any) -> None:
+        self.path = self.filename if self.filename is not None else Path(trainer.output_dir) / "history.csv"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        append = trainer.resumed if self.append is None else self.append
+        self._keys = None
+        self._warned = set()
+        mode = "w"
+        if append and self.path.is_file() and self.path.stat().st_size:
+            keep_before = trainer.epoch if self.append is None else None
+            self._keys = self._prepare_existing(keep_before)
+            mode = "a"
+        # Kept open across epochs; on_fit_end and on_exception close it.
+        self._file = open(self.path, mode, newline="", encoding="utf-8")
+        self._writer = csv.writer(self._file, delimiter=self.separator)
+
+    def _prepare_existing(self, keep_before: int | None) -> list[str] | None:
+        """Reads the file's header; drops rows with ``epoch >= keep_before`` (atomically)."""
+        assert self.path is not None
+        with open(self.path, newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f, delimiter=self.separator))
+        if not rows or not rows[0] or rows[0][0] != "epoch":
+            raise ValueError(f"{self.path}: cannot append, it does not start with an 'epoch' header row")
+        header = rows[0]
+        if keep_before is not None:
+            kept = [row for row in rows[1:] if row and int(row[0]) < keep_before]
+            if len(kept) != len(rows) - 1:
+                text = io.StringIO()
+                csv.writer(text, delimiter=self.separator).writerows([header, *kept])
+                atomic_write(self.path, lambda f: f.write(text.getvalue().encode("utf-8")))
+        return header[1:]
+
+    @hookimpl
+    def on_epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+        if self._file is None:
+            return
+        if self._keys is None:
+            self._keys = sorted(logs)
+            self._writer.writerow(["epoch", *self._keys])
+        for key in logs:
+            if key not in self._keys and key not in self._warned:
+                self._warned.add(key)
+                logger.warning("csv_logger: %r first appeared after the header was written; not logged", key)
+        self._writer.writerow([epoch, *(_format(logs[k]) if k in logs else "" for k in self._keys)])
+        self._file.flush()
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    @hookimpl
+    def on_fit_end(self) -> None:
+        self._close()
+
+    @hookimpl
+    def on_exception(self) -> None:
+        self._close()
+
+
+def _format(value: Any) -> str:
+    return repr(float(value)) if isinstance(value, float) else str(value)

@@ -1,0 +1,145 @@
+"""The ``early_stopping`` plugin: stops training when a monitored value stops improving."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from tapefit.plugins.hookspecs import hookimpl
+
+logger = logging.getLogger("tapefit")
+
+
+def infer_mode(monitor: str, mode: str) -> str:
+    """``"min"`` or ``"max"``; ``"auto"`` is max for accuracy/AUC keys, else min (as Keras)."""
+    if mode not in ("auto", "min", "max"):
+        raise ValueError(f"mode must be 'auto', 'min' or 'max', got {mode!r}")
+    if mode != "auto":
+        return mode
+    name = monitor.removeprefix("val_")
+    return "max" if name.startswith(("acc", "auc")) or name.endswith(("accuracy", "auc")) else "min"
+
+
+class EarlyStopping:
+    """Stops ``fit`` when ``monitor`` has not improved for ``patience`` epochs (config name ``early_stopping``).
+
+    Keras's ``EarlyStopping``: an epoch improves when the value beats the best so far
+    by more than ``min_delta`` (downwards for ``mode="min"``, upwards for ``"max"``).
+
+    Args:
+        monitor: the epoch log key to watch.
+        patience: epochs without improvement before stopping.
+        mode: ``"min"``, ``"max"`` or ``"auto"``.
+        min_delta: the smallest change that counts as an improvement.
+        restore_best_weights: at the end of the fit, set the model's variables back to
+            those of the best epoch (Keras 3 does this whether or not it stopped early).
+        baseline: stop unless the value beats this within ``patience`` epochs.
+        start_from_epoch: epochs to wait before watching (warm-up).
+
+    A monitor key missing from the logs gives a warning (naming the keys there) and
+    never stops training. The plugin's counters (and best weights) go into checkpoints.
+    """
+
+    plugin_name = "early_stopping"
+
+    def __init__(
+        self,
+        monitor: str = "val_loss",
+        patience: int = 0,
+        mode: str = "auto",
+        min_delta: float = 0.0,
+        restore_best_weights: bool = False,
+        baseline: float | None = None,
+        start_from_epoch: int = 0,
+    ) -> None:
+        if not isinstance(patience, int) or patience < 0:
+            raise ValueError(f"patience must be a non-negative integer, got {patience!r}")
+        self.monitor = monitor
+        self.patience = patience
+        self.mode = infer_mode(monitor, mode)
+        self.min_delta = abs(float(min_delta))
+        self.restore_best_weights = bool(restore_best_weights)
+        self.baseline = baseline
+        self.start_from_epoch = int(start_from_epoch)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.wait = 0
+        self.best: float | None = None
+        self.best_epoch: int | None = None
+        self.best_weights: dict[str, np.ndarray] | None = None
+        self.stopped_epoch: int | None = None
+        self._warned = False
+
+    def _improved(self, value: float, reference: float | None) -> bool:
+        if reference is None:
+            return True
+        if self.mode == "min":
+            return value < reference - self.min_delta
+        return value > reference + self.min_delta
+
+    @hookimpl
+    def on_fit_start(self) -> None:
+        self._reset()
+
+    @hookimpl
+    def on_epoch_end(self, trainer: Any, epoch: int, logs: dict[str, float]) -> None:
+        value = logs.get(self.monitor)
+        if value is None:
+            if not self._warned:
+                logger.warning(
+                    "early_stopping: monitor %r is not in the epoch logs (keys: %s); it never stops training",
+                    self.monitor,
+                    ", ".join(sorted(logs)),
+                )
+                self._warned = True
+            return
+        if epoch < self.start_from_epoch:
+            return
+        self.wait += 1
+        if self._improved(value, self.best):
+            self.best = float(value)
+            self.best_epoch = epoch
+            if self.restore_best_weights:
+                self.best_weights = trainer.model.state_dict()
+            # A baseline must be beaten before the wait restarts (Keras's rule).
+            if self.baseline is None or self._improved(value, self.baseline):
+                self.wait = 0
+            return
+        if self.wait >= self.patience and epoch > 0:
+            self.stopped_epoch = epoch
+            trainer.stop_training = True
+            logger.info(
+                "early_stopping: stopped after epoch %d; best %s = %.6g at epoch %d",
+                epoch,
+                self.monitor,
+                self.best,
+                self.best_epoch,
+            )
+
+    # tryfirst: a checkpoint saved at the end of the fit holds the restored weights.
+    @hookimpl(tryfirst=True)
+    def on_fit_end(self, trainer: Any) -> None:
+        if self.restore_best_weights and self.best_weights is not None:
+            logger.info("early_stopping: restoring the weights of epoch %d", self.best_epoch)
+            trainer.model.load_state_dict(self.best_weights)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, best value and (with ``restore_best_weights``) the best weights."""
+        return {
+            "wait": self.wait,
+            "best": self.best,
+            "best_epoch": self.best_epoch,
+            "best_weights": self.best_weights,
+            "stopped_epoch": self.stopped_epoch,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores what ``state_dict`` returned."""
+        self.wait = int(state["wait"])
+        self.best = state["best"]
+        self.best_epoch = state["best_epoch"]
+        self.best_weights = state["best_weights"]
+        self.stopped_epoch = state["stopped_epoch"]

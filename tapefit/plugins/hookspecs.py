@@ -1,0 +1,236 @@
+"""Every hook of the fit loop, declared and documented in one place, grouped by phase.
+
+A plugin is any object or module whose hook functions are marked with ``@tp.hookimpl``.
+An implementation may declare any subset of a hook's arguments, by name (pluggy matches
+them by name, not position)::
+
+    class PrintLoss:
+        @tp.hookimpl
+        def on_epoch_end(self, epoch, logs):
+            print(epoch, logs["loss"])
+
+**Call order.** Every hook, the gradient transforms included, calls the plugins in the
+order they were given in ``Trainer(plugins=[...])`` (as Keras calls its callbacks).
+A plugin registered later with ``trainer.plugins.register(p)`` runs *before* those
+(pluggy's last-registered-first rule). ``@tp.hookimpl(tryfirst=True)`` and
+``@tp.hookimpl(trylast=True)`` move one implementation to the front or the back; the
+built-in plugins use them where order matters (``terminate_on_nan`` first,
+``checkpoint`` last).
+
+**Return values** are ignored except where a hook says otherwise.
+
+**Logs** are plain dicts of Python floats. ``on_train_batch_end`` and
+``transform_gradients`` get the batch's logs: ``loss`` (this batch's loss, with the
+regularization losses) and the running epoch value of every metric; a plugin may add
+keys. ``on_epoch_end`` gets the epoch's logs: ``loss`` and every metric averaged over
+the epoch, and their ``val_`` versions when there is validation data; keys a plugin adds
+there go into the ``History``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+PROJECT_NAME = "tapefit"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+"""Marks a plugin's method (or a module's function) as a hook implementation (``tp.hookimpl``)."""
+
+GradsAndVars = list[tuple[Any, Any]]
+
+# ---------------------------------------------------------------------------
+# The fit as a whole
+# ---------------------------------------------------------------------------
+
+
+@hookspec
+def on_fit_start(trainer: Any) -> None:
+    """Called once at the start of ``Trainer.fit``, before the first batch.
+
+    When resuming (``fit(..., resume_from=...)``) the model, optimizer, counters and
+    random generators are already restored (``trainer.resumed`` is True,
+    ``trainer.epoch`` and ``trainer.step`` hold where training continues), and the
+    plugins' own states are restored right *after* this hook, so a plugin may reset
+    itself here unconditionally.
+
+    Args:
+        trainer: the ``tp.Trainer`` running the fit.
+    """
+
+
+@hookspec
+def on_fit_end(trainer: Any) -> None:
+    """Called once when ``fit`` finishes normally (also after ``stop_training``).
+
+    Plugins that own files flush and close them here.
+
+    Args:
+        trainer: the ``tp.Trainer``.
+    """
+
+
+@hookspec
+def on_exception(trainer: Any, exception: BaseException) -> None:
+    """Called when an exception (``KeyboardInterrupt`` too) escapes the fit loop.
+
+    ``on_fit_end`` is not called then. Plugins close their files here, and the
+    ``checkpoint`` plugin saves an ``interrupted`` checkpoint. The exception is re-raised
+    after every implementation ran; an implementation that raises itself is logged and
+    does not stop the others.
+
+    Args:
+        trainer: the ``tp.Trainer``.
+        exception: the exception that ended the fit.
+    """
+
+
+# ---------------------------------------------------------------------------
+# Epochs
+# ---------------------------------------------------------------------------
+
+
+@hookspec
+def on_epoch_start(trainer: Any, epoch: int) -> None:
+    """Called at the start of every epoch.
+
+    When a fit resumes in the middle of an epoch it is called again for that epoch;
+    ``trainer.batch_in_epoch`` then tells how many of its batches are already done.
+
+    Args:
+        trainer: the ``tp.Trainer``.
+        epoch: the epoch's index, counting from 0 over the whole run.
+    """
+
+
+@hookspec
+def on_validation_end(trainer: Any, epoch: int, logs: dict[str, float]) -> None:
+    """Called after the validation pass of an epoch, before ``on_epoch_end``.
+
+    Only called when ``fit`` got ``validation_data``.
+
+    Args:
+        trainer: the ``tp.Trainer``.
+        epoch: the epoch's index.
+        logs: the validation results, keys prefixed with ``val_`` (``val_loss``, ...).
+    """
+
+
+@hookspec
+def on_epoch_end(trainer: Any, epoch: int, logs: dict[str, float]) -> None:
+    """Called at the end of every epoch (also a partial one ended by ``stop_training``).
+
+    Args:
+        trainer: the ``tp.Trainer``.
+        epoch: the epoch's index.
+        logs: ``loss`` and the metrics averaged over the epoch, and the ``val_`` keys.
+            Plugins may add keys (``reduce_lr_on_plateau`` adds ``learning_rate``);
+            the dict is appended to the ``History`` after every plugin ran.
+    """
+
+
+# ---------------------------------------------------------------------------
+# Training batches
+# ---------------------------------------------------------------------------
+
+
+@hookspec
+def on_train_batch_start(trainer: Any, step: int) -> None:
+    """Called before the forward pass of every training batch.
+
+    Args:
+        trainer: the ``tp.Trainer``.
+        step: the index of the optimizer step this batch makes, counting from 0 over
+            the whole run (``trainer.epoch`` and ``trainer.batch_in_epoch`` give the
+            position in the epoch).
+    """
+
+
+@hookspec
+def transform_gradients(
+    trainer: Any, step: int, grads_and_vars: GradsAndVars, logs: dict[str, float]
+) -> GradsAndVars | None:
+    """Transforms the gradients before the optimizer applies them (clipping, noise, ...).
+
+    The implementations are chained, in the call order described at the top of this
+    module: each gets the pairs the previous one returned, and the last one's pairs go
+    to ``optimizer.apply_gradients``. Returning ``None`` passes the pairs on unchanged
+    (for plugins that only look). A gradient may be ``None`` (a variable the loss does
+    not depend on); transforms must pass such pairs through.
+
+    Args:
+        trainer: the ``tp.Trainer``.
+        step: the optimizer step about to be made.
+        grads_and_vars: a list of ``(gradient, variable)`` pairs.
+        logs: the batch's logs so far (``loss``); a transform may add keys
+            (``clip_gradients`` adds the pre-clip ``grad_global_norm``).
+
+    Returns:
+        A new list of ``(gradient, variable)`` pairs, or ``None``.
+    """
+
+
+@hookspec
+def on_train_batch_end(trainer: Any, step: int, logs: dict[str, float]) -> None:
+    """Called after the optimizer step of every training batch.
+
+    Setting ``trainer.stop_training = True`` here ends ``fit`` after this batch.
+
+    Args:
+        trainer: the ``tp.Trainer``.
+        step: the index of the optimizer step just made (``trainer.step`` is already
+            ``step + 1``).
+        logs: ``loss`` of this batch, the running epoch value of every metric, and
+            what transforms added.
+    """
+
+
+# ---------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------
+# A plugin's own state goes into checkpoints in one of two ways:
+#  * the plugin object has ``state_dict()`` / ``load_state_dict(state)`` methods
+#    (as Lightning callbacks): the trainer stores ``state_dict()`` under the plugin's
+#    registered name and hands it back on resume; or
+#  * it implements the two hooks below and edits ``checkpoint["plugins"]`` itself.
+# States are nested dicts/lists of JSON values (str, int, float, bool, None) and
+# NumPy arrays; no pickle is ever written or read.
+
+
+@hookspec
+def on_save_checkpoint(trainer: Any, checkpoint: dict[str, Any]) -> None:
+    """Called while a checkpoint's contents are gathered, before it is written.
+
+    Args:
+        trainer: the ``tp.Trainer``.
+        checkpoint: the checkpoint's contents; ``checkpoint["plugins"]`` maps plugin
+            names to their states, and a plugin may add its own entry.
+    """
+
+
+@hookspec
+def on_load_checkpoint(trainer: Any, checkpoint: dict[str, Any]) -> None:
+    """Called on resume, after the model, optimizer and plugin states were restored.
+
+    Args:
+        trainer: the ``tp.Trainer``.
+        checkpoint: the checkpoint's contents as read from the file.
+    """
+
+
+# The hook names, in the order of a fit, for documentation and error messages.
+HOOK_NAMES: tuple[str, ...] = (
+    "on_fit_start",
+    "on_epoch_start",
+    "on_train_batch_start",
+    "transform_gradients",
+    "on_train_batch_end",
+    "on_validation_end",
+    "on_epoch_end",
+    "on_fit_end",
+    "on_exception",
+    "on_save_checkpoint",
+    "on_load_checkpoint",
+)

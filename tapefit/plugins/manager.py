@@ -1,0 +1,291 @@
+"""The plugin manager: pluggy's, with tapefit's hooks, names and discovery.
+
+Plugins come from three places, all registered by the same mechanism:
+
+* objects or modules passed in ``Trainer(plugins=[...])``;
+* built-in plugins by short name (``"progress"``, ``{"type": "checkpoint", ...}``);
+* third-party plugins by name from the ``tapefit`` entry-point group, or by import
+  path ``"package.module:ClassName"``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata
+import logging
+import re
+import types
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pluggy
+
+from tapefit.plugins import hookspecs
+from tapefit.plugins.hookspecs import PROJECT_NAME, GradsAndVars
+
+logger = logging.getLogger("tapefit")
+
+ENTRY_POINT_GROUP = "tapefit"
+
+# Short name -> "module:attribute"; imported only when used (tensorboardX is slow to import).
+BUILTIN_PLUGINS: dict[str, str] = {
+    "progress": "tapefit.plugins.progress:ProgressPlugin",
+    "csv_logger": "tapefit.plugins.csv_logger:CSVLogger",
+    "tensorboard": "tapefit.plugins.tensorboard:TensorBoard",
+    "clip_gradients": "tapefit.plugins.clip_gradients:ClipGradients",
+    "checkpoint": "tapefit.plugins.checkpoint:Checkpoint",
+    "early_stopping": "tapefit.plugins.early_stopping:EarlyStopping",
+    "terminate_on_nan": "tapefit.plugins.terminate_on_nan:TerminateOnNaN",
+    "reduce_lr_on_plateau": "tapefit.plugins.reduce_lr_on_plateau:ReduceLROnPlateau",
+}
+
+PluginValidationError = pluggy.PluginValidationError
+
+
+def _import_object(path: str) -> Any:
+    """Imports ``"package.module:attribute"`` (the attribute may be dotted)."""
+    module_name, sep, attribute = path.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"plugin import path must look like 'package.module:ClassName', got {path!r}")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"cannot import plugin {path!r}: {error}") from error
+    for part in attribute.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ValueError(f"cannot import plugin {path!r}: {module_name} has no {attribute!r}") from None
+    return obj
+
+
+def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def available_plugins() -> list[str]:
+    """The short names that ``create_plugin`` resolves: built-ins, then entry points."""
+    extra = sorted(name for name in _entry_points() if name not in BUILTIN_PLUGINS)
+    return [*BUILTIN_PLUGINS, *extra]
+
+
+def resolve_plugin(name: str) -> Any:
+    """Finds what a plugin name refers to (a class, module or object), without creating it.
+
+    Args:
+        name: a built-in short name, a name from the ``tapefit`` entry-point group,
+            or an import path ``"package.module:ClassName"``.
+
+    Raises:
+        ValueError: the name is unknown (the message lists the known names).
+    """
+    if name in BUILTIN_PLUGINS:
+        return _import_object(BUILTIN_PLUGINS[name])
+    entry_points = _entry_points()
+    if name in entry_points:
+        try:
+            return entry_points[name].load()
+        except Exception as error:
+            raise ValueError(f"cannot load plugin {name!r} from its entry point: {error}") from error
+    if ":" in name:
+        return _import_object(name)
+    known = available_plugins()
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(
+        f"unknown plugin {name!r}{hint}; known plugins: {', '.join(known)}, "
+        "or an import path 'package.module:ClassName'"
+    )
+
+
+def create_plugin(spec: Any, **kwargs: Any) -> Any:
+    """Makes a plugin from a config entry.
+
+    Args:
+        spec: a plugin object or module (returned as is), a name (see
+            ``resolve_plugin``), or a dict ``{"type": name, **kwargs}`` as in configs.
+        **kwargs: keyword arguments for the plugin's class.
+
+    Returns:
+        The plugin: a class found by name is instantiated with the keyword arguments;
+        a module or object found by name is returned as is.
+    """
+    if isinstance(spec, Mapping):
+        if "type" not in spec:
+            raise ValueError(f"a plugin config needs a 'type' key, got keys {sorted(spec)}")
+        kwargs = {**{k: v for k, v in spec.items() if k != "type"}, **kwargs}
+        spec = spec["type"]
+    if not isinstance(spec, str):
+        if kwargs:
+            raise TypeError(
+                f"keyword arguments {sorted(kwargs)} given for an already created plugin {spec!r}"
+            )
+        return spec
+    target = resolve_plugin(spec)
+    if isinstance(target, type):
+        try:
+            return target(**kwargs)
+        except TypeError as error:
+            raise TypeError(f"plugin {spec!r}: {error}") from error
+    if kwargs:
+        raise TypeError(f"plugin {spec!r} is not a class, so it takes no options; got {sorted(kwargs)}")
+    return target
+
+
+def default_plugin_name(plugin: Any) -> str:
+    """A plugin's default name: ``plugin_name`` if it has one, else its module or class name."""
+    name = getattr(plugin, "plugin_name", None)
+    if isinstance(name, str) and name:
+        return name
+    if isinstance(plugin, types.ModuleType):
+        return plugin.__name__
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(plugin).__name__).lower()
+
+
+class PluginManager(pluggy.PluginManager):
+    """Holds a trainer's plugins and calls their hooks (``trainer.plugins``).
+
+    Hooks are called as ``manager.hook.on_epoch_end(trainer=..., epoch=..., logs=...)``.
+    Every plugin gets a unique name (``default_plugin_name``, then ``-2``, ``-3``, ...),
+    used as its key in checkpoints.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(PROJECT_NAME)
+        self.add_hookspecs(hookspecs)
+
+    def register(self, plugin: Any, name: str | None = None) -> str | None:
+        """Registers a plugin object or module and checks its hooks.
+
+        Args:
+            plugin: an object or module with ``@tp.hookimpl`` methods, or a config
+                entry that ``create_plugin`` understands (a name or ``{"type": ...}``).
+            name: its name; by default ``default_plugin_name(plugin)`` made unique.
+
+        Returns:
+            The name it was registered under.
+
+        Raises:
+            PluginValidationError: a marked method is not a known hook (misspelt), takes
+                arguments its hook does not have, or a method named like a hook is not
+                marked with ``@tp.hookimpl``; the message names the plugin.
+        """
+        if isinstance(plugin, (str, Mapping)):
+            plugin = create_plugin(plugin)
+        name = self._unique_name(default_plugin_name(plugin) if name is None else name)
+        self._check_unmarked(plugin, name)
+        registered = super().register(plugin, name)
+        try:
+            self.check_pending()
+        except PluginValidationError as error:
+            self.unregister(error.plugin)
+            raise self._unknown_hook_error(error.plugin) from None
+        return registered
+
+    def register_all(self, plugins: Iterable[Any]) -> list[str]:
+        """Registers plugins so that their hooks run in the given order.
+
+        pluggy calls the last registered implementation first, so the list is
+        registered backwards; names are still given in list order.
+        """
+        created = [create_plugin(p) for p in plugins]
+        names = []
+        taken = set(self._name2plugin)
+        for plugin in created:
+            name = _unique(default_plugin_name(plugin), taken)
+            taken.add(name)
+            names.append(name)
+        for plugin, name in reversed(list(zip(created, names))):
+            self.register(plugin, name)
+        return names
+
+    def _unique_name(self, name: str) -> str:
+        return _unique(name, set(self._name2plugin))
+
+    def _check_unmarked(self, plugin: Any, name: str) -> None:
+        for hook_name in hookspecs.HOOK_NAMES:
+            method = getattr(plugin, hook_name, None)
+            if callable(method) and self.parse_hookimpl_opts(plugin, hook_name) is None:
+                raise PluginValidationError(
+                    plugin,
+                    f"plugin {name!r}: {hook_name} is not marked as a hook; decorate it with @tp.hookimpl",
+                )
+
+    def _unknown_hook_error(self, plugin: Any) -> PluginValidationError:
+        name = self.get_name(plugin) or default_plugin_name(plugin)
+        unknown = [
+            hook_name
+            for hook_name in dir(plugin)
+            if not hook_name.startswith("_")
+            and self.parse_hookimpl_opts(plugin, hook_name) is not None
+            and hook_name not in hookspecs.HOOK_NAMES
+        ]
+        parts = []
+        for hook_name in unknown:
+            close = difflib.get_close_matches(hook_name, hookspecs.HOOK_NAMES, n=1)
+            parts.append(f"{hook_name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        return PluginValidationError(
+            plugin,
+            f"plugin {name!r} implements unknown hook(s) {', '.join(parts)}; "
+            f"tapefit's hooks are: {', '.join(hookspecs.HOOK_NAMES)}",
+        )
+
+    def transform_gradients(
+        self, trainer: Any, step: int, grads_and_vars: GradsAndVars, logs: dict[str, float]
+    ) -> GradsAndVars:
+        """Runs the ``transform_gradients`` chain: each implementation gets what the previous returned."""
+        hook_impls = self.hook.transform_gradients.get_hookimpls()
+        if not hook_impls:
+            return grads_and_vars
+        values = {"trainer": trainer, "step": step, "logs": logs}
+        # pluggy's own call order is the reverse of get_hookimpls(); keep it.
+        for impl in reversed(hook_impls):
+            values["grads_and_vars"] = grads_and_vars
+            result = impl.function(*[values[arg] for arg in impl.argnames])
+            if result is not None:
+                grads_and_vars = result if isinstance(result, list) else list(result)
+        return grads_and_vars
+
+    def call_each(self, hook_name: str, **kwargs: Any) -> None:
+        """Calls every implementation of a hook, even when one raises (logged, not re-raised).
+
+        Used for ``on_exception``: one plugin failing to clean up must not stop the others.
+        """
+        for impl in reversed(getattr(self.hook, hook_name).get_hookimpls()):
+            try:
+                impl.function(*[kwargs[arg] for arg in impl.argnames])
+            except Exception:
+                logger.exception("plugin %r raised in %s", impl.plugin_name, hook_name)
+
+    def state_dicts(self) -> dict[str, Any]:
+        """``{name: plugin.state_dict()}`` for every plugin that has a ``state_dict`` method."""
+        states = {}
+        for name, plugin in self.list_name_plugin():
+            method = getattr(plugin, "state_dict", None)
+            if plugin is not None and callable(method):
+                states[name] = method()
+        return states
+
+    def load_state_dicts(self, states: Mapping[str, Any]) -> None:
+        """Hands every stateful plugin its state back; mismatches are logged as warnings."""
+        for name, plugin in self.list_name_plugin():
+            method = getattr(plugin, "load_state_dict", None)
+            if plugin is None or not callable(method):
+                continue
+            if name in states:
+                method(states[name])
+            else:
+                logger.warning("checkpoint has no state for plugin %r; it starts fresh", name)
+        unused = sorted(set(states) - {name for name, _ in self.list_name_plugin()})
+        if unused:
+            logger.warning("checkpoint has states for plugins that are not registered: %s", ", ".join(unused))
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    if name not in taken:
+        return name
+    i = 2
+    while f"{name}-{i}" in taken:
+        i += 1
+    return f"{name}-{i}"

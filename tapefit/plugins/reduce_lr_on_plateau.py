@@ -1,0 +1,113 @@
+"""The ``reduce_lr_on_plateau`` plugin: lowers the learning rate when a value stops improving."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tapefit.plugins.early_stopping import infer_mode
+from tapefit.plugins.hookspecs import hookimpl
+
+logger = logging.getLogger("tapefit")
+
+
+class ReduceLROnPlateau:
+    """Multiplies the learning rate by ``factor`` after ``patience`` epochs without improvement.
+
+    Keras's ``ReduceLROnPlateau`` (config name ``reduce_lr_on_plateau``). The optimizer
+    needs a float learning rate (not a schedule). The learning rate in force after
+    each epoch goes into the epoch logs as ``learning_rate``; the new rate itself is
+    saved with the optimizer's state in checkpoints, the counters with this plugin's.
+
+    Args:
+        monitor: the epoch log key to watch.
+        factor: the multiplier, in (0, 1).
+        patience: epochs without improvement before reducing.
+        mode: ``"min"``, ``"max"`` or ``"auto"``.
+        min_delta: the smallest change that counts as an improvement.
+        cooldown: epochs to wait after a reduction before watching again.
+        min_lr: the learning rate never goes below this.
+    """
+
+    plugin_name = "reduce_lr_on_plateau"
+
+    def __init__(
+        self,
+        monitor: str = "val_loss",
+        factor: float = 0.1,
+        patience: int = 10,
+        mode: str = "auto",
+        min_delta: float = 1e-4,
+        cooldown: int = 0,
+        min_lr: float = 0.0,
+    ) -> None:
+        if not 0.0 < factor < 1.0:
+            raise ValueError(f"factor must be in (0, 1) to reduce the learning rate, got {factor!r}")
+        if not isinstance(patience, int) or patience < 0:
+            raise ValueError(f"patience must be a non-negative integer, got {patience!r}")
+        self.monitor = monitor
+        self.factor = float(factor)
+        self.patience = patience
+        self.mode = infer_mode(monitor, mode)
+        self.min_delta = abs(float(min_delta))
+        self.cooldown = int(cooldown)
+        self.min_lr = float(min_lr)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.wait = 0
+        self.cooldown_counter = 0
+        self.best: float | None = None
+        self._warned = False
+
+    @hookimpl
+    def on_fit_start(self) -> None:
+        self._reset()
+
+    # tryfirst: the new rate is in the logs before loggers and checkpoints see them.
+    @hookimpl(tryfirst=True)
+    def on_epoch_end(self, trainer: Any, epoch: int, logs: dict[str, float]) -> None:
+        value = logs.get(self.monitor)
+        if value is None:
+            if not self._warned:
+                logger.warning(
+                    "reduce_lr_on_plateau: monitor %r is not in the epoch logs (keys: %s)",
+                    self.monitor,
+                    ", ".join(sorted(logs)),
+                )
+                self._warned = True
+        else:
+            if self.cooldown_counter > 0:
+                self.cooldown_counter -= 1
+                self.wait = 0
+            better = self.best is None or (
+                value < self.best - self.min_delta
+                if self.mode == "min"
+                else value > self.best + self.min_delta
+            )
+            if better:
+                self.best = float(value)
+                self.wait = 0
+            elif self.cooldown_counter <= 0:
+                self.wait += 1
+                if self.wait >= self.patience:
+                    old = trainer.learning_rate
+                    new = max(old * self.factor, self.min_lr)
+                    if new < old:
+                        trainer.optimizer.learning_rate = new
+                        logger.info(
+                            "reduce_lr_on_plateau: epoch %d: learning rate %.6g -> %.6g", epoch, old, new
+                        )
+                    self.cooldown_counter = self.cooldown
+                    self.wait = 0
+        logs["learning_rate"] = trainer.learning_rate
+
+    def state_dict(self) -> dict[str, Any]:
+        """The counters and the best value."""
+        return {"wait": self.wait, "cooldown_counter": self.cooldown_counter, "best": self.best}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores what ``state_dict`` returned."""
+        self.wait = int(state["wait"])
+        self.cooldown_counter = int(state["cooldown_counter"])
+        self.best = state["best"]

@@ -1,0 +1,48 @@
+"""The ``terminate_on_nan`` plugin: stops training at the first non-finite loss."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from tapefit.plugins.hookspecs import hookimpl
+
+logger = logging.getLogger("tapefit")
+
+
+class TerminateOnNaN:
+    """Stops ``fit`` after the first batch whose loss is NaN or infinite (config name ``terminate_on_nan``).
+
+    Keras's ``TerminateOnNaN``: the batch's step is named in a warning and
+    ``trainer.stop_training`` is set, so the fit ends after that batch. The step's
+    update has already been applied by then, so the model is no longer usable; the
+    ``checkpoint`` plugin refuses to save non-finite weights, so the last good
+    checkpoint stays the newest one to resume from.
+
+    Attributes:
+        stopped_step: the step whose loss was not finite, or ``None``.
+    """
+
+    plugin_name = "terminate_on_nan"
+
+    def __init__(self) -> None:
+        self.stopped_step: int | None = None
+
+    @hookimpl
+    def on_fit_start(self) -> None:
+        self.stopped_step = None
+
+    @hookimpl(tryfirst=True)
+    def on_train_batch_end(self, trainer: Any, step: int, logs: dict[str, float]) -> None:
+        loss = logs.get("loss")
+        if loss is not None and not math.isfinite(loss):
+            self.stopped_step = step
+            trainer.stop_training = True
+            logger.warning(
+                "terminate_on_nan: step %d (epoch %d, batch %d): loss is %s, terminating training",
+                step,
+                trainer.epoch,
+                trainer.batch_in_epoch - 1,
+                loss,
+            )

@@ -1,0 +1,562 @@
+"""``tp.Trainer``: the fit/evaluate/predict loop, with everything optional left to plugins.
+
+One training step::
+
+    with tp.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True)) + tp.add_n(model.losses)
+    grads = tape.gradient(loss, model.trainable_variables)
+    pairs = <transform_gradients hooks>(zip(grads, variables))
+    optimizer.apply_gradients(pairs)
+
+around which the hooks of ``tapefit.plugins.hookspecs`` are called.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tapefit.core import random as _random
+from tapefit.core.ops import add_n
+from tapefit.core.tape import GradientTape
+from tapefit.core.tensor import Tensor
+from tapefit.data.loader import BatchLoader
+from tapefit.plugins.checkpoint import load_checkpoint, save_checkpoint
+from tapefit.plugins.manager import PluginManager
+
+logger = logging.getLogger("tapefit")
+
+__all__ = ["History", "Trainer"]
+
+
+class History:
+    """What ``fit`` returns, as Keras's ``History``.
+
+    Attributes:
+        history: ``{"loss": [...], "val_loss": [...], metric: [...]}``, one value per
+            epoch run (a resumed fit includes the epochs before the checkpoint).
+        epoch: the epoch indices those values belong to.
+        params: ``epochs``, ``batch_size`` and ``steps`` (batches per epoch) of the fit.
+    """
+
+    def __init__(self) -> None:
+        self.history: dict[str, list[float]] = {}
+        self.epoch: list[int] = []
+        self.params: dict[str, Any] = {}
+
+    def _append(self, epoch: int, logs: dict[str, float]) -> None:
+        # A key that appears late (or goes missing) keeps the lists aligned with NaN.
+        for key in logs:
+            if key not in self.history:
+                self.history[key] = [float("nan")] * len(self.epoch)
+        for key, values in self.history.items():
+            values.append(logs.get(key, float("nan")))
+        self.epoch.append(epoch)
+
+    def __repr__(self) -> str:
+        return f"History(epochs={self.epoch}, keys={sorted(self.history)})"
+
+
+def _float32_inputs(data: Any) -> Any:
+    """float64 arrays become float32 (as Keras does); everything else is left as it is."""
+    if isinstance(data, dict):
+        return {k: _float32_inputs(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)) and data and isinstance(data[0], (np.ndarray, Tensor)):
+        return type(data)(_float32_inputs(v) for v in data)
+    if isinstance(data, Tensor):
+        data = data.numpy()
+    if isinstance(data, np.ndarray) and data.dtype == np.float64:
+        return data.astype(np.float32)
+    return data
+
+
+def _to_tensors(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _to_tensors(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(_to_tensors(v) for v in data)
+    return Tensor(data)
+
+
+def _batch_len(data: Any) -> int:
+    """The number of samples in a batch (the first leaf's first axis)."""
+    while isinstance(data, (dict, list, tuple)):
+        data = next(iter(data.values())) if isinstance(data, dict) else data[0]
+    return len(data)
+
+
+def _accepts_training(model: Any) -> bool:
+    from tapefit.layers import Module  # the layers package imports the trainer's package lazily
+
+    if isinstance(model, Module):
+        return True  # Module.__call__ passes training= on only where it is taken
+    try:
+        params = inspect.signature(model).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "training" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _resolve_loss(loss: Any) -> Any:
+    if isinstance(loss, str):
+        from tapefit import losses
+
+        return losses.get(loss)
+    if not callable(loss):
+        raise TypeError(
+            f"loss must be a loss name (such as 'mse') or a callable(y_true, y_pred), got {loss!r}"
+        )
+    return loss
+
+
+def _resolve_optimizer(optimizer: Any) -> Any:
+    if isinstance(optimizer, str):
+        from tapefit import optimizers
+
+        return optimizers.get(optimizer)
+    if not hasattr(optimizer, "apply_gradients"):
+        raise TypeError(
+            f"optimizer must be an optimizer name (such as 'adam') or an object with apply_gradients, "
+            f"got {optimizer!r}"
+        )
+    return optimizer
+
+
+def _resolve_metrics(metrics: Any, loss: Any) -> list[Any]:
+    if metrics is None:
+        return []
+    if isinstance(metrics, (str, dict)) or not isinstance(metrics, (list, tuple)):
+        metrics = [metrics]
+    resolved = []
+    for metric in metrics:
+        if isinstance(metric, str):
+            from tapefit import metrics as metrics_module
+
+            metric = metrics_module.get(metric, loss=loss)
+        if not (hasattr(metric, "update_state") and hasattr(metric, "result")):
+            raise TypeError(
+                f"a metric must be a name (such as 'accuracy') or a metric object, got {metric!r}"
+            )
+        resolved.append(metric)
+    names = [m.name for m in resolved]
+    duplicates = sorted({n for n in names if names.count(n) > 1} | ({"loss"} & set(names)))
+    if duplicates:
+        raise ValueError(f"metric names must be unique and not 'loss'; clashing: {duplicates}")
+    return resolved
+
+
+_PLAIN = (bool, int, float, np.ndarray)
+
+
+def _metric_state(metric: Any) -> dict[str, Any]:
+    """A metric's running state as plain data.
+
+    ``metric.get_state()`` when it has one; else its numeric attributes (tapefit's
+    metrics keep a float ``total`` and ``count``), and those of metrics it delegates
+    to (``"accuracy"`` delegates to the kind it chose on the first batch).
+    """
+    if callable(getattr(metric, "get_state", None)):
+        return {"state": metric.get_state()}
+    attributes: dict[str, Any] = {}
+    nested: dict[str, Any] = {}
+    for key, value in vars(metric).items():
+        if isinstance(value, _PLAIN) and key != "name":
+            attributes[key] = value.copy() if isinstance(value, np.ndarray) else value
+        elif hasattr(value, "update_state") and hasattr(value, "result"):
+            nested[key] = {"class": type(value).__name__, **_metric_state(value)}
+    return {"attributes": attributes, "nested": nested}
+
+
+def _load_metric_state(metric: Any, state: dict[str, Any]) -> None:
+    if "state" in state:
+        metric.set_state(state["state"])
+        return
+    for key, value in state["attributes"].items():
+        setattr(metric, key, value)
+    for key, sub_state in state["nested"].items():
+        sub = getattr(metric, key, None)
+        if sub is None:
+            # The delegate is chosen on the first batch; make the same kind now.
+            from tapefit.layers import metrics as metrics_module
+
+            cls = getattr(metrics_module, sub_state["class"], None)
+            if not (isinstance(cls, type) and issubclass(cls, metrics_module.Metric)):
+                raise ValueError(
+                    f"metric {metric.name!r}: unknown delegate metric class {sub_state['class']!r}"
+                )
+            sub = cls(metric.name)
+            setattr(metric, key, sub)
+        _load_metric_state(sub, sub_state)
+
+
+def _prefixed(logs: dict[str, float], prefix: str) -> dict[str, float]:
+    return {prefix + k: v for k, v in logs.items()}
+
+
+class Trainer:
+    """Trains a model with an optimizer and a loss, calling plugins' hooks around every step.
+
+    Args:
+        model: a ``tp.Module`` (or a callable with ``trainable_variables``); it gets
+            ``training=True`` in ``fit`` and ``training=False`` in ``evaluate``/``predict``.
+        optimizer: an optimizer object or name (``"adam"``, ``"sgd"``, ...).
+        loss: a loss object/callable ``(y_true, y_pred) -> scalar`` or name (``"mse"``,
+            ``"sparse_categorical_crossentropy"``, ...). The model's regularization
+            losses (``model.losses``) are added to it.
+        metrics: metric objects or names (``"accuracy"`` resolves against the loss).
+        plugins: plugin objects or modules, built-in short names, or config dicts
+            ``{"type": name, ...}``; their hooks run in this order.
+        output_dir: where plugins put their files by default (``tensorboard/``,
+            ``checkpoints/``, ``history.csv``); default ``runs/default``.
+        config: the run's resolved config, saved in checkpoints and logged as
+            TensorBoard hyperparameters.
+
+    Attributes a plugin may read: ``model``, ``optimizer``, ``loss``, ``metrics``,
+    ``plugins`` (the ``PluginManager``), ``output_dir``, ``config``, ``epoch`` (index of
+    the current epoch), ``step`` (optimizer steps done in the whole run),
+    ``batch_in_epoch`` (batches done in the current epoch), ``steps_per_epoch``,
+    ``epochs``, ``batch_size``, ``resumed``, ``history``, ``learning_rate``; and set
+    ``stop_training``.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        optimizer: Any,
+        loss: Any,
+        metrics: Any = None,
+        plugins: Any = None,
+        *,
+        output_dir: str | os.PathLike[str] | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self.optimizer = _resolve_optimizer(optimizer)
+        self.loss = _resolve_loss(loss)
+        self.metrics = _resolve_metrics(metrics, loss)
+        self.plugins = PluginManager()
+        self.plugins.register_all(plugins or [])
+        self.output_dir = Path(output_dir) if output_dir is not None else Path("runs") / "default"
+        self.config: dict[str, Any] = dict(config) if config else {}
+        self.stop_training = False
+        self.history = History()
+        self.epoch = 0
+        self.step = 0
+        self.batch_in_epoch = 0
+        self.steps_per_epoch = 0
+        self.epochs = 0
+        self.batch_size = 0
+        self.resumed = False
+        self.update_in_progress = False
+        self._pass_training = _accepts_training(model)
+        self._loader: BatchLoader | None = None
+        self._order: np.ndarray | None = None
+        self._loss_sum = 0.0
+        self._loss_count = 0
+        self._records: list[tuple[int, dict[str, float], bool]] = []  # (epoch, logs, complete)
+        self._pending_logs: dict[str, float] | None = None  # epoch logs while on_epoch_end runs
+        self._epoch_ended = False
+
+    # -- small helpers ---------------------------------------------------------
+
+    @property
+    def learning_rate(self) -> float:
+        """The learning rate of the optimizer's next step, as a float."""
+        return float(self.optimizer.learning_rate)
+
+    def _call(self, x: Any, training: bool) -> Any:
+        if self._pass_training:
+            return self.model(x, training=training)
+        return self.model(x)
+
+    def _total_loss(self, y: Any, y_pred: Any) -> Any:
+        loss = self.loss(y, y_pred)
+        regularization = getattr(self.model, "losses", None)
+        if regularization:
+            loss = loss + add_n(list(regularization))
+        return loss
+
+    def _reset_epoch_metrics(self) -> None:
+        self._loss_sum = 0.0
+        self._loss_count = 0
+        for metric in self.metrics:
+            metric.reset_state()
+
+    def _metric_logs(self) -> dict[str, float]:
+        logs = {"loss": self._loss_sum / self._loss_count if self._loss_count else float("nan")}
+        for metric in self.metrics:
+            logs[metric.name] = float(metric.result())
+        return logs
+
+    def _metric_states(self) -> list[dict[str, Any]]:
+        return [_metric_state(metric) for metric in self.metrics]
+
+    def _set_metric_states(self, states: list[dict[str, Any]]) -> None:
+        if len(states) != len(self.metrics):
+            raise ValueError(
+                f"the checkpoint has {len(states)} metric states, this trainer has {len(self.metrics)} metrics "
+                f"({[m.name for m in self.metrics]})"
+            )
+        for metric, state in zip(self.metrics, states):
+            _load_metric_state(metric, state)
+
+    # -- fit -------------------------------------------------------------------
+
+    def fit(
+        self,
+        x: Any,
+        y: Any,
+        epochs: int = 1,
+        batch_size: int = 32,
+        validation_data: tuple[Any, Any] | None = None,
+        shuffle: bool = True,
+        resume_from: str | os.PathLike[str] | None = None,
+        drop_last: bool = False,
+    ) -> History:
+        """Trains the model for ``epochs`` epochs.
+
+        Args:
+            x: the inputs (an array, or a dict/list of arrays); float64 arrays are used as
+                float32, as in Keras.
+            y: the targets.
+            epochs: the index of the epoch to stop before; when resuming, training
+                continues from the checkpoint's epoch up to this one (Keras's
+                ``initial_epoch`` semantics).
+            batch_size: samples per batch.
+            validation_data: ``(x_val, y_val)``, evaluated after every epoch into the
+                ``val_`` logs.
+            shuffle: draw a new sample order every epoch (seeded by ``tp.random``).
+            resume_from: a checkpoint file, or a folder with a ``last`` pointer, to
+                continue from exactly (model, optimizer, position in the epoch, random
+                generators, metrics, plugin states, history).
+            drop_last: drop the last batch of an epoch when it is smaller than ``batch_size``.
+
+        Returns:
+            A ``History``.
+        """
+        if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
+            raise ValueError(f"epochs must be a non-negative integer, got {epochs!r}")
+        if validation_data is not None and (
+            not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2
+        ):
+            raise ValueError("validation_data must be a tuple (x_val, y_val)")
+        checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
+        loader = BatchLoader(
+            _float32_inputs(x),
+            _float32_inputs(y),
+            batch_size=batch_size,
+            shuffle=shuffle,
+            drop_last=drop_last,
+        )
+        if validation_data is not None:
+            validation_data = (_float32_inputs(validation_data[0]), _float32_inputs(validation_data[1]))
+        self._loader = loader
+        self.epochs = int(epochs)
+        self.batch_size = loader.batch_size
+        self.steps_per_epoch = loader.num_batches
+        self.stop_training = False
+        self.history = History()
+        self.history.params = {
+            "epochs": self.epochs,
+            "batch_size": self.batch_size,
+            "steps": self.steps_per_epoch,
+        }
+        self.epoch = self.step = self.batch_in_epoch = 0
+        self._records = []
+        self._pending_logs = None
+        self._epoch_ended = False
+        self.resumed = checkpoint is not None
+        if checkpoint is not None:
+            self._restore(checkpoint, loader, resume_from)  # type: ignore[arg-type]
+        hooks = self.plugins.hook
+        try:
+            hooks.on_fit_start(trainer=self)
+            if checkpoint is not None:
+                self.plugins.load_state_dicts(checkpoint.get("plugins", {}))
+                hooks.on_load_checkpoint(trainer=self, checkpoint=checkpoint)
+            self._fit_epochs(loader, validation_data)
+            hooks.on_fit_end(trainer=self)
+        except BaseException as exception:
+            self.plugins.call_each("on_exception", trainer=self, exception=exception)
+            self.update_in_progress = False
+            raise
+        return self.history
+
+    def _fit_epochs(self, loader: BatchLoader, validation_data: tuple[Any, Any] | None) -> None:
+        hooks = self.plugins.hook
+        batch_start, batch_end = hooks.on_train_batch_start, hooks.on_train_batch_end
+        continuing = self.resumed and not self._epoch_ended
+        for epoch in range(self.epoch, self.epochs):
+            self.epoch = epoch
+            if not continuing:
+                self._epoch_ended = False
+                self.batch_in_epoch = 0
+                self._order = loader.epoch_order()
+                self._reset_epoch_metrics()
+            continuing = False
+            hooks.on_epoch_start(trainer=self, epoch=epoch)
+            while self.batch_in_epoch < self.steps_per_epoch and not self.stop_training:
+                step = self.step
+                batch_start(trainer=self, step=step)
+                x, y = loader.batch(self._order, self.batch_in_epoch)
+                logs = self._train_step(x, y, step)
+                batch_end(trainer=self, step=step, logs=logs)
+            logs = self._metric_logs()
+            if validation_data is not None:
+                val_logs = _prefixed(self.evaluate(*validation_data, batch_size=self.batch_size), "val_")
+                hooks.on_validation_end(trainer=self, epoch=epoch, logs=val_logs)
+                logs.update(val_logs)
+            self._pending_logs = logs
+            hooks.on_epoch_end(trainer=self, epoch=epoch, logs=logs)
+            self._pending_logs = None
+            self._epoch_ended = True
+            self._records.append((epoch, logs, self.batch_in_epoch >= self.steps_per_epoch))
+            self.history._append(epoch, logs)
+            if self.stop_training:
+                break
+
+    def _train_step(self, x: Any, y: Any, step: int) -> dict[str, float]:
+        x, y = _to_tensors(x), _to_tensors(y)
+        with GradientTape() as tape:
+            y_pred = self._call(x, training=True)
+            loss = self._total_loss(y, y_pred)
+        variables = self.model.trainable_variables
+        grads = tape.gradient(loss, variables)
+        loss_value = float(loss)
+        logs = {"loss": loss_value}
+        pairs = self.plugins.transform_gradients(self, step, list(zip(grads, variables)), logs)
+        self.update_in_progress = True
+        self.optimizer.apply_gradients(pairs)
+        self.update_in_progress = False
+        self.step += 1
+        self.batch_in_epoch += 1
+        n = _batch_len(y)
+        self._loss_sum += loss_value * n
+        self._loss_count += n
+        for metric in self.metrics:
+            metric.update_state(y, y_pred)
+            logs[metric.name] = float(metric.result())
+        return logs
+
+    # -- evaluate / predict ------------------------------------------------------
+
+    def evaluate(self, x: Any, y: Any, batch_size: int = 32) -> dict[str, float]:
+        """The loss (with regularization, as Keras) and metrics over ``(x, y)``, as a dict.
+
+        The metrics' running training state is kept, so this can be called in the
+        middle of a fit.
+        """
+        loader = BatchLoader(_float32_inputs(x), _float32_inputs(y), batch_size=batch_size, shuffle=False)
+        saved_states = self._metric_states()
+        saved_loss = self._loss_sum, self._loss_count
+        try:
+            self._reset_epoch_metrics()
+            for index in range(loader.num_batches):
+                xb, yb = loader.batch(None, index)
+                xb, yb = _to_tensors(xb), _to_tensors(yb)
+                y_pred = self._call(xb, training=False)
+                n = _batch_len(yb)
+                self._loss_sum += float(self._total_loss(yb, y_pred)) * n
+                self._loss_count += n
+                for metric in self.metrics:
+                    metric.update_state(yb, y_pred)
+            return self._metric_logs()
+        finally:
+            self._set_metric_states(saved_states)
+            self._loss_sum, self._loss_count = saved_loss
+
+    def predict(self, x: Any, batch_size: int = 32) -> np.ndarray:
+        """The model's outputs for ``x`` (``training=False``), batch by batch, as one ndarray."""
+        loader = BatchLoader(_float32_inputs(x), None, batch_size=batch_size, shuffle=False)
+        outputs = [
+            np.asarray(self._call(_to_tensors(loader.batch(None, i)), training=False))
+            for i in range(len(loader))
+        ]
+        return np.concatenate(outputs, axis=0)
+
+    # -- checkpoints ---------------------------------------------------------------
+
+    def _resume_point(self) -> tuple[int, int, list[tuple[int, dict[str, float]]]]:
+        """(epoch to continue, batches done in it, completed epochs' logs) of the current state."""
+        records = [(e, logs) for e, logs, complete in self._records if complete]
+        complete = self.batch_in_epoch >= self.steps_per_epoch > 0
+        if complete and self._pending_logs is not None:
+            return self.epoch + 1, 0, [*records, (self.epoch, dict(self._pending_logs))]
+        if complete and self._epoch_ended:
+            return self.epoch + 1, 0, records
+        return self.epoch, self.batch_in_epoch, records
+
+    def position_key(self) -> tuple[int, int, int]:
+        """``(epoch, batch in epoch, step)`` a checkpoint taken now would resume at."""
+        epoch, position, _ = self._resume_point()
+        return epoch, position, self.step
+
+    def checkpoint_contents(self) -> dict[str, Any]:
+        """Everything a checkpoint holds to resume exactly from the current state.
+
+        Calls the ``on_save_checkpoint`` hook, so plugins can add to it.
+        """
+        if self._loader is None:
+            raise RuntimeError("checkpoint_contents is only available during fit")
+        epoch, position, records = self._resume_point()
+        contents: dict[str, Any] = {
+            "trainer": {
+                "epoch": epoch,
+                "batch_in_epoch": position,
+                "step": self.step,
+                "epochs": self.epochs,
+                "batch_size": self.batch_size,
+                "num_samples": self._loader.num_samples,
+                "shuffle": self._loader.shuffle,
+                "drop_last": self._loader.drop_last,
+                "history": [{"epoch": e, "logs": logs} for e, logs in records],
+                "loss_sum": self._loss_sum,
+                "loss_count": self._loss_count,
+            },
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.get_state(),
+            "metrics": self._metric_states() if position else [],
+            "random": _random.get_state(),
+            "loader": {**self._loader.get_state(), "order": self._order if position else None},
+            "plugins": self.plugins.state_dicts(),
+            "config": self.config,
+        }
+        self.plugins.hook.on_save_checkpoint(trainer=self, checkpoint=contents)
+        return contents
+
+    def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
+        """Writes a checkpoint of the current state to ``path`` (atomically); only during ``fit``."""
+        return save_checkpoint(path, self.checkpoint_contents())
+
+    def _restore(self, checkpoint: dict[str, Any], loader: BatchLoader, source: Any) -> None:
+        state = checkpoint["trainer"]
+        ours = {"batch_size": loader.batch_size, "num_samples": loader.num_samples, "shuffle": loader.shuffle}
+        theirs = {key: state[key] for key in ours}
+        if theirs != ours:
+            raise ValueError(
+                f"cannot resume from {source}: it was written by a fit with {theirs}, this fit has {ours}"
+            )
+        if not self.model.variables:
+            self._call(_to_tensors(loader.batch(None, 0)[0]), training=False)  # builds lazy layers
+        self.model.load_state_dict(checkpoint["model"])
+        self.optimizer.set_state(checkpoint["optimizer"])
+        if checkpoint["metrics"]:
+            self._set_metric_states(checkpoint["metrics"])
+        _random.set_state(checkpoint["random"])
+        loader.set_state(checkpoint["loader"])
+        self._order = checkpoint["loader"]["order"]
+        self.epoch = int(state["epoch"])
+        self.batch_in_epoch = int(state["batch_in_epoch"])
+        self.step = int(state["step"])
+        self._loss_sum = float(state["loss_sum"])
+        self._loss_count = int(state["loss_count"])
+        # A checkpoint at an epoch boundary starts the next epoch afresh.
+        self._epoch_ended = self.batch_in_epoch == 0
+        for record in state["history"]:
+            self._records.append((int(record["epoch"]), record["logs"], True))
+            self.history._append(int(record["epoch"]), record["logs"])
