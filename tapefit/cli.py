@@ -516,7 +516,11 @@ def _print_outputs(run: Run, out: Any) -> None:
 
     folder = run.output_dir
     print(f"  outputs {folder}/", file=out)
-    known = {CONFIG_FILE_NAME: "resolved config", "tensorboard": "TensorBoard (tensorboard --logdir runs)"}
+    known = {
+        CONFIG_FILE_NAME: "resolved config",
+        "tensorboard": "TensorBoard (tensorboard --logdir runs)",
+        "checkpoints": "checkpoints",
+    }
     for entry in sorted(folder.iterdir()):
         if entry.name.startswith("."):
             continue
@@ -572,15 +576,6 @@ def build_parser(prog: str = "train") -> argparse.ArgumentParser:
     return parser
 
 
-def _setup_logging(debug: bool) -> None:
-    if logger.handlers:
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("train: %(levelname)s: %(message)s"))
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG if debug else logging.INFO)
-
-
 def main(argv: Sequence[str] | None = None, prog: str = "train") -> int:
     """Runs ``train`` with ``argv`` (default ``sys.argv[1:]``) and returns the exit status."""
     parser = build_parser(prog)
@@ -588,7 +583,21 @@ def main(argv: Sequence[str] | None = None, prog: str = "train") -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help, --version and usage errors
         return e.code if isinstance(e.code, int) else 2
-    _setup_logging(args.debug)
+    # tapefit's warnings (a plugin that failed to clean up, ...) go to stderr while train runs;
+    # the handler is removed afterwards, so calling main() from Python leaves logging as it was.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{prog}: %(levelname)s: %(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if args.debug else logging.INFO)
+    try:
+        return _main(args, prog)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _main(args: argparse.Namespace, prog: str) -> int:
     try:
         run = prepare(args)
     except ConfigError as e:

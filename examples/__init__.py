@@ -1,0 +1,1 @@
+"""Examples of user code that configs refer to by import path (``examples.custom_module:ResidualMLP``)."""

@@ -1,0 +1,519 @@
+"""The ``train`` command: bad input exits 2 with one line and leaves runs/ alone; real runs end to end."""
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tapefit import cli
+from tapefit.config import parse_yaml
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+SPIRALS = """\
+    name: sp
+    data: {type: spirals, n_samples: 200, n_classes: 2}
+    model: {type: mlp, hidden_units: [8]}
+    loss: sparse_categorical_crossentropy
+    metrics: [accuracy]
+    optimizer: {type: adam, learning_rate: 0.01}
+    trainer: {epochs: 2, batch_size: 50}
+    plugins:
+      - {type: checkpoint, every_n_epochs: 1}
+"""
+
+
+def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under ``root`` with its contents and modification time."""
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A folder with an earlier run under runs/sp/ that no failed start may touch."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "runs/sp/config.yaml", "name: sp  # an earlier run\n")
+    write(tmp_path / "runs/sp/history.csv", "epoch,loss\n0,1.0\n")
+    write(tmp_path / "runs/other/notes.txt", "keep me\n")
+    return tmp_path
+
+
+def run_main(args, capsys):
+    status = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def assert_config_error(workdir, capsys, args, message):
+    before = snapshot(workdir / "runs")
+    status, out, err = run_main(args, capsys)
+    assert status == 2, err
+    assert err.strip().splitlines() == [message]
+    assert "Traceback" not in err and out == ""
+    assert snapshot(workdir / "runs") == before  # nothing under runs/ was overwritten or added
+
+
+# --------------------------------------------------------------------------- bad input: exit 2, one line
+
+
+def test_unknown_key_suggests_the_closest(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "optimizer.learnig_rate=0.1"],
+        f"train: error: {config}: optimizer.learnig_rate: unknown key; did you mean 'optimizer.learning_rate'?",
+    )
+    config = write(workdir / "d.yaml", SPIRALS.replace("trainer: {epochs: 2", "trainer: {epoch: 2"))
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config],
+        f"train: error: {config}: trainer.epoch: unknown key; did you mean 'trainer.epochs'?",
+    )
+
+
+def test_wrong_type(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "trainer.epochs=ten"],
+        f"train: error: {config}: trainer.epochs: expected an integer, got 'ten' (a string)",
+    )
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "model.hidden_units=8"],
+        f"train: error: {config}: model.hidden_units: expected a list of integers, got 8 (an integer)",
+    )
+
+
+def test_missing_required_key(workdir, capsys):
+    config = write(
+        workdir / "c.yaml", SPIRALS.replace("{type: spirals, n_samples: 200, n_classes: 2}", "{type: npz}")
+    )
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config],
+        f"train: error: {config}: data.path: missing required key (data type 'npz' needs it)",
+    )
+    config = write(workdir / "d.yaml", SPIRALS.replace("    loss: sparse_categorical_crossentropy\n", ""))
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config],
+        f"train: error: {config}: loss: missing required key (a config needs data, model and loss)",
+    )
+
+
+def test_unknown_type_lists_the_known_ones(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "data.type=digitz"],
+        f"train: error: {config}: data.type: unknown data type 'digitz'; did you mean 'digits'? "
+        "Known types: csv, digits, npz, spirals, or an import path 'package.module:Name'",
+    )
+    status, _, err = run_main(["--config", config, "--set", "plugins[0].type=checkpoints"], capsys)
+    assert status == 2
+    assert f"{config}: plugins[0].type: unknown plugin type 'checkpoints'; did you mean 'checkpoint'? " in err
+    for name in (
+        "progress",
+        "csv_logger",
+        "tensorboard",
+        "clip_gradients",
+        "early_stopping",
+        "terminate_on_nan",
+    ):
+        assert name in err
+    status, _, err = run_main(["--config", config, "--set", "optimizer.type=adamm"], capsys)
+    assert status == 2
+    assert (
+        "optimizer.type: unknown optimizer type 'adamm'; did you mean 'adam'? Known types: adagrad, adam"
+        in err
+    )
+
+
+def test_import_path_that_does_not_import(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "model={type: 'mypkg.nets:Net', units: 3}"],
+        f"train: error: {config}: model.type: 'mypkg.nets:Net' does not import: "
+        "ModuleNotFoundError: No module named 'mypkg'",
+    )
+    write(workdir / "mypkg/__init__.py", "")
+    write(workdir / "mypkg/nets.py", "import numpy\nraise RuntimeError('nets.py is broken')\n")
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "model={type: 'mypkg.nets:Net', units: 3}"],
+        f"train: error: {config}: model.type: 'mypkg.nets:Net' does not import: RuntimeError: nets.py is broken",
+    )
+
+
+def test_missing_data_file(workdir, capsys):
+    config = write(
+        workdir / "c.yaml",
+        SPIRALS.replace("{type: spirals, n_samples: 200, n_classes: 2}", "{type: csv, path: data/train.csv}"),
+    )
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config],
+        f"train: error: {config}: data.path: file 'data/train.csv' does not exist",
+    )
+
+
+def test_missing_config_file_and_bad_command_lines(workdir, capsys):
+    assert_config_error(
+        workdir, capsys, ["--config", "nope.yaml"], "train: error: config file 'nope.yaml' does not exist"
+    )
+    before = snapshot(workdir / "runs")
+    status, _, err = run_main(["--config"], capsys)
+    assert status == 2 and "argument --config: expected one argument" in err
+    status, _, err = run_main(["--config", "c.yaml", "--sett", "a=1"], capsys)
+    assert status == 2 and "unrecognized arguments: --sett a=1" in err
+    config = write(workdir / "c.yaml", SPIRALS)
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "trainer.epochs"],
+        "train: error: --set 'trainer.epochs': expected KEY=VALUE, for example --set trainer.epochs=3",
+    )
+    assert snapshot(workdir / "runs") == before
+
+
+def test_problems_found_while_building_are_config_errors(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "model.output_units=1"],
+        f"train: error: {config}: model: the model gives 1 class scores per sample, but the labels go from 0 to 1 "
+        "(the model needs 2 outputs)",
+    )
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "model={type: cnn}"],
+        f"train: error: {config}: model.type: 'cnn' needs images of shape (samples, height, width, channels), "
+        "but the data has shape (160, 2)",
+    )
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "data.n_classes=1"],
+        f"train: error: {config}: data.n_classes: n_classes must be at least 2, got 1",
+    )
+    status, _, err = run_main(["--config", config, "--set", "plugins[0].save_best_only=true"], capsys)
+    assert status == 2
+    assert err.startswith(
+        f"train: error: {config}: plugins[0]: 'checkpoint' could not be built: ValueError: "
+    )
+    assert "needs a monitor" in err
+
+
+def test_a_user_model_that_fails_to_build(workdir, capsys):
+    write(
+        workdir / "usermodels.py",
+        """\
+        import tapefit as tp
+
+        class Picky(tp.Module):
+            def __init__(self, units: int):
+                super().__init__()
+                if units > 4:
+                    raise ValueError(f"at most 4 units, got {units}")
+                self.dense = tp.layers.Dense(units)
+
+            def call(self, x):
+                return self.dense(x)
+        """,
+    )
+    config = write(workdir / "c.yaml", SPIRALS)
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "model={type: 'usermodels:Picky', units: 9}"],
+        f"train: error: {config}: model: 'usermodels:Picky' could not be built: ValueError: at most 4 units, got 9",
+    )
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "model={type: 'usermodels:Picky', unit: 2}"],
+        f"train: error: {config}: model.unit: unknown key; did you mean 'model.units'?",
+    )
+
+
+def test_an_existing_run_is_not_replaced_by_a_fresh_start(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config],
+        "train: error: runs/sp already holds a run; continue it with --resume auto, start over with --overwrite, "
+        "or pick another name (--set name=...)",
+    )
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "name=other", "--overwrite"],
+        "train: error: --overwrite: runs/other is not empty and has no config.yaml, so it is not a tapefit run "
+        "folder; not deleting it",
+    )
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--resume", "runs/sp/checkpoints/nope.npz"],
+        "train: error: --resume: no checkpoint at runs/sp/checkpoints/nope.npz",
+    )
+
+
+def test_debug_shows_the_traceback(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    status, _, err = run_main(["--config", config, "--set", "trainer.epochs=ten", "--debug"], capsys)
+    assert status == 2
+    assert "Traceback (most recent call last)" in err
+    assert (
+        err.strip().splitlines()[-1]
+        == f"train: error: {config}: trainer.epochs: expected an integer, got 'ten' (a string)"
+    )
+
+
+# --------------------------------------------------------------------------- --print-config and --help
+
+
+def test_print_config_shows_the_resolved_config_and_writes_nothing(workdir, capsys):
+    config = write(workdir / "fresh.yaml", SPIRALS.replace("    name: sp\n", ""))
+    toml = write(
+        workdir / "fresh.toml",
+        """\
+        metrics = ["accuracy"]
+        plugins = [{type = "checkpoint", every_n_epochs = 1}]
+        data = {type = "spirals", n_samples = 200, n_classes = 2}
+        model = {type = "mlp", hidden_units = [8]}
+        loss = "sparse_categorical_crossentropy"
+        optimizer = {type = "adam", learning_rate = 0.01}
+        trainer = {epochs = 2, batch_size = 50}
+        """,
+    )
+    before = snapshot(workdir)
+    status, out, err = run_main(["--config", config, "--print-config", "--set", "seed=7"], capsys)
+    assert status == 0, err
+    resolved = parse_yaml(out)
+    assert resolved["name"] == "fresh"  # the file's stem
+    assert resolved["seed"] == 7 and resolved["data"]["seed"] == 7
+    assert resolved["model"] == {
+        "type": "mlp",
+        "hidden_units": [8],
+        "activation": "relu",
+        "dropout": 0.0,
+        "output_units": 2,  # two classes in the labels
+        "output_activation": "softmax",
+    }
+    assert resolved["trainer"]["epochs"] == 2 and resolved["trainer"]["shuffle"] is True
+    assert resolved["optimizer"]["type"] == "adam" and resolved["optimizer"]["beta_1"] == 0.9
+    assert resolved["plugins"][0]["type"] == "checkpoint"
+    status, out_toml, _ = run_main(["--config", toml, "--print-config", "--set", "seed=7"], capsys)
+    assert status == 0 and out_toml == out
+    assert snapshot(workdir) == before
+
+
+def test_help_has_examples(capsys):
+    status, out, _ = run_main(["--help"], capsys)
+    assert status == 0
+    assert "train --config configs/digits_mlp.yaml --resume auto" in out
+    assert "--print-config" in out and "exit status: 0 done, 2 bad command line or config" in out
+
+
+# --------------------------------------------------------------------------- end to end, in a subprocess
+
+
+def train(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [sys.executable, "-m", "tapefit", "train", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_spirals_config_end_to_end_and_resume_auto(tmp_path):
+    first = train(tmp_path, "--config", str(CONFIGS / "spirals_mlp.yaml"), "--set", "trainer.epochs=3")
+    assert first.returncode == 0, first.stderr
+    run = tmp_path / "runs/spirals-mlp"
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.yaml", "history.csv"]
+    resolved = parse_yaml((run / "config.yaml").read_text())
+    assert resolved["trainer"]["epochs"] == 3 and resolved["model"]["output_units"] == 3
+    rows = read_csv(run / "history.csv")
+    assert [r["epoch"] for r in rows] == ["0", "1", "2"]
+    assert "train: done: spirals-mlp, 3 epochs" in first.stdout
+    assert "val_accuracy" in first.stdout and "runs/spirals-mlp" in first.stdout
+    # the same command again would replace the run: refused
+    again = train(tmp_path, "--config", str(CONFIGS / "spirals_mlp.yaml"), "--set", "trainer.epochs=3")
+    assert again.returncode == 2 and "already holds a run" in again.stderr
+    assert read_csv(run / "history.csv") == rows
+    # --resume auto continues from the newest checkpoint (saved at the end of the fit)
+    resumed = train(
+        tmp_path,
+        "--config",
+        str(CONFIGS / "spirals_mlp.yaml"),
+        "--set",
+        "trainer.epochs=5",
+        "--resume",
+        "auto",
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from runs/spirals-mlp/checkpoints/" in resumed.stdout
+    assert "5 epochs" in resumed.stdout
+    rows_after = read_csv(run / "history.csv")
+    assert [r["epoch"] for r in rows_after] == ["0", "1", "2", "3", "4"]
+    assert rows_after[:3] == rows  # the first three epochs were not trained again
+
+
+def test_digits_mlp_config_reaches_95_percent(tmp_path):
+    result = train(tmp_path, "--config", str(CONFIGS / "digits_mlp.yaml"))
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "runs/digits-mlp"
+    rows = read_csv(run / "history.csv")
+    assert len(rows) == 20
+    assert float(rows[-1]["val_accuracy"]) >= 0.95
+    assert list((run / "tensorboard").rglob("events.out.tfevents.*"))
+    assert (run / "checkpoints/last").is_file()
+    assert len(list((run / "checkpoints").glob("*.npz"))) == 3  # keep_last: 3
+
+
+def test_custom_module_config_trains_the_users_module(tmp_path):
+    result = train(
+        REPO,
+        "--config",
+        str(CONFIGS / "custom_module.yaml"),
+        "--set",
+        "trainer.epochs=2",
+        "--set",
+        f"trainer.output_dir={tmp_path / 'run'}",
+    )
+    assert result.returncode == 0, result.stderr
+    from tapefit.plugins.checkpoint import load_checkpoint
+
+    checkpoint = load_checkpoint(tmp_path / "run/checkpoints")
+    names = sorted(checkpoint["model"])
+    assert len(names) == 12  # project, 2 blocks of 2 Dense layers, head: kernel and bias each
+    assert all(name.startswith("residual_mlp") for name in names), names
+    rows = read_csv(tmp_path / "run/history.csv")
+    assert float(rows[-1]["val_accuracy"]) > 0.8  # far above chance (0.1) after two epochs
+
+
+def test_a_failure_while_training_exits_1(tmp_path):
+    write(
+        tmp_path / "failing.py",
+        """\
+        import tapefit as tp
+
+        class FailsInTraining(tp.Module):
+            def __init__(self):
+                super().__init__()
+                self.dense = tp.layers.Dense(2, activation="softmax")
+
+            def call(self, x, training=False):
+                if training:
+                    raise RuntimeError("boom in training")
+                return self.dense(x)
+        """,
+    )
+    config = write(
+        tmp_path / "c.yaml", SPIRALS.replace("{type: mlp, hidden_units: [8]}", "'failing:FailsInTraining'")
+    )
+    result = train(tmp_path, "--config", str(config))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "python -m tapefit train: error while training: RuntimeError: boom in training (--debug shows the traceback)"
+    )
+
+
+def test_interrupt_exits_130_after_saving_and_resumes(tmp_path):
+    config = write(
+        tmp_path / "c.yaml",
+        SPIRALS.replace("n_samples: 200", "n_samples: 4000").replace("epochs: 2", "epochs: 100000"),
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tapefit", "train", "--config", str(config)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    checkpoints = tmp_path / "runs/sp/checkpoints"
+    deadline = time.monotonic() + 60
+    while not list(checkpoints.glob("epoch*.npz")) and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "interrupted" in err and "--resume auto" in err
+    assert (checkpoints / "interrupted.npz").is_file()
+    resumed = train(tmp_path, "--config", str(config), "--resume", "auto", "--set", "trainer.epochs=1")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from runs/sp/checkpoints/interrupted.npz" in resumed.stdout
+
+
+def test_training_result_matches_a_python_trainer(tmp_path):
+    """The command builds what the config says: the same run through tp.Trainer gives the same weights."""
+    import tapefit as tp
+    from tapefit import data, models
+    from tapefit.plugins.checkpoint import load_checkpoint
+
+    config = write(
+        tmp_path / "c.yaml",
+        SPIRALS.replace("  - {type: checkpoint, every_n_epochs: 1}\n", "  - checkpoint\n"),
+    )
+    result = train(tmp_path, "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    tp.random.set_seed(0)
+    x, y = data.make_spirals(n_samples=200, n_classes=2, seed=0)
+    (x_train, y_train), validation = data.validation_split(x, y, 0.2, seed=0)
+    model = models.mlp(hidden_units=[8], output_units=2, output_activation="softmax")
+    model(tp.constant(x_train[:2]))
+    trainer = tp.Trainer(
+        model, tp.optimizers.Adam(learning_rate=0.01), "sparse_categorical_crossentropy", metrics=["accuracy"]
+    )
+    trainer.fit(x_train, y_train, epochs=2, batch_size=50, validation_data=validation)
+    saved = load_checkpoint(tmp_path / "runs/sp/checkpoints")["model"]
+    ours = model.state_dict()
+    assert sorted(saved) == sorted(ours)
+    for name in ours:
+        np.testing.assert_array_equal(saved[name], ours[name])
