@@ -67,19 +67,23 @@ def tapefit_step(variables: list[tp.Variable], x: tp.Tensor, y: tp.Tensor) -> fl
     return float(loss)
 
 
-def median_seconds(step: Callable[[], float], repeats: int) -> float:
-    step()  # warm up
-    times = []
+def paired_seconds(
+    first: Callable[[], float], second: Callable[[], float], repeats: int
+) -> tuple[list[float], list[float]]:
+    """Times the two steps alternately, so that machine load falls on both alike."""
+    first(), second()  # warm up
+    times: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for step, out in ((first, times[0]), (second, times[1])):
+            start = time.perf_counter()
+            step()
+            out.append(time.perf_counter() - start)
+    return times
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=100)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     x = rng.standard_normal((BATCH, SIZES[0])).astype(np.float32)
@@ -94,15 +98,15 @@ def main() -> None:
     for v, p in zip(variables, check):
         np.testing.assert_allclose(v.numpy(), p, rtol=1e-4, atol=1e-6)
 
-    # Interleave the two so that machine load affects both alike.
-    numpy_times, tapefit_times = [], []
-    for _ in range(3):
-        numpy_times.append(median_seconds(lambda: numpy_step(params, x, y), args.repeats // 3 or 1))
-        tapefit_times.append(median_seconds(lambda: tapefit_step(variables, xt, yt), args.repeats // 3 or 1))
-    t_numpy, t_tapefit = min(numpy_times), min(tapefit_times)
-    print(f"MLP {'-'.join(map(str, SIZES))}, batch {BATCH}, forward + backward + SGD")
-    print(f"  handwritten NumPy  {t_numpy * 1e3:7.2f} ms/step")
-    print(f"  tapefit            {t_tapefit * 1e3:7.2f} ms/step   {t_tapefit / t_numpy:5.2f}x NumPy")
+    numpy_times, tapefit_times = paired_seconds(
+        lambda: numpy_step(params, x, y), lambda: tapefit_step(variables, xt, yt), args.repeats
+    )
+    t_numpy, t_tapefit = statistics.median(numpy_times), statistics.median(tapefit_times)
+    ratio = statistics.median(t / n for t, n in zip(tapefit_times, numpy_times))
+    print(f"MLP {'-'.join(map(str, SIZES))}, batch {BATCH}, forward + backward + SGD ({args.repeats} pairs)")
+    print(f"  handwritten NumPy  {t_numpy * 1e3:7.2f} ms/step (median)")
+    print(f"  tapefit            {t_tapefit * 1e3:7.2f} ms/step (median)")
+    print(f"  tapefit / NumPy    {ratio:7.2f}x (median of per-pair ratios)")
 
 
 if __name__ == "__main__":

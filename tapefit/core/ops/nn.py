@@ -57,7 +57,8 @@ relu = unary("Relu", _relu, save="out")
 softplus = unary("Softplus", lambda x: np.logaddexp(x.dtype.type(0), x), save="x")
 
 # ReluGrad is its own op (fused mask-and-multiply), with its own gradient for higher orders.
-_RELU_GRAD = OpDef("ReluGrad", lambda dy, out: np.where(out > 0, dy, dy.dtype.type(0)), save="y")
+# dy * mask, as TensorFlow's kernel does: np.where with a scalar branch is ~10x slower here.
+_RELU_GRAD = OpDef("ReluGrad", lambda dy, out: dy * (out > 0), save="y")
 
 
 @register_gradient("Relu")
