@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tapefit.core import dtypes as _dt
-from tapefit.core.ops.shape import _shape_list
+from tapefit.core.ops.creation import checked_shape
 from tapefit.core.tensor import Tensor, _wrap
 
 _DEFAULT_GLOBAL_SEED = 87654321  # used for op seeds when no global seed was set, as TF does
@@ -75,6 +75,16 @@ def set_state(state: dict[str, Any]) -> None:
         _generators.by_op_seed[int(key)] = g
 
 
+def _param(value: Any, dtype: np.dtype, name: str, label: str) -> np.ndarray:
+    """A distribution parameter (Python number, ndarray or Tensor) as a ``dtype`` array."""
+    try:
+        return np.asarray(value, dtype)
+    except OverflowError:
+        raise ValueError(f"random.{name}: {label} {value!r} does not fit {np.dtype(dtype).name}") from None
+    except (TypeError, ValueError):
+        raise TypeError(f"random.{name}: {label} must be a number or a tensor, got {value!r}") from None
+
+
 def _float_dtype(dtype: Any, name: str) -> np.dtype:
     dtype = _dt.as_dtype(dtype)
     if dtype.kind != "f":
@@ -87,9 +97,10 @@ def normal(
 ) -> Tensor:
     """Samples from a normal distribution."""
     dtype = _float_dtype(dtype, "normal")
-    draw = generator(seed).standard_normal(
-        _shape_list(shape, "normal"), dtype=np.float64 if dtype == _dt.float64 else np.float32
-    )
+    shape = checked_shape(shape, "random.normal")
+    work = np.float64 if dtype == _dt.float64 else np.float32
+    mean, stddev = _param(mean, work, "normal", "mean"), _param(stddev, work, "normal", "stddev")
+    draw = generator(seed).standard_normal(shape, dtype=work)
     return _wrap((draw * stddev + mean).astype(dtype, copy=False))
 
 
@@ -100,18 +111,28 @@ def uniform(
     dtype: Any = _dt.float32,
     seed: int | None = None,
 ) -> Tensor:
-    """Samples uniformly from ``[minval, maxval)``; integer dtypes need ``maxval``."""
+    """Samples uniformly from ``[minval, maxval)``.
+
+    ``maxval`` defaults to 1 for floating dtypes; integer dtypes need it (and ``minval < maxval``).
+    """
     dtype = _dt.as_dtype(dtype)
-    shape = _shape_list(shape, "uniform")
-    g = generator(seed)
+    shape = checked_shape(shape, "random.uniform")
     if dtype.kind in "iu":
         if maxval is None:
-            raise ValueError("random.uniform: an integer dtype needs maxval")
-        return _wrap(g.integers(int(minval), int(maxval), shape, dtype=dtype))
+            raise ValueError(f"random.uniform: an integer dtype ({dtype.name}) needs maxval")
+        low, high = (
+            int(_param(minval, dtype, "uniform", "minval")),
+            int(_param(maxval, dtype, "uniform", "maxval")),
+        )
+        if low >= high:
+            raise ValueError(f"random.uniform: needs minval < maxval, got minval={low}, maxval={high}")
+        return _wrap(generator(seed).integers(low, high, shape, dtype=dtype))
     dtype = _float_dtype(dtype, "uniform")
-    high = 1.0 if maxval is None else maxval
-    draw = g.random(shape, dtype=np.float64 if dtype == _dt.float64 else np.float32)
-    return _wrap((draw * (high - minval) + minval).astype(dtype, copy=False))
+    work = np.float64 if dtype == _dt.float64 else np.float32
+    low = _param(minval, work, "uniform", "minval")
+    high = _param(1.0 if maxval is None else maxval, work, "uniform", "maxval")
+    draw = generator(seed).random(shape, dtype=work)
+    return _wrap((draw * (high - low) + low).astype(dtype, copy=False))
 
 
 __all__ = ["generator", "get_global_generator", "get_state", "normal", "set_seed", "set_state", "uniform"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import math as _pymath
 from typing import Any
 
 import numpy as np
@@ -12,14 +13,27 @@ from tapefit.core.ops.shape import _shape_list
 from tapefit.core.tensor import Tensor, _wrap, convert_to_tensor, to_array
 
 
+def checked_shape(shape: Any, name: str) -> tuple[int, ...]:
+    """``shape`` (an int, a list/tuple of ints or an integer Tensor) as a tuple of non-negative ints.
+
+    Raises:
+        TypeError: a dimension is not an int (``2.5`` is never silently truncated).
+        ValueError: a dimension is negative.
+    """
+    dims = _shape_list(shape, name)
+    if any(n < 0 for n in dims):
+        raise ValueError(f"{name}: shape {list(dims)} has a negative dimension")
+    return dims
+
+
 def zeros(shape: Any, dtype: _dt.DTypeLike = _dt.float32) -> Tensor:
-    """A tensor of zeros."""
-    return _wrap(np.zeros(_shape_list(shape, "zeros"), _dt.as_dtype(dtype)))
+    """A tensor of zeros of ``shape`` (an int or a list of ints) and ``dtype``."""
+    return _wrap(np.zeros(checked_shape(shape, "zeros"), _dt.as_dtype(dtype)))
 
 
 def ones(shape: Any, dtype: _dt.DTypeLike = _dt.float32) -> Tensor:
-    """A tensor of ones."""
-    return _wrap(np.ones(_shape_list(shape, "ones"), _dt.as_dtype(dtype)))
+    """A tensor of ones of ``shape`` (an int or a list of ints) and ``dtype``."""
+    return _wrap(np.ones(checked_shape(shape, "ones"), _dt.as_dtype(dtype)))
 
 
 def zeros_like(input: Any, dtype: _dt.DTypeLike = None) -> Tensor:
@@ -35,37 +49,78 @@ def ones_like(input: Any, dtype: _dt.DTypeLike = None) -> Tensor:
 
 
 def fill(dims: Any, value: Any) -> Tensor:
-    """A tensor of shape ``dims`` filled with ``value`` (its dtype by the usual rules)."""
+    """A tensor of shape ``dims`` filled with the scalar ``value``.
+
+    The dtype is ``value``'s by the usual rules: a Python float gives float32, an int
+    int32, a Tensor or NumPy value keeps its own.
+    """
     scalar = to_array(value)
     if scalar.ndim:
         raise ValueError(f"fill: value must be a scalar, got shape {scalar.shape}")
-    return _wrap(np.full(_shape_list(dims, "fill"), scalar, scalar.dtype))
+    return _wrap(np.full(checked_shape(dims, "fill"), scalar, scalar.dtype))
 
 
-def eye(num_rows: int, num_columns: int | None = None, dtype: _dt.DTypeLike = _dt.float32) -> Tensor:
-    """An identity matrix (``num_rows`` x ``num_columns``)."""
-    return _wrap(
-        np.eye(int(num_rows), None if num_columns is None else int(num_columns), dtype=_dt.as_dtype(dtype))
-    )
+def eye(
+    num_rows: int,
+    num_columns: int | None = None,
+    batch_shape: Any = None,
+    dtype: _dt.DTypeLike = _dt.float32,
+) -> Tensor:
+    """An identity matrix of shape ``(num_rows, num_columns)`` (square by default).
+
+    ``batch_shape`` stacks copies of it in front, as ``tf.eye``.
+    """
+    rows, cols = checked_shape([num_rows, num_rows if num_columns is None else num_columns], "eye")
+    matrix = np.eye(rows, cols, dtype=_dt.as_dtype(dtype))
+    if batch_shape is not None:
+        batch = checked_shape(batch_shape, "eye (batch_shape)")
+        matrix = np.broadcast_to(matrix, batch + matrix.shape).copy()
+    return _wrap(matrix)
+
+
+# TensorFlow's order for inferring range's dtype: the widest of its arguments' dtypes.
+_RANGE_DTYPES = (_dt.int32, _dt.int64, _dt.float32, _dt.float64)
 
 
 def range(start: Any, limit: Any = None, delta: Any = 1, dtype: _dt.DTypeLike = None) -> Tensor:
-    """``start, start + delta, ...`` up to but excluding ``limit`` (``range(n)`` counts from 0).
+    """``start, start + delta, ...`` up to but excluding ``limit``, as ``tf.range``.
 
-    The dtype is int32 for Python ints and float32 if any argument is a float, unless given.
+    ``range(n)`` counts from 0. Without ``dtype``, the dtype is the widest of the arguments'
+    (Python ints int32, Python floats float32, NumPy values and Tensors their own); with
+    ``dtype``, the arguments are converted to it first.
+
+    Raises:
+        ValueError: ``delta`` is 0, or it points away from ``limit`` (TensorFlow requires
+            ``start <= limit`` for ``delta > 0`` and ``start >= limit`` for ``delta < 0``).
     """
     if limit is None:
         start, limit = 0, start
-    if delta == 0:
-        raise ValueError("range: delta must not be 0")
-    values = [to_array(v) for v in (start, limit, delta)]
+    values = []
+    for label, v in (("start", start), ("limit", limit), ("delta", delta)):
+        array = to_array(v)
+        if array.ndim or array.dtype not in _RANGE_DTYPES:
+            raise TypeError(f"range: {label} must be an int or float scalar, got {v!r}")
+        values.append(array)
     if dtype is None:
-        kinds = {v.dtype.kind for v in values}
-        dtype = (
-            _dt.float32 if "f" in kinds else builtins.max((v.dtype for v in values), key=lambda d: d.itemsize)
-        )
+        dtype = builtins.max((a.dtype for a in values), key=_RANGE_DTYPES.index)
     dtype = _dt.as_dtype(dtype)
-    return _wrap(np.arange(*(v.item() for v in values), dtype=dtype))
+    if dtype not in _RANGE_DTYPES:
+        raise TypeError(f"range: dtype must be one of int32, int64, float32, float64, got {dtype.name}")
+    first, last, step = (a.astype(dtype).item() for a in values)
+    if step == 0:
+        raise ValueError(f"range: delta must not be 0 (got {delta!r} as {dtype.name})")
+    if (step > 0 and first > last) or (step < 0 and first < last):
+        raise ValueError(
+            f"range: start {first} and limit {last} do not match the sign of delta {step}; "
+            f"delta > 0 needs start <= limit, delta < 0 needs start >= limit"
+        )
+    if dtype.kind == "f":
+        # computed in the dtype, as TensorFlow, so float32 steps like 0.1 do not add an element
+        span = (np.array(last, dtype) - np.array(first, dtype)) / np.array(step, dtype)
+        size = _pymath.ceil(builtins.abs(float(span)))
+    else:
+        size = (builtins.abs(last - first) + builtins.abs(step) - 1) // builtins.abs(step)
+    return _wrap(np.arange(size, dtype=dtype) * np.array(step, dtype) + np.array(first, dtype))
 
 
 __all__ = ["eye", "fill", "ones", "ones_like", "range", "zeros", "zeros_like"]
