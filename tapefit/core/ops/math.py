@@ -27,12 +27,24 @@ from tapefit.core.tensor import Tensor, convert_to_tensor
 
 # -- binary arithmetic -------------------------------------------------------
 
+
+def _integer_checked(name: str, fn: Any) -> Any:
+    """``fn`` raising on an integer zero divisor, where NumPy would quietly give 0 (as TF raises)."""
+
+    def forward(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        if y.dtype.kind in "iu" and not np.all(y):
+            raise ZeroDivisionError(f"{name}: integer division by zero")
+        return fn(x, y)
+
+    return forward
+
+
 add = binary("Add", np.add, save="")
 subtract = binary("Sub", np.subtract, save="")
 multiply = binary("Mul", np.multiply, save="x y")
 divide = binary("RealDiv", np.true_divide, save="x y")
-floordiv = binary("FloorDiv", np.floor_divide, save="")
-floormod = binary("FloorMod", np.mod, save="x y")
+floordiv = binary("FloorDiv", _integer_checked("FloorDiv", np.floor_divide), save="")
+floormod = binary("FloorMod", _integer_checked("FloorMod", np.mod), save="x y")
 pow = binary("Pow", np.power, save="x y out")
 maximum = binary("Maximum", np.maximum, save="x y")
 minimum = binary("Minimum", np.minimum, save="x y")

@@ -350,6 +350,12 @@ def test_integer_floordiv_and_floormod_follow_python_signs():
     )
 
 
+@pytest.mark.parametrize("op", [tp.math.floordiv, tp.math.floormod])
+def test_integer_division_by_zero_raises_instead_of_giving_zero(op):
+    with pytest.raises(ZeroDivisionError, match="integer division by zero"):
+        op(tp.constant([4, 5]), tp.constant([2, 0]))
+
+
 @pytest.mark.parametrize("dtype", [tp.int32, tp.int64])
 def test_integer_division_gives_float64_as_tensorflow(dtype):
     out = tp.divide(tp.constant([1, 2, 3], dtype), tp.constant([2, 2, 2], dtype))
@@ -452,3 +458,11 @@ def test_incompatible_shapes_name_both_shapes(name):
     op = BINARY[name][0]
     with pytest.raises(ValueError, match=r"\(3,\).*\(4,\)"):
         op(tp.ones([3]), tp.ones([4]))
+
+
+# -- names -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", tp.core.ops.math.__all__)
+def test_every_math_op_is_reachable_as_tp_and_tp_math(name):
+    assert getattr(tp.math, name) is getattr(tp, name)
