@@ -517,3 +517,33 @@ def test_training_result_matches_a_python_trainer(tmp_path):
     assert sorted(saved) == sorted(ours)
     for name in ours:
         np.testing.assert_array_equal(saved[name], ours[name])
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.yaml")))
+def test_shipped_configs_are_valid(name, monkeypatch, capsys):
+    monkeypatch.chdir(REPO)  # custom_module.yaml imports examples/ from the repository root
+    status, out, err = run_main(["--config", CONFIGS / name, "--print-config"], capsys)
+    assert status == 0, err
+    resolved = parse_yaml(out)
+    assert resolved["name"] == name.removesuffix(".yaml").replace("_", "-")
+    assert {"progress", "checkpoint"} <= {p["type"] for p in resolved["plugins"]}
+
+
+def test_all_plugins_config_shows_every_builtin_plugin_and_runs(tmp_path):
+    from tapefit.plugins.manager import BUILTIN_PLUGINS
+
+    text = (CONFIGS / "all_plugins.yaml").read_text()
+    types = [p if isinstance(p, str) else p["type"] for p in parse_yaml(text)["plugins"]]
+    assert sorted(types) == sorted(BUILTIN_PLUGINS)
+    result = train(tmp_path, "--config", str(CONFIGS / "all_plugins.yaml"), "--set", "trainer.epochs=2")
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "runs/all-plugins"
+    assert sorted(p.name for p in run.iterdir()) == [
+        "checkpoints",
+        "config.yaml",
+        "history.csv",
+        "tensorboard",
+    ]
+    assert (run / "checkpoints/best").is_file() and (run / "checkpoints/last").is_file()
+    rows = read_csv(run / "history.csv")
+    assert len(rows) == 2 and "learning_rate" in rows[0]
