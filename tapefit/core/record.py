@@ -77,16 +77,30 @@ class Op:
         grad_fn: Callable[..., Any] | None = None,
     ) -> None:
         self.type = type
-        self.input_ids = tuple([t._id for t in inputs])
-        self.output_ids = tuple([t._id for t in outputs])
-        self.input_shapes = tuple([t._value.shape for t in inputs])
-        self.input_dtypes = tuple([t._value.dtype for t in inputs])
-        self.output_shapes = tuple([t._value.shape for t in outputs])
-        self.output_dtypes = tuple([t._value.dtype for t in outputs])
+        # One pass per side: this runs for every recorded op.
+        ids, shapes, dtypes = [], [], []
+        for t in inputs:
+            value = t._value
+            ids.append(t._id)
+            shapes.append(value.shape)
+            dtypes.append(value.dtype)
+        self.input_ids, self.input_shapes, self.input_dtypes = tuple(ids), tuple(shapes), tuple(dtypes)
+        ids, shapes, dtypes = [], [], []
+        for t in outputs:
+            value = t._value
+            ids.append(t._id)
+            shapes.append(value.shape)
+            dtypes.append(value.dtype)
+        self.output_ids, self.output_shapes, self.output_dtypes = tuple(ids), tuple(shapes), tuple(dtypes)
         if save_inputs is True:
-            self.inputs = tuple([_snapshot(t) for t in inputs])
+            self.inputs = tuple([_snapshot(t) if t._is_variable else t for t in inputs])
         elif save_inputs:
-            self.inputs = tuple([_snapshot(t) if i in save_inputs else None for i, t in enumerate(inputs)])
+            self.inputs = tuple(
+                [
+                    (_snapshot(t) if t._is_variable else t) if i in save_inputs else None
+                    for i, t in enumerate(inputs)
+                ]
+            )
         else:
             self.inputs = (None,) * len(inputs)
         self.outputs = outputs if save_outputs else (None,) * len(outputs)
@@ -100,8 +114,6 @@ class Op:
 
 def _snapshot(t: Tensor) -> Tensor:
     """A Variable's current value under the Variable's id: later assigns do not change it."""
-    if not t._is_variable:
-        return t
     s = Tensor.__new__(Tensor)
     s._value = t._value
     s._id = t._id
@@ -123,12 +135,13 @@ def record_op(
     for tape in _state.tapes:
         if tape._paused:
             continue
+        watched = tape._watched
         found = False
         for i, t in enumerate(inputs):
-            if tape._watches(t):
+            # _watches also auto-watches a trainable Variable read here.
+            if t._id in watched or (t._is_variable and tape._watches(t)):
                 found = True
-                if t._value.dtype.kind == "f":
-                    needs[i] = True
+                needs[i] = needs[i] or t._value.dtype.kind == "f"
         if found:
             hit.append(tape)
     if hit:
