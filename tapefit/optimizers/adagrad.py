@@ -50,11 +50,11 @@ class Adagrad(Optimizer):
     def update_step(self, gradient: np.ndarray, variable: Variable, learning_rate: float) -> None:
         """One Adagrad step for ``variable``, with two temporary arrays."""
         acc = self._slots_of(variable)["accumulator"]
-        a = np.square(gradient)
+        a = np.square(gradient, out=np.empty_like(gradient))
         acc.assign_add(a)
         np.add(value_array(acc), self.epsilon, out=a)
         np.sqrt(a, out=a)
-        b = np.multiply(gradient, learning_rate)
+        b = np.multiply(gradient, learning_rate, out=np.empty_like(gradient))
         b /= a
         variable.assign_sub(b)
 

@@ -66,7 +66,7 @@ class Adam(Optimizer):
 
         # `work` is the one temporary; the slots are read inline so that assign* find
         # their arrays unshared and update them in place.
-        work = np.subtract(gradient, value_array(m))
+        work = np.subtract(gradient, value_array(m), out=np.empty_like(gradient))
         work *= 1.0 - self.beta_1
         m.assign_add(work)
         np.square(gradient, out=work)

@@ -466,12 +466,12 @@ class Optimizer:
 
     def _clip(self, grads: list[np.ndarray]) -> list[np.ndarray]:
         if self.clipnorm is not None:
-            return [clip_by_norm(g, self.clipnorm) for g in grads]
-        if self.global_clipnorm is not None:
-            return clip_by_global_norm(grads, self.global_clipnorm)
-        if self.clipvalue is not None:
-            return [np.clip(g, -self.clipvalue, self.clipvalue) for g in grads]
-        return grads
+            grads = [clip_by_norm(g, self.clipnorm) for g in grads]
+        elif self.global_clipnorm is not None:
+            grads = clip_by_global_norm(grads, self.global_clipnorm)
+        elif self.clipvalue is not None:
+            grads = [np.clip(g, -self.clipvalue, self.clipvalue) for g in grads]
+        return [np.asarray(g) for g in grads]  # NumPy gives scalars for 0-d arrays; update steps need arrays
 
     def _use_weight_decay(self, variable: Variable) -> bool:
         if id(variable) in self._no_decay_ids:

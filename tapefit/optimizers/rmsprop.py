@@ -62,15 +62,15 @@ class RMSprop(Optimizer):
         """One RMSprop step for ``variable``, with two temporary arrays (three when centered)."""
         slots = self._slots_of(variable)
         rho = self.rho
-        a = np.square(gradient)
+        a = np.square(gradient, out=np.empty_like(gradient))
         a *= 1.0 - rho
-        b = np.multiply(value_array(slots["velocity"]), rho)
+        b = np.multiply(value_array(slots["velocity"]), rho, out=np.empty_like(gradient))
         b += a
         slots["velocity"].assign(b)  # v = rho * v + (1 - rho) * g*g; b keeps v
         if self.centered:
             mg = slots["average_gradient"]
             np.multiply(gradient, 1.0 - rho, out=a)
-            c = np.multiply(value_array(mg), rho)
+            c = np.multiply(value_array(mg), rho, out=np.empty_like(gradient))
             c += a
             mg.assign(c)  # mg = rho * mg + (1 - rho) * g
             np.square(c, out=c)

@@ -47,12 +47,12 @@ class SGD(Optimizer):
 
     def update_step(self, gradient: np.ndarray, variable: Variable, learning_rate: float) -> None:
         """One SGD step for ``variable``."""
-        step = np.multiply(gradient, learning_rate)  # lr * g
+        step = np.multiply(gradient, learning_rate, out=np.empty_like(gradient))  # lr * g
         if not self.momentum:
             variable.assign_sub(step)
             return
         m = self._slots_of(variable)["momentum"]
-        new_m = np.multiply(value_array(m), self.momentum)
+        new_m = np.multiply(value_array(m), self.momentum, out=np.empty_like(gradient))
         new_m -= step
         m.assign(new_m)
         if self.nesterov:
