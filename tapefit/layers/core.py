@@ -291,12 +291,7 @@ class Sequential(Layer):
         """Calls the layers in turn; ``training`` reaches those that take it."""
         x = inputs
         for layer in self._layers:
-            # Module.__call__ drops `training` for a call that does not take it; a user
-            # __call__ override gets it only through the call context.
-            if training is not None and type(layer).__call__ is Module.__call__:
-                x = layer(x, training=training)
-            else:
-                x = layer(x)
+            x = layer(x, training=training)  # dropped for layers whose call does not take it
         return x
 
 

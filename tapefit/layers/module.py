@@ -13,6 +13,7 @@ a Keras layer does; ``training=`` reaches the sublayers whose ``call`` takes it.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import threading
@@ -74,6 +75,40 @@ def _call_accepts_training(call: Callable[..., Any]) -> bool:
         accepts = any(p.name == "training" or p.kind is p.VAR_KEYWORD for p in params)
         _accepts_training[call] = accepts
     return accepts
+
+
+def _resolve_training(kwargs: dict[str, Any], fn: Callable[..., Any]) -> bool | None:
+    """The ``training`` value of a call (given, else the enclosing call's), put into or taken
+    out of ``kwargs`` depending on whether ``fn`` takes it."""
+    training = kwargs.get("training")
+    if training is None and _context.training:
+        training = _context.training[-1]
+    if _call_accepts_training(fn):
+        if training is not None:
+            kwargs["training"] = training
+    else:
+        kwargs.pop("training", None)
+    return training
+
+
+def _call_override(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wraps a subclass's own ``__call__`` (the ``tf.Module`` style) so that it, too, takes
+    ``training=`` only if it declares it, passes the flag on to the modules it calls, and
+    records its output shape for ``summary``."""
+
+    @functools.wraps(fn)
+    def __call__(self: Module, *args: Any, **kwargs: Any) -> Any:
+        training = _resolve_training(kwargs, fn)
+        _context.training.append(training)
+        try:
+            outputs = fn(self, *args, **kwargs)
+        finally:
+            _context.training.pop()
+        self._output_shape = _shape_of(outputs)
+        return outputs
+
+    __call__._tapefit_call_override = True  # type: ignore[attr-defined]
+    return __call__
 
 
 def _shape_of(value: Any) -> Any:
@@ -340,15 +375,7 @@ class Module:
         the enclosing module's call received; else it is not passed (``call``'s
         default applies). It is passed only to a ``call`` that takes it.
         """
-        training = kwargs.get("training")
-        if training is None and _context.training:
-            training = _context.training[-1]
-        call = type(self).call
-        if _call_accepts_training(call):
-            if training is not None:
-                kwargs["training"] = training
-        else:
-            kwargs.pop("training", None)
+        training = _resolve_training(kwargs, type(self).call)
         _context.training.append(training)
         try:
             if not self._built:
@@ -360,6 +387,12 @@ class Module:
             _context.training.pop()
         self._output_shape = _shape_of(outputs)
         return outputs
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__call__")
+        if own is not None and not getattr(own, "_tapefit_call_override", False):
+            cls.__call__ = _call_override(own)  # type: ignore[method-assign]
 
     # -- state ---------------------------------------------------------------
 

@@ -405,3 +405,31 @@ def test_regularization_losses_are_differentiable():
     np.testing.assert_allclose(dk.numpy(), kernel, rtol=1e-6)
     np.testing.assert_allclose(db.numpy(), [0.01, 0.01], rtol=1e-6)
     assert Sequential([Dense(1)]).losses == []
+
+
+def test_call_dunder_override_gets_training_only_if_declared_and_passes_it_on():
+    inner = Recorder()
+
+    class Plain(tp.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = inner
+
+        def __call__(self, x):
+            return self.inner(x)
+
+    class Declares(tp.Module):
+        def __call__(self, x, training=False):
+            return x * (2.0 if training else 1.0)
+
+    plain = Plain()
+    assert plain(1.0, training=True) == 1.0
+    assert inner.seen == [True]
+    model = Sequential([Plain(), tp.layers.Dense(1, kernel_initializer="ones")])
+    model(tp.ones((1, 2)), training=False)
+    assert inner.seen == [True, False]
+    assert float(Declares()(tp.constant(3.0), training=True)) == 6.0
+    assert float(Declares()(tp.constant(3.0))) == 3.0
+    lines = []
+    model.summary(print_fn=lines.append)
+    assert any("(Plain)" in line and "(None, 2)" in line for line in lines)
