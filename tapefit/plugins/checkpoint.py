@@ -437,10 +437,14 @@ class Checkpoint:
                 improved = True
         if self.save_best_only and not improved:
             return
+        previous = self.best_value, self.best_name
+        if improved:
+            # Set before saving, so the checkpoint's own plugin state knows it is the best.
+            self.best_value, self.best_name = float(logs[self.monitor]), self._name(trainer)  # type: ignore[index]
         path = self._save(trainer)
-        if improved and path is not None:
-            self.best_value = float(logs[self.monitor])  # type: ignore[index]
-            self.best_name = path.name
+        if path is None:
+            self.best_value, self.best_name = previous
+        elif improved:
             write_pointer(self.folder, BEST_POINTER, path.name)
 
     @hookimpl
@@ -478,8 +482,12 @@ class Checkpoint:
             return None
         return save_checkpoint(path, contents)
 
+    @staticmethod
+    def _name(trainer: Any) -> str:
+        return f"epoch{trainer.epoch:04d}-step{trainer.step:08d}.npz"
+
     def _save(self, trainer: Any) -> Path | None:
-        name = f"epoch{trainer.epoch:04d}-step{trainer.step:08d}.npz"
+        name = self._name(trainer)
         path = self._write(trainer, self.folder / name)
         if path is None:
             return None

@@ -1,0 +1,287 @@
+"""The fit loop: hook order and counts, logs, History, stop_training, evaluate/predict, errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import tapefit as tp
+
+
+def make_data(n=10, features=3, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, features)).astype(np.float32)
+    y = (x @ np.array([1.0, -2.0, 0.5], np.float32)[:features] > 0).astype(np.int64)
+    return x, y
+
+
+def make_trainer(plugins=(), metrics=("accuracy",), seed=0, **kwargs):
+    tp.random.set_seed(seed)
+    model = tp.layers.Sequential(
+        [tp.layers.Dense(6, activation="tanh"), tp.layers.Dropout(0.2), tp.layers.Dense(2)]
+    )
+    return tp.Trainer(
+        model,
+        tp.optimizers.SGD(learning_rate=0.1),
+        tp.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=list(metrics),
+        plugins=list(plugins),
+        **kwargs,
+    )
+
+
+class HookCounter:
+    """Records every hook call with its step/epoch."""
+
+    def __init__(self):
+        self.calls = []
+
+    @tp.hookimpl
+    def on_fit_start(self, trainer):
+        self.calls.append(("fit_start",))
+
+    @tp.hookimpl
+    def on_epoch_start(self, epoch):
+        self.calls.append(("epoch_start", epoch))
+
+    @tp.hookimpl
+    def on_train_batch_start(self, trainer, step):
+        assert trainer.step == step
+        self.calls.append(("batch_start", step))
+
+    @tp.hookimpl
+    def on_train_batch_end(self, trainer, step, logs):
+        assert trainer.step == step + 1
+        self.calls.append(("batch_end", step))
+
+    @tp.hookimpl
+    def on_validation_end(self, epoch, logs):
+        self.calls.append(("validation_end", epoch))
+
+    @tp.hookimpl
+    def on_epoch_end(self, epoch, logs):
+        self.calls.append(("epoch_end", epoch))
+
+    @tp.hookimpl
+    def on_fit_end(self):
+        self.calls.append(("fit_end",))
+
+
+def expected_calls(epochs, batches, validation=False):
+    calls = [("fit_start",)]
+    step = 0
+    for epoch in range(epochs):
+        calls.append(("epoch_start", epoch))
+        for _ in range(batches):
+            calls += [("batch_start", step), ("batch_end", step)]
+            step += 1
+        if validation:
+            calls.append(("validation_end", epoch))
+        calls.append(("epoch_end", epoch))
+    return [*calls, ("fit_end",)]
+
+
+@pytest.mark.parametrize(("n", "batch_size", "epochs"), [(10, 4, 3), (12, 4, 2), (5, 32, 1), (7, 1, 2)])
+def test_hook_counts_and_order(n, batch_size, epochs):
+    x, y = make_data(n)
+    counter = HookCounter()
+    make_trainer([counter]).fit(x, y, epochs=epochs, batch_size=batch_size)
+    batches = math.ceil(n / batch_size)
+    assert counter.calls == expected_calls(epochs, batches)
+    kinds = [c[0] for c in counter.calls]
+    assert (kinds.count("fit_start"), kinds.count("fit_end")) == (1, 1)
+    assert kinds.count("epoch_start") == kinds.count("epoch_end") == epochs
+    assert kinds.count("batch_start") == kinds.count("batch_end") == batches * epochs
+    steps = [c[1] for c in counter.calls if c[0] == "batch_start"]
+    assert steps == list(range(batches * epochs))
+
+
+def test_hook_order_with_validation_and_drop_last():
+    x, y = make_data(10)
+    counter = HookCounter()
+    trainer = make_trainer([counter])
+    trainer.fit(x, y, epochs=2, batch_size=4, validation_data=make_data(6, seed=1), drop_last=True)
+    assert counter.calls == expected_calls(2, 2, validation=True)
+    assert int(trainer.optimizer.iterations) == 4
+
+
+def test_history_and_logs():
+    x, y = make_data(10)
+    batch_logs = []
+
+    class Logs:
+        @tp.hookimpl
+        def on_train_batch_end(self, step, logs):
+            batch_logs.append(dict(logs))
+
+    trainer = make_trainer([Logs()])
+    history = trainer.fit(x, y, epochs=2, batch_size=4, validation_data=(x, y))
+    assert isinstance(history, tp.History)
+    assert set(history.history) == {"loss", "accuracy", "val_loss", "val_accuracy"}
+    assert all(len(v) == 2 for v in history.history.values())
+    assert history.epoch == [0, 1]
+    assert history.params == {"epochs": 2, "batch_size": 4, "steps": 3}
+    # The epoch loss is the sample-weighted mean of the batch losses (batches of 4, 4, 2).
+    sizes = [4, 4, 2]
+    for epoch in range(2):
+        losses = [logs["loss"] for logs in batch_logs[3 * epoch : 3 * epoch + 3]]
+        assert history.history["loss"][epoch] == pytest.approx(np.dot(losses, sizes) / 10, rel=1e-6)
+    # The batch logs carry the running accuracy; the last batch's equals the epoch's.
+    assert batch_logs[-1]["accuracy"] == pytest.approx(history.history["accuracy"][-1])
+    # val_ values are exactly what evaluate gives after training.
+    assert trainer.evaluate(x, y, batch_size=4) == {
+        "loss": history.history["val_loss"][-1],
+        "accuracy": history.history["val_accuracy"][-1],
+    }
+
+
+def test_stop_training_ends_fit_after_the_current_batch():
+    x, y = make_data(10)
+
+    class StopAt:
+        @tp.hookimpl
+        def on_train_batch_end(self, trainer, step):
+            if step == 4:
+                trainer.stop_training = True
+
+    counter = HookCounter()
+    trainer = make_trainer([StopAt(), counter])
+    history = trainer.fit(x, y, epochs=5, batch_size=4)
+    steps = [c[1] for c in counter.calls if c[0] == "batch_end"]
+    assert steps == [0, 1, 2, 3, 4]
+    assert int(trainer.optimizer.iterations) == 5
+    # Keras: the partial epoch still ends with on_epoch_end and a History entry.
+    assert counter.calls[-2:] == [("epoch_end", 1), ("fit_end",)]
+    assert history.epoch == [0, 1]
+
+
+def test_regularization_losses_are_added_to_the_loss():
+    x, y = make_data(8)
+    tp.random.set_seed(0)
+    model = tp.layers.Sequential([tp.layers.Dense(2, kernel_regularizer="l2")])
+    loss_fn = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
+    seen = []
+
+    class First:
+        @tp.hookimpl
+        def on_train_batch_start(self, step):
+            if step == 0:
+                # Before the first update: the loss the trainer computes must include the penalty.
+                seen.append(float(loss_fn(y, model(x))) + float(tp.add_n(model.losses)))
+
+        @tp.hookimpl
+        def on_train_batch_end(self, step, logs):
+            if step == 0:
+                seen.append(logs["loss"])
+
+    model(x)  # build, so the penalty can be computed before the first step
+    tp.Trainer(model, "sgd", loss_fn, plugins=[First()]).fit(x, y, epochs=1, batch_size=8, shuffle=False)
+    penalty = float(tp.add_n(model.losses))
+    assert penalty > 0
+    assert seen[1] == pytest.approx(seen[0], rel=1e-6)
+
+
+def test_names_for_loss_optimizer_and_metrics():
+    x, y = make_data(10)
+    trainer = tp.Trainer(
+        tp.layers.Sequential([tp.layers.Dense(2, activation="softmax")]),
+        "adam",
+        "sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
+    assert isinstance(trainer.optimizer, tp.optimizers.Adam)
+    history = trainer.fit(x, y, epochs=1, batch_size=5)
+    assert set(history.history) == {"loss", "accuracy"}
+
+
+def test_predict_and_evaluate_match_the_model():
+    x, y = make_data(10)
+    trainer = make_trainer()
+    trainer.fit(x, y, epochs=1, batch_size=4)
+    predictions = trainer.predict(x, batch_size=3)
+    assert isinstance(predictions, np.ndarray)
+    np.testing.assert_array_equal(predictions, trainer.model(x, training=False).numpy())
+    result = trainer.evaluate(x, y, batch_size=10)
+    expected = float(trainer.loss(y, trainer.model(x, training=False)))
+    assert result["loss"] == pytest.approx(expected, rel=1e-6)
+    accuracy = np.mean(np.argmax(predictions, axis=1) == y)
+    assert result["accuracy"] == pytest.approx(accuracy)
+
+
+def test_float64_inputs_train_as_float32():
+    x, y = make_data(10)
+    history = make_trainer(metrics=()).fit(x.astype(np.float64), y, epochs=1, batch_size=5)
+    assert np.isfinite(history.history["loss"][0])
+
+
+def test_transform_gradients_change_the_update():
+    x, y = make_data(8)
+
+    class Zero:
+        @tp.hookimpl
+        def transform_gradients(self, grads_and_vars):
+            return [(None if g is None else tp.zeros_like(g), v) for g, v in grads_and_vars]
+
+    trainer = make_trainer([Zero()])
+    trainer.model(x)
+    before = trainer.model.state_dict()
+    trainer.fit(x, y, epochs=1, batch_size=4)
+    after = trainer.model.state_dict()
+    for key in before:
+        np.testing.assert_array_equal(before[key], after[key])
+
+
+def test_bad_arguments_have_clear_errors():
+    x, y = make_data(10)
+    trainer = make_trainer()
+    with pytest.raises(ValueError, match=r"same number of samples.*\(10, 3\).*\(9,\)"):
+        trainer.fit(x, y[:9])
+    with pytest.raises(ValueError, match="batch_size must be a positive integer, got 0"):
+        trainer.fit(x, y, batch_size=0)
+    with pytest.raises(ValueError, match="epochs must be a non-negative integer"):
+        trainer.fit(x, y, epochs=-1)
+    with pytest.raises(ValueError, match="validation_data must be a tuple"):
+        trainer.fit(x, y, validation_data=x)
+    with pytest.raises(TypeError, match="loss must be a loss name"):
+        tp.Trainer(trainer.model, "sgd", 3)
+    with pytest.raises(TypeError, match="optimizer must be an optimizer name"):
+        tp.Trainer(trainer.model, object(), "mse")
+    with pytest.raises(ValueError, match="unknown loss"):
+        tp.Trainer(trainer.model, "sgd", "msq")
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        trainer.fit(x, y, resume_from="/nonexistent/ckpt.npz")
+
+
+class ExceptionWatcher:
+    def __init__(self):
+        self.exceptions = []
+        self.fit_ended = False
+
+    @tp.hookimpl
+    def on_exception(self, exception):
+        self.exceptions.append(exception)
+
+    @tp.hookimpl
+    def on_fit_end(self):
+        self.fit_ended = True
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_exceptions_reach_on_exception_and_propagate(error):
+    x, y = make_data(10)
+
+    class Fail:
+        @tp.hookimpl
+        def on_train_batch_start(self, step):
+            if step == 3:
+                raise error
+
+    watcher = ExceptionWatcher()
+    trainer = make_trainer([Fail(), watcher])
+    with pytest.raises(type(error)):
+        trainer.fit(x, y, epochs=3, batch_size=4)
+    assert watcher.exceptions == [error]
+    assert not watcher.fit_ended
+    assert trainer.step == 3 and not trainer.update_in_progress
