@@ -46,11 +46,13 @@ class _Node(NamedTuple):
     cut: bool
 
 
-def _is_cut(node: Op | _Node) -> bool:
+def _is_cut(op: Op) -> bool:
     """Whether gradients stop at this op (``stop_gradient`` and other non-differentiable ops)."""
-    if isinstance(node, _Node):
-        return node.cut
-    return node.grad_fn is None and is_not_differentiable(node.type)
+    return op.grad_fn is None and is_not_differentiable(op.type)
+
+
+def _node(op: Op) -> _Node:
+    return _Node(op.type, op.input_ids, op.output_ids, _is_cut(op))
 
 
 def _float(t: Tensor) -> bool:
@@ -145,11 +147,12 @@ class GradientTape:
         self._variables: dict[int, Variable] = {}
         self._paused = False
         self._released = False
-        self._skeleton: list[_Node] | None = None
+        self._skeleton: list[tuple[Any, ...]] | None = None
 
     def _release(self) -> None:
         """Drops the recorded values; keeps the graph's shape for ``explain``."""
-        self._skeleton = [_Node(op.type, op.input_ids, op.output_ids, _is_cut(op)) for op in self._entries]
+        # Plain tuples: cheap to make on every release; explain() turns them into _Nodes.
+        self._skeleton = [(op.type, op.input_ids, op.output_ids, _is_cut(op)) for op in self._entries]
         self._entries = []
         self._released = True
         self._paused = True
@@ -339,17 +342,19 @@ class GradientTape:
         self, targets: list[Tensor], sources: list[Tensor], stops: set[int]
     ) -> tuple[list[Op], set[int]]:
         """The recorded ops on a path from a source to a target, and the ids downstream of a source."""
-        needed = {t._id for t in targets if _float(t)}
+        needed = {t._id for t in targets if _float(t)} - stops
         back: list[Op] = []
         for op in reversed(self._entries):
-            if any(oid in needed and oid not in stops for oid in op.output_ids):
+            if not needed.isdisjoint(op.output_ids):
                 back.append(op)
-                if not _is_cut(op):
+                if op.grad_fn is not None or not is_not_differentiable(op.type):
                     needed.update(op.input_ids)
+                    if stops:
+                        needed -= stops  # gradients stop at these: their producers are not needed
         reach = {s._id for s in sources if _float(s)}
         path: list[Op] = []
         for op in reversed(back):
-            if any(iid in reach for iid in op.input_ids):
+            if not reach.isdisjoint(op.input_ids):
                 path.append(op)
                 reach.update(op.output_ids)
         return path, reach
@@ -364,14 +369,11 @@ class GradientTape:
         path, reach = plan
         keep = {s._id for s in sources}
         grads: dict[int, Tensor] = {}
-
-        def accumulate(tid: int, g: Tensor) -> None:
-            previous = grads.get(tid)
-            grads[tid] = g if previous is None else add(previous, g)
-
         for t, g in zip(targets, upstream):
             if _float(t):
-                accumulate(t._id, ones_like(t) if g is None else g)
+                previous = grads.get(t._id)
+                g = ones_like(t) if g is None else g
+                grads[t._id] = g if previous is None else add(previous, g)
         # A non-persistent tape is done once it answers; a persistent one inside its
         # context records its own backward pass, for higher derivatives.
         paused = self._paused
@@ -379,18 +381,12 @@ class GradientTape:
             self._paused = True
         try:
             for op in reversed(path):
-                dys = [grads.get(oid) for oid in op.output_ids]
-                if all(dy is None for dy in dys):
+                dys = self._output_gradients(op, grads, keep)
+                if dys is None:
                     continue
                 grad_fn = op.grad_fn or get_gradient(op.type)
                 if grad_fn is None:
                     continue
-                for k, dy in enumerate(dys):
-                    if dy is None:
-                        dys[k] = zeros(op.output_shapes[k], op.output_dtypes[k])
-                for oid in op.output_ids:
-                    if oid not in keep:
-                        grads.pop(oid, None)
                 input_grads = grad_fn(op, *dys)
                 if not isinstance(input_grads, (tuple, list)):
                     input_grads = (input_grads,)
@@ -399,14 +395,37 @@ class GradientTape:
                         f"the gradient function of '{op.type}' returned {len(input_grads)} gradients "
                         f"for {len(op.input_ids)} inputs"
                     )
+                needs, ids = op.needs_grad, op.input_ids
                 for i, g in enumerate(input_grads):
-                    iid = op.input_ids[i]
-                    if g is None or iid not in reach or op.input_dtypes[i].kind != "f":
+                    # needs_grad is False for integer inputs and inputs no tape watched.
+                    if g is None or not needs[i] or ids[i] not in reach:
                         continue
-                    accumulate(iid, _fit_gradient(g, op, i))
+                    value = g._value if g.__class__ is Tensor else None
+                    if (
+                        value is None
+                        or value.shape != op.input_shapes[i]
+                        or value.dtype != op.input_dtypes[i]
+                    ):
+                        g = _fit_gradient(g, op, i)
+                    previous = grads.get(ids[i])
+                    grads[ids[i]] = g if previous is None else add(previous, g)
         finally:
             self._paused = paused
         return [grads.get(s._id) if _float(s) else None for s in sources]
+
+    @staticmethod
+    def _output_gradients(op: Op, grads: dict[int, Tensor], keep: set[int]) -> list[Tensor] | None:
+        """The upstream gradients of ``op``'s outputs (zeros for the missing ones), or
+        ``None`` when none arrived; drops them from ``grads`` unless they are sources."""
+        dys = [grads.get(oid) for oid in op.output_ids]
+        if all(dy is None for dy in dys):
+            return None
+        for k, oid in enumerate(op.output_ids):
+            if dys[k] is None:
+                dys[k] = zeros(op.output_shapes[k], op.output_dtypes[k])
+            if oid not in keep:
+                grads.pop(oid, None)
+        return dys
 
     @staticmethod
     def _fill(
@@ -424,7 +443,10 @@ class GradientTape:
         The answer is read off what the tape recorded, so it works before and after a
         non-persistent tape has answered its ``gradient`` call.
         """
-        nodes: list[Any] = self._skeleton if self._released and self._skeleton is not None else self._entries
+        if self._released and self._skeleton is not None:
+            nodes = [_Node(*fields) for fields in self._skeleton]
+        else:
+            nodes = [_node(op) for op in self._entries]
         if not isinstance(target, Tensor):
             return (
                 f"the target is a {type(target).__name__}, not a Tensor: computations outside tapefit "
@@ -507,7 +529,7 @@ def _forward(nodes: list[Any], start: int, through_cuts: bool = True) -> tuple[s
     cuts = []
     for n in nodes:
         if any(i in reach for i in n.input_ids):
-            if _is_cut(n):
+            if n.cut:
                 cuts.append(n)
                 if not through_cuts:
                     continue
