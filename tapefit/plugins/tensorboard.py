@@ -14,13 +14,17 @@ training and validation curve of each key in one chart (as Keras's callback does
 
 from __future__ import annotations
 
+import itertools
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tapefit.plugins.hookspecs import hookimpl
+
+_writer_numbers = itertools.count()
 
 
 def _global_norm(grads: list[Any]) -> float:
@@ -103,8 +107,13 @@ class TensorBoard:
             from tensorboardX import SummaryWriter  # slow to import: only when used
 
             assert self.folder is not None
+            # Event file names carry the time in seconds only: a unique suffix keeps a fit that
+            # resumes within the same second from overwriting the previous file.
             writer = SummaryWriter(
-                str(self.folder / run), purge_step=self._purge_step, flush_secs=self.flush_secs
+                str(self.folder / run),
+                purge_step=self._purge_step,
+                flush_secs=self.flush_secs,
+                filename_suffix=f".{os.getpid()}.{next(_writer_numbers)}",
             )
             self._writers[run] = writer
         return writer
@@ -189,7 +198,8 @@ class TensorBoard:
         assert self.folder is not None
         metrics = {f"hparam/{k}": float(v) for k, v in self._last_logs.items()}
         experiment, start, end = hparams(self.hparams(trainer), metrics)
-        with SummaryWriter(str(self.folder / "hparams")) as writer:
+        suffix = f".{os.getpid()}.{next(_writer_numbers)}"
+        with SummaryWriter(str(self.folder / "hparams"), filename_suffix=suffix) as writer:
             writer.file_writer.add_summary(experiment)
             writer.file_writer.add_summary(start)
             writer.file_writer.add_summary(end)

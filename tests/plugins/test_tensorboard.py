@@ -1,0 +1,145 @@
+"""The tensorboard plugin's event files, read back with TensorBoard's own reader."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+import tapefit as tp
+from tapefit.plugins.tensorboard import TensorBoard
+
+N, BATCH, EPOCHS = 22, 5, 3
+STEPS = math.ceil(N / BATCH) * EPOCHS
+
+
+def read(folder):
+    accumulator = EventAccumulator(str(folder), size_guidance={"scalars": 0, "histograms": 0})
+    accumulator.Reload()
+    return accumulator
+
+
+def fit_with_board(tmp_path, make_trainer, make_data, **options):
+    x, y = make_data(N)
+    xv, yv = make_data(7, seed=1)
+    board = TensorBoard(log_dir=str(tmp_path / "tb"), **options)
+    trainer = make_trainer([board, {"type": "clip_gradients", "global_norm": 0.5}])
+    trainer.config = {"name": "demo", "optimizer": {"type": "adam", "learning_rate": 0.01}, "layers": [8, 3]}
+    history = trainer.fit(x, y, epochs=EPOCHS, batch_size=BATCH, validation_data=(xv, yv))
+    return trainer, history, tmp_path / "tb"
+
+
+def test_every_scalar_tag_has_one_value_per_step_or_epoch(tmp_path, make_trainer, make_data):
+    _, history, folder = fit_with_board(tmp_path, make_trainer, make_data, histogram_every_n_steps=4)
+    train, val = read(folder / "train"), read(folder / "val")
+    step_tags = ["step/loss", "step/learning_rate", "step/grad_global_norm"]
+    epoch_keys = ["loss", "accuracy"]
+    assert set(train.Tags()["scalars"]) == {*step_tags, *(f"epoch/{k}" for k in epoch_keys)}
+    assert set(val.Tags()["scalars"]) == {f"epoch/{k}" for k in epoch_keys}
+    for tag in step_tags:
+        assert [e.step for e in train.Scalars(tag)] == list(range(STEPS)), tag
+    for key in epoch_keys:
+        train_values = train.Scalars(f"epoch/{key}")
+        val_values = val.Scalars(f"epoch/{key}")
+        assert [e.step for e in train_values] == [e.step for e in val_values] == list(range(EPOCHS))
+        np.testing.assert_allclose([e.value for e in train_values], history.history[key], rtol=1e-6)
+        np.testing.assert_allclose([e.value for e in val_values], history.history[f"val_{key}"], rtol=1e-6)
+    assert all(e.value == pytest.approx(0.01) for e in train.Scalars("step/learning_rate"))
+    # The logged norm is the one before clipping: above the 0.5 bound at least once.
+    norms = [e.value for e in train.Scalars("step/grad_global_norm")]
+    assert max(norms) > 0.5
+
+
+def test_histograms_every_n_steps(tmp_path, make_trainer, make_data):
+    trainer, _, folder = fit_with_board(tmp_path, make_trainer, make_data, histogram_every_n_steps=4)
+    train = read(folder / "train")
+    paths = [path for path, _ in trainer.model.named_variables()]
+    expected = {f"weights/{p}" for p in paths} | {f"gradients/{p}" for p in paths}
+    assert set(train.Tags()["histograms"]) == expected
+    for tag in expected:
+        events = train.Histograms(tag)
+        assert [e.step for e in events] == list(range(0, STEPS, 4)), tag
+    # The first Dense kernel has 4x8 values in each histogram.
+    kernel = next(p for p in paths if p.endswith("kernel"))
+    assert train.Histograms(f"weights/{kernel}")[0].histogram_value.num == 4 * 8
+
+
+def test_hparams_with_final_metrics(tmp_path, make_trainer, make_data):
+    trainer, history, folder = fit_with_board(tmp_path, make_trainer, make_data)
+    hparams = read(folder / "hparams")
+    assert set(hparams.PluginTagToContent("hparams")) == {
+        "_hparams_/experiment",
+        "_hparams_/session_start_info",
+        "_hparams_/session_end_info",
+    }
+    for key in ("loss", "val_loss", "accuracy", "val_accuracy"):
+        (event,) = hparams.Scalars(f"hparam/{key}")
+        assert event.value == pytest.approx(history.history[key][-1], rel=1e-6)
+    values = TensorBoard().hparams(trainer)
+    assert values["optimizer.learning_rate"] == 0.01
+    assert values["layers"] == "[8, 3]"
+    assert values["batch_size"] == BATCH and values["optimizer"] == "Adam"
+
+
+def test_log_every_n_steps_and_no_histograms_by_default(tmp_path, make_trainer, make_data):
+    _, _, folder = fit_with_board(tmp_path, make_trainer, make_data, log_every_n_steps=3)
+    train = read(folder / "train")
+    assert [e.step for e in train.Scalars("step/loss")] == list(range(0, STEPS, 3))
+    assert train.Tags()["histograms"] == []
+
+
+def test_closed_on_exception_and_readable(tmp_path, make_trainer, make_data):
+    x, y = make_data(N)
+
+    class Fail:
+        @tp.hookimpl
+        def on_train_batch_start(self, step):
+            if step == 7:
+                raise RuntimeError("stop here")
+
+    board = TensorBoard(log_dir=str(tmp_path / "tb"))
+    trainer = make_trainer([Fail(), board])
+    with pytest.raises(RuntimeError, match="stop here"):
+        trainer.fit(x, y, epochs=3, batch_size=BATCH)
+    assert board._writers == {}
+    train = read(tmp_path / "tb" / "train")
+    assert [e.step for e in train.Scalars("step/loss")] == list(range(7))
+    assert [e.step for e in train.Scalars("epoch/loss")] == [0]
+
+
+def test_default_folder_and_argument_errors(tmp_path, make_trainer, make_data):
+    x, y = make_data(N)
+    trainer = make_trainer(["tensorboard"], output_dir=tmp_path / "run")
+    trainer.fit(x, y, epochs=1, batch_size=BATCH)
+    assert list((tmp_path / "run" / "tensorboard" / "train").glob("events.out.tfevents.*"))
+    with pytest.raises(ValueError, match="log_every_n_steps must be a positive integer"):
+        TensorBoard(log_every_n_steps=0)
+
+
+def test_resume_purges_the_steps_after_the_checkpoint(tmp_path, make_trainer, make_data):
+    x, y = make_data(N)
+    checkpoints = tmp_path / "ckpt"
+
+    class Fail:
+        @tp.hookimpl
+        def on_train_batch_start(self, step):
+            if step == 8:
+                raise RuntimeError("crash")
+
+    first = make_trainer(
+        [
+            Fail(),
+            TensorBoard(log_dir=str(tmp_path / "tb")),
+            {"type": "checkpoint", "dirpath": str(checkpoints)},
+        ]
+    )
+    with pytest.raises(RuntimeError):
+        first.fit(x, y, epochs=3, batch_size=BATCH)
+    # Resume from the end of epoch 0 (step 5), not from the interrupted step 8.
+    resumed = make_trainer([TensorBoard(log_dir=str(tmp_path / "tb"))])
+    resumed.fit(x, y, epochs=3, batch_size=BATCH, resume_from=checkpoints / "epoch0000-step00000005.npz")
+    train = read(tmp_path / "tb" / "train")
+    assert [e.step for e in train.Scalars("step/loss")] == list(range(STEPS))
+    assert [e.step for e in train.Scalars("epoch/loss")] == [0, 1, 2]
