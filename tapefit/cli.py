@@ -164,7 +164,9 @@ class Run:
     optimizer: Any
     plugins: list[Any]
     output_dir: Path
+    trainer: Any
     resume_from: Path | None
+    resume_epoch: int = 0
 
 
 def _fail(key: str, message: str) -> NoReturn:
@@ -392,13 +394,27 @@ def find_resume_point(resume: str, plugins: list[Any], output_dir: Path) -> Path
     return path
 
 
-def _check_resume_fits(path: Path, model: Any) -> None:
+def _check_resume_fits(path: Path, model: Any, config: dict[str, Any], data: Data) -> int:
+    """Checks that the checkpoint at ``path`` can continue this config; returns its epoch."""
     from tapefit.plugins import checkpoint as _checkpoint
 
     try:
         contents = _checkpoint.load_checkpoint(path)
     except (OSError, ValueError) as e:
         raise ConfigError(f"--resume: {e}") from e
+    state = contents.get("trainer", {})
+    ours = {"batch_size": config["trainer"]["batch_size"], "shuffle": config["trainer"]["shuffle"]}
+    for key, value in ours.items():
+        if key in state and state[key] != value:
+            raise ConfigError(
+                f"--resume: {path} was written with trainer.{key} {_config._show(state[key])}, "
+                f"the config has {_config._show(value)}; resuming needs the same"
+            )
+    if "num_samples" in state and state["num_samples"] != len(data.x_train):
+        raise ConfigError(
+            f"--resume: {path} was written with {state['num_samples']} training samples, the config's data has "
+            f"{len(data.x_train)}; resuming needs the same data"
+        )
     saved = contents.get("model", {})
     ours = model.state_dict()
     if set(saved) != set(ours) or any(np.shape(saved[k]) != np.shape(ours[k]) for k in ours):
@@ -407,6 +423,7 @@ def _check_resume_fits(path: Path, model: Any) -> None:
             f"--resume: {path} holds a different model than the config builds (variables differ: "
             f"{', '.join(diff[:4])}{' ...' if len(diff) > 4 else ''})"
         )
+    return int(state.get("epoch", 0))
 
 
 def prepare(args: argparse.Namespace) -> Run:
@@ -427,14 +444,24 @@ def prepare(args: argparse.Namespace) -> Run:
     plugins = build_plugins(config["plugins"])
     check_model_on_data(model, loss, config["loss"]["type"], data)
     output_dir = Path(config["trainer"]["output_dir"] or Path("runs") / config["name"])
-    resume_from = None
+    resume_from, resume_epoch = None, 0
     if args.resume is not None:
         resume_from = find_resume_point(args.resume, plugins, output_dir)
         if resume_from is not None:
-            _check_resume_fits(resume_from, model)
+            resume_epoch = _check_resume_fits(resume_from, model, config, data)
     if resume_from is None and not args.print_config:
         _check_output_dir(output_dir, args)
-    return Run(config, data, model, loss, metrics, optimizer, plugins, output_dir, resume_from)
+    from tapefit.trainer import Trainer
+
+    try:  # registering the plugins checks their hooks (a misspelt hook name is an error)
+        trainer = Trainer(
+            model, optimizer, loss, metrics=metrics, plugins=plugins, output_dir=output_dir, config=config
+        )
+    except Exception as e:
+        raise ConfigError(f"plugins: {_error_text(e)}", "plugins") from e
+    return Run(
+        config, data, model, loss, metrics, optimizer, plugins, output_dir, trainer, resume_from, resume_epoch
+    )
 
 
 def _check_output_dir(output_dir: Path, args: argparse.Namespace) -> None:
@@ -462,30 +489,29 @@ def _check_output_dir(output_dir: Path, args: argparse.Namespace) -> None:
 
 
 def _format_logs(logs: Mapping[str, float]) -> str:
+    # loss first, then the metrics, then their validation twins, whatever order they came in
+    order = sorted(logs, key=lambda k: (k.startswith("val_"), k.removeprefix("val_") != "loss"))
+    logs = {k: logs[k] for k in order}
     return "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in logs.items())
 
 
 def train(run: Run, args: argparse.Namespace, out: Any) -> int:
     """Creates the run folder, writes the resolved config, fits, and prints the summary."""
-    from tapefit.trainer import Trainer
-
     if run.resume_from is None and args.overwrite and (run.output_dir / CONFIG_FILE_NAME).is_file():
         shutil.rmtree(run.output_dir)
     run.output_dir.mkdir(parents=True, exist_ok=True)
     (run.output_dir / CONFIG_FILE_NAME).write_text(_config.dump_config(run.config), encoding="utf-8")
-    trainer = Trainer(
-        run.model,
-        run.optimizer,
-        run.loss,
-        metrics=run.metrics,
-        plugins=run.plugins,
-        output_dir=run.output_dir,
-        config=run.config,
-    )
+    trainer = run.trainer
     settings = run.config["trainer"]
     print(f"train: {run.config['name']}: {run.data.description}", file=out)
     if run.resume_from is not None:
         print(f"train: resuming from {run.resume_from}", file=out)
+        if run.resume_epoch >= settings["epochs"]:
+            print(
+                f"train: the checkpoint has {run.resume_epoch} epochs done and trainer.epochs is "
+                f"{settings['epochs']}: nothing to train (train longer with --set trainer.epochs=N)",
+                file=out,
+            )
     started = time.perf_counter()
     history = trainer.fit(
         run.data.x_train,
@@ -504,9 +530,15 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
     if final:
         print(f"  final   {_format_logs(final)}", file=out)
     _print_outputs(run, out)
+    from tapefit.plugins.terminate_on_nan import TerminateOnNaN
+
+    nan_steps = [
+        p.stopped_step for p in run.plugins if isinstance(p, TerminateOnNaN) and p.stopped_step is not None
+    ]
     loss = final.get("loss")
-    if isinstance(loss, float) and not math.isfinite(loss):
-        print(f"train: error: the training loss became {loss}; the run stopped", file=sys.stderr)
+    if nan_steps or (isinstance(loss, float) and not math.isfinite(loss)):
+        where = f" at step {nan_steps[0]}, so terminate_on_nan stopped the run" if nan_steps else ""
+        print(f"{args.prog}: error: the training loss was not finite{where}", file=sys.stderr)
         return 1
     return 0
 
@@ -581,6 +613,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "train") -> int:
     parser = build_parser(prog)
     try:
         args = parser.parse_args(argv)
+        args.prog = prog
     except SystemExit as e:  # --help, --version and usage errors
         return e.code if isinstance(e.code, int) else 2
     # tapefit's warnings (a plugin that failed to clean up, ...) go to stderr while train runs;

@@ -463,6 +463,37 @@ def test_a_failure_while_training_exits_1(tmp_path):
     )
 
 
+def test_a_loss_that_turns_nan_exits_1(tmp_path):
+    write(
+        tmp_path / "nanmodel.py",
+        """\
+        import tapefit as tp
+
+        class NaNInTraining(tp.Module):
+            def __init__(self):
+                super().__init__()
+                self.dense = tp.layers.Dense(2, activation="softmax")
+
+            def call(self, x, training=False):
+                y = self.dense(x)
+                return y * float("nan") if training else y
+        """,
+    )
+    config = write(
+        tmp_path / "c.yaml",
+        SPIRALS.replace("{type: mlp, hidden_units: [8]}", "'nanmodel:NaNInTraining'").replace(
+            "  - {type: checkpoint", "  - terminate_on_nan\n      - {type: checkpoint"
+        ),
+    )
+    result = train(tmp_path, "--config", str(config))
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert "terminate_on_nan: step 0 (epoch 0, batch 0): loss is nan, terminating training" in lines[0]
+    assert lines[-1] == (
+        "python -m tapefit train: error: the training loss was not finite at step 0, so terminate_on_nan stopped the run"
+    )
+
+
 def test_interrupt_exits_130_after_saving_and_resumes(tmp_path):
     config = write(
         tmp_path / "c.yaml",
