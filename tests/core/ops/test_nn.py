@@ -51,6 +51,8 @@ ACTIVATIONS = {
     "relu": (tp.nn.relu, lambda x: np.maximum(x, 0)),
     "leaky_relu": (tp.nn.leaky_relu, lambda x: np.where(x > 0, x, 0.2 * x)),
     "leaky_relu_0.01": (lambda x: tp.nn.leaky_relu(x, alpha=0.01), lambda x: np.where(x > 0, x, 0.01 * x)),
+    "leaky_relu_2": (lambda x: tp.nn.leaky_relu(x, alpha=2.0), lambda x: np.where(x > 0, x, 2.0 * x)),
+    "leaky_relu_-0.5": (lambda x: tp.nn.leaky_relu(x, alpha=-0.5), lambda x: np.where(x > 0, x, -0.5 * x)),
     "elu": (tp.nn.elu, lambda x: np.where(x > 0, x, np.expm1(x))),
     "gelu": (tp.nn.gelu, lambda x: 0.5 * x * (1 + _erf_ref(x / np.sqrt(2)))),
     "gelu_tanh": (
@@ -86,7 +88,7 @@ def test_smooth_activation_gradients(name):
     check(ACTIVATIONS[name][0], _x(2, 3) * 2, order=2)
 
 
-@pytest.mark.parametrize("name", ["relu", "leaky_relu", "leaky_relu_0.01"])
+@pytest.mark.parametrize("name", ["relu", "leaky_relu", "leaky_relu_0.01", "leaky_relu_2", "leaky_relu_-0.5"])
 def test_piecewise_linear_activation_gradients(name):
     op = ACTIVATIONS[name][0]
     check(lambda x: tp.sin(op(x)), _away_from_zero(2, 3), order=2)
@@ -103,6 +105,18 @@ def test_elu_second_derivative_is_exp_on_the_negative_side():
     h = outer.gradient(g, x)
     np.testing.assert_allclose(g.numpy(), [np.exp(-1.5), np.exp(-0.2), 1.0], rtol=1e-6)
     np.testing.assert_allclose(h.numpy(), [np.exp(-1.5), np.exp(-0.2), 0.0], rtol=1e-6)
+
+
+def test_piecewise_activations_at_infinities_and_nan():
+    x = np.array([-np.inf, np.inf, np.nan, 0.0])
+    np.testing.assert_array_equal(tp.nn.elu(x).numpy(), [-1, np.inf, np.nan, 0])
+    np.testing.assert_array_equal(tp.nn.leaky_relu(x).numpy(), [-np.inf, np.inf, np.nan, 0])
+    for op, want in ((tp.nn.elu, [0, 1, 1]), (tp.nn.leaky_relu, [0.2, 1, 0.2])):
+        t = tp.constant(x[[0, 1, 3]])
+        with tp.GradientTape() as tape:
+            tape.watch(t)
+            y = op(t)  # a non-scalar target: upstream gradient of ones, no sum of infinities
+        np.testing.assert_array_equal(tape.gradient(y, t).numpy(), want)
 
 
 @pytest.mark.parametrize("op", [tp.nn.leaky_relu, tp.nn.elu, tp.nn.gelu, tp.nn.erf, tp.nn.softmax])
