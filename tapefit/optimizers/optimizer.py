@@ -166,7 +166,11 @@ class Optimizer:
 
     @property
     def learning_rate(self) -> float:
-        """The learning rate the next step will use (a schedule evaluated at ``iterations``)."""
+        """The learning rate the next step will use (a schedule evaluated at ``iterations``).
+
+        A Python float (Keras returns a variable; ``float()`` works on both). Assigning a
+        number changes a float learning rate; assigning a schedule replaces the rate.
+        """
         return self._learning_rate_at(int(self._iterations))
 
     @learning_rate.setter
@@ -365,7 +369,8 @@ class Optimizer:
     # -- configs ---------------------------------------------------------------
 
     def get_config(self) -> dict[str, Any]:
-        """The constructor's keyword arguments (a schedule in its config-dict form)."""
+        """The constructor's keyword arguments (a schedule in its config-dict form; a plain
+        callable learning rate is returned as is, so such a config is not plain data)."""
         lr = self._learning_rate
         if isinstance(lr, schedules.LearningRateSchedule):
             lr = schedules.serialize(lr)
