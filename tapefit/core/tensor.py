@@ -132,8 +132,9 @@ class Variable(Tensor):
         name: a name for summaries and checkpoints (default ``"Variable"``).
         dtype: the dtype to convert ``initial_value`` to.
 
-    ``assign*`` replace the stored array rather than write into it, so a value a
-    tape saved for its backward pass never changes (as in TensorFlow).
+    ``assign*`` write into the stored array only when nothing else holds it; while a
+    tape, a view or an ``np.asarray`` result holds it they swap in a new array, so a
+    value saved for a backward pass never changes (as in TensorFlow).
     """
 
     __slots__ = ("_trainable", "_name")
@@ -197,7 +198,11 @@ class Variable(Tensor):
         A tape's saved value, a Tensor from ``identity``/``reshape`` (views) or an array a
         user got from ``np.asarray`` all hold a reference; then ``assign*`` swap arrays instead.
         """
-        return _refcount is not None and _value_refs(self) <= _SOLE_OWNER_REFS
+        return (
+            _refcount is not None
+            and _value_refs(self) <= _SOLE_OWNER_REFS
+            and self._value.flags.writeable  # a read-only view of another tensor's array
+        )
 
     def assign(self, value: Any) -> Variable:
         """Sets the value (same shape and dtype) and returns the variable."""
@@ -259,6 +264,12 @@ def _python_dtype(array: np.ndarray) -> np.dtype:
     raise TypeError(f"cannot convert a value of NumPy dtype {array.dtype} to a tensor")
 
 
+def _owned(array: np.ndarray, value: Any) -> np.ndarray:
+    """``array``, copied if it is the caller's writable array: a tensor must not change when
+    its source array is written to later (tensors are immutable, tapes save them)."""
+    return array.copy() if array is value and array.flags.writeable else array
+
+
 def to_array(value: Any, dtype: _dt.DTypeLike = None) -> np.ndarray:
     """Converts ``value`` to an ndarray by tapefit's dtype rules (see ``constant``)."""
     want = None if dtype is None else _dt.as_dtype(dtype)
@@ -269,7 +280,9 @@ def to_array(value: Any, dtype: _dt.DTypeLike = None) -> np.ndarray:
         array = np.asarray(value)
         if array.dtype.kind not in "fiub":
             raise TypeError(f"cannot convert an array of dtype {array.dtype} to a tensor")
-        return array if want is None or want == array.dtype else _lossless_astype(array, want, value)
+        if want is None or want == array.dtype:
+            return _owned(array, value)
+        return _lossless_astype(array, want, value)
     if isinstance(value, range):
         value = list(value)
     try:
@@ -336,7 +349,7 @@ def weak_operand(value: Any, like: Tensor, op_name: str) -> Tensor:
         array = np.asarray(value)
         if array.dtype != target:
             raise _dt.mix_error(op_name, [target, array.dtype])
-        return _wrap(array)
+        return _wrap(_owned(array, value))
     if isinstance(value, (int, float)) and target.kind == "f":
         return _wrap(np.array(value, target))
     array = to_array(value)

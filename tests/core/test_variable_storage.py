@@ -51,3 +51,25 @@ def test_in_place_again_once_the_tape_is_gone():
     storage = id(v._value)
     v.assign_add([1.0, 1.0])
     assert id(v._value) == storage
+
+
+def test_a_variable_made_from_a_read_only_view_can_still_be_assigned():
+    t = tp.constant([1.0, 2.0])
+    v = tp.Variable(tp.constant(np.asarray(t)))  # np.asarray(t) is a read-only view
+    del t
+    v.assign_add([1.0, 1.0])
+    v.assign([0.0, 0.0])
+    np.testing.assert_array_equal(v.numpy(), [0.0, 0.0])
+
+
+def test_tensors_do_not_change_when_their_source_array_is_written():
+    source = np.array([1.0, 2.0], np.float32)
+    t = tp.constant(source)
+    r = tp.reshape(source, [2, 1])
+    x = tp.Variable(2.0)
+    with tp.GradientTape() as tape:
+        y = tp.reduce_sum(x * source)
+    source[:] = 100.0
+    np.testing.assert_array_equal(t.numpy(), [1.0, 2.0])
+    np.testing.assert_array_equal(r.numpy(), [[1.0], [2.0]])
+    assert float(tape.gradient(y, x)) == 3.0
