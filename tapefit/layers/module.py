@@ -29,7 +29,9 @@ from tapefit.core.tensor import Tensor, Variable, convert_to_tensor
 from tapefit.layers import initializers, regularizers
 
 # Attributes of Module itself that hold no user state and are not walked.
-_INTERNAL = frozenset(["_name", "_trainable", "_built", "_added_weights", "_output_shape", "_regularizers"])
+_INTERNAL = frozenset(
+    ["_name", "_name_given", "_trainable", "_built", "_added_weights", "_output_shape", "_regularizers"]
+)
 
 _name_counts: dict[str, int] = {}
 _name_lock = threading.Lock()
@@ -161,20 +163,33 @@ class Module:
         name: the module's name; by default the snake-case class name made unique
             (``dense``, ``dense_1``, ...), as in Keras. It may not contain ``/``.
 
-    Variable paths (the keys of ``state_dict``) are the module names from this
-    module down, then the attribute path inside the owning module:
-    ``sequential/dense/kernel``, ``my_model/extra/w``, ``my_model/weights/0``.
+    Variable paths (the keys of ``state_dict``) are one segment per module from
+    this one down, then the attribute path inside the owning module:
+    ``sequential/dense/kernel``, ``my_model/extra/w``, ``my_model/weights/0``. A
+    module's segment is the name it was given, else its snake-case class name
+    made unique among its siblings (``dense``, ``dense_1``), as Keras 3's weight
+    files do: the paths of a model depend on its structure only, so the same
+    model built in another process, or a second copy built in this one, has the
+    same paths even though its default ``name`` (``dense_7``) differs.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Module:
         # State lives here, so a subclass that forgets super().__init__() still works.
         self = super().__new__(cls)
-        self.__dict__.update(_name=None, _trainable=True, _built=False, _added_weights=[], _output_shape=None)
+        self.__dict__.update(
+            _name=None,
+            _name_given=False,
+            _trainable=True,
+            _built=False,
+            _added_weights=[],
+            _output_shape=None,
+        )
         return self
 
     def __init__(self, name: str | None = None) -> None:
         if name is not None:
             self._name = _check_name(name)
+            self._name_given = True
 
     # -- identity ------------------------------------------------------------
 
@@ -225,12 +240,13 @@ class Module:
         modules: list[Module] = []
         depths: list[tuple[Module, int]] = []
         seen: set[int] = {id(self)}
-        # A frame: (items to visit, module path, attribute path prefix, modules above are trainable, depth)
-        stack: list[tuple[Iterator[tuple[str, Any]], str, str, bool, int]] = [
-            (self._own_items(), self.name, "", self._trainable, 0)
+        # A frame: (items to visit, module path, attribute path prefix, modules above are trainable,
+        # depth, path segments taken by the owning module's children so far)
+        stack: list[tuple[Iterator[tuple[str, Any]], str, str, bool, int, set[str]]] = [
+            (self._own_items(), self._path_segment(set()), "", self._trainable, 0, set())
         ]
         while stack:
-            items, module_path, prefix, trainable, depth = stack[-1]
+            items, module_path, prefix, trainable, depth, taken = stack[-1]
             item = next(items, None)
             if item is None:
                 stack.pop()
@@ -245,21 +261,31 @@ class Module:
                     seen.add(id(value))
                     modules.append(value)
                     depths.append((value, depth + 1))
+                    path = f"{module_path}/{value._path_segment(taken)}"
                     stack.append(
-                        (
-                            value._own_items(),
-                            f"{module_path}/{value.name}",
-                            "",
-                            trainable and value._trainable,
-                            depth + 1,
-                        )
+                        (value._own_items(), path, "", trainable and value._trainable, depth + 1, set())
                     )
             else:
                 children = _container_items(value)
                 if children is not None and id(value) not in seen:
                     seen.add(id(value))
-                    stack.append((children, module_path, f"{prefix}{key}/", trainable, depth))
+                    stack.append((children, module_path, f"{prefix}{key}/", trainable, depth, taken))
         return entries, modules, depths
+
+    def _path_segment(self, taken: set[str]) -> str:
+        """This module's part of variable paths: its name if one was given, else the snake-case
+        class name made unique among its siblings (``dense``, ``dense_1``), so that paths depend
+        on the model's structure only, not on how many layers the process made before."""
+        if self._name_given:
+            segment = self.name
+        else:
+            base = to_snake_case(type(self).__name__)
+            segment, k = base, 0
+            while segment in taken:
+                k += 1
+                segment = f"{base}_{k}"
+        taken.add(segment)
+        return segment
 
     def _own_items(self) -> Iterator[tuple[str, Any]]:
         """This module's attributes in assignment order, then weights only ``add_weight`` knows."""
@@ -409,11 +435,10 @@ class Module:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Assigns the values of ``state_dict`` to this module's variables.
 
-        Keys are matched by path. When the paths differ only in the root's name
-        and the numbers default names get (``sequential_1/dense_3/kernel`` against
-        ``sequential/dense/kernel``, as for a second copy of a model built in one
-        process), entries are matched by that stripped path, in order. Nothing is
-        assigned unless every entry matches.
+        Keys are matched by path. Entries left over whose paths differ only in the
+        root's name and in ``_<number>`` suffixes (``net_2/block_1/kernel`` against
+        ``net/block/kernel``) are then matched by that stripped path, in order.
+        Nothing is assigned unless every entry matches.
 
         Raises:
             ValueError: naming every missing, unexpected and mis-shaped entry.
@@ -423,12 +448,7 @@ class Module:
         entries = self._walk()[0]
         paths = [e.path for e in entries]
         _check_unique_paths(paths)
-        if set(paths) == set(state_dict):
-            pairs = [(e, e.path) for e in entries]
-            missing: list[str] = []
-            unexpected: list[str] = []
-        else:
-            pairs, missing, unexpected = _match_by_structure(entries, list(state_dict))
+        pairs, missing, unexpected = _match_by_structure(entries, list(state_dict))
         problems = []
         values = []
         for entry, key in pairs:

@@ -117,22 +117,35 @@ def test_default_names_are_unique_snake_case_per_class():
         Dense(1, name="a/b")
 
 
-def test_variable_paths_use_module_names_then_attributes():
+def test_variable_paths_use_given_names_or_structural_ones_then_attributes():
     model = Sequential([Dense(2, name="d1"), Dense(1, name="d2")], name="seq")
     model(tp.ones((1, 3)))
     assert list(model.state_dict()) == ["seq/d1/kernel", "seq/d1/bias", "seq/d2/kernel", "seq/d2/bias"]
     user = TwoDense(name="net")
     user(tp.ones((1, 3)))
-    names = [b.name for b in user.blocks]
     assert list(user.state_dict()) == [
-        f"net/{names[0]}/kernel",
-        f"net/{names[0]}/bias",
-        f"net/{names[1]}/kernel",
-        f"net/{names[1]}/bias",
+        "net/dense/kernel",
+        "net/dense/bias",
+        "net/dense_1/kernel",
+        "net/dense_1/bias",
         "net/extra/scale",
         "net/extra/shift",
     ]
     assert [p for p, _ in user.named_variables()] == list(user.state_dict())
+    # default names are global (dense_12, ...); path segments of unnamed modules depend on the structure only
+    assert user.blocks[0].name != "dense"
+    anonymous = Sequential([Dense(1), Sequential([Dense(1), Dense(1, name="dense_1")]), Dense(1)])
+    anonymous(tp.ones((1, 1)))
+    assert list(anonymous.state_dict()) == [
+        "sequential/dense/kernel",
+        "sequential/dense/bias",
+        "sequential/sequential/dense/kernel",
+        "sequential/sequential/dense/bias",
+        "sequential/sequential/dense_1/kernel",
+        "sequential/sequential/dense_1/bias",
+        "sequential/dense_1/kernel",
+        "sequential/dense_1/bias",
+    ]
 
 
 def test_state_dict_with_duplicate_paths_is_an_error():
@@ -309,18 +322,29 @@ def _two_layer_model():
 def test_state_dict_round_trip_into_a_second_copy():
     tp.random.set_seed(1)
     a = _two_layer_model()
-    b = _two_layer_model()  # same structure, other default names (dense_7 vs dense_5, ...)
-    assert list(a.state_dict()) != list(b.state_dict())
+    b = _two_layer_model()  # same structure: same paths, though the layers' names differ (dense_7 vs dense_5)
+    assert list(a.state_dict()) == list(b.state_dict())
+    assert a.layers[0].name != b.layers[0].name
     x = tp.constant(np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32))
     assert not np.allclose(a(x).numpy(), b(x).numpy())
     state = a.state_dict()
     b.load_state_dict(state)
     np.testing.assert_array_equal(a(x).numpy(), b(x).numpy())
-    for (ka, va), vb in zip(state.items(), b.state_dict().values()):
+    for va, vb in zip(state.values(), b.state_dict().values()):
         np.testing.assert_array_equal(va, vb)
     # state_dict holds copies, not live views
     state[next(iter(state))][...] = 123.0
     assert not np.any(a.variables[0].numpy() == 123.0)
+
+
+def test_load_state_dict_matches_paths_that_differ_in_root_name_and_numbers():
+    a = Sequential([Dense(2, name="block_1"), Dense(1, name="block_2")], name="net")
+    b = Sequential([Dense(2, name="block_5"), Dense(1, name="block_6")], name="net_copy")
+    x = tp.ones((1, 3))
+    a(x), b(x)
+    b.load_state_dict(a.state_dict())
+    for va, vb in zip(a.variables, b.variables):
+        np.testing.assert_array_equal(va.numpy(), vb.numpy())
 
 
 def test_load_state_dict_exact_paths():
