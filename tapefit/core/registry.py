@@ -57,6 +57,11 @@ def is_not_differentiable(op_name: str) -> bool:
     return op_name in _NOT_DIFFERENTIABLE
 
 
+def has_gradient(op_name: str) -> bool:
+    """Whether ``op_name`` has a registered gradient function."""
+    return op_name in _GRADIENTS
+
+
 def get_gradient(op_name: str) -> GradFn | None:
     """The gradient function of ``op_name``; ``None`` for a non-differentiable op.
 

@@ -17,7 +17,7 @@ import numpy as np
 from tapefit.core import nest
 from tapefit.core.ops import add, ones_like, reduce_sum, reshape, stack, zeros, zeros_like
 from tapefit.core.record import Op, pop_tape, push_tape
-from tapefit.core.registry import get_gradient, is_not_differentiable
+from tapefit.core.registry import get_gradient, has_gradient, is_not_differentiable
 from tapefit.core.tensor import Tensor, Variable, _wrap
 
 logger = logging.getLogger("tapefit")
@@ -43,16 +43,19 @@ class _Node(NamedTuple):
     type: str
     input_ids: tuple[int, ...]
     output_ids: tuple[int, ...]
-    cut: bool
+    custom: bool  # has its own gradient function (``custom_gradient``)
 
+    @property
+    def cut(self) -> bool:
+        return not self.custom and is_not_differentiable(self.type)
 
-def _is_cut(op: Op) -> bool:
-    """Whether gradients stop at this op (``stop_gradient`` and other non-differentiable ops)."""
-    return op.grad_fn is None and is_not_differentiable(op.type)
+    @property
+    def has_gradient(self) -> bool:
+        return self.custom or has_gradient(self.type)
 
 
 def _node(op: Op) -> _Node:
-    return _Node(op.type, op.input_ids, op.output_ids, _is_cut(op))
+    return _Node(op.type, op.input_ids, op.output_ids, op.grad_fn is not None)
 
 
 def _float(t: Tensor) -> bool:
@@ -152,7 +155,9 @@ class GradientTape:
     def _release(self) -> None:
         """Drops the recorded values; keeps the graph's shape for ``explain``."""
         # Plain tuples: cheap to make on every release; explain() turns them into _Nodes.
-        self._skeleton = [(op.type, op.input_ids, op.output_ids, _is_cut(op)) for op in self._entries]
+        self._skeleton = [
+            (op.type, op.input_ids, op.output_ids, op.grad_fn is not None) for op in self._entries
+        ]
         self._entries = []
         self._released = True
         self._paused = True
@@ -440,6 +445,9 @@ class GradientTape:
     def explain(self, target: Any, source: Any) -> str | None:
         """Why ``gradient(target, source)`` is ``None``, in one sentence; ``None`` if it is not.
 
+        Where ``gradient`` would raise ``LookupError`` (an op on the path has no registered
+        gradient) the sentence says so instead.
+
         The answer is read off what the tape recorded, so it works before and after a
         non-persistent tape has answered its ``gradient`` call.
         """
@@ -476,6 +484,21 @@ class GradientTape:
             names = sorted({n.type for n in cut_ops if any(o in upstream_of_target for o in n.output_ids)})
             described = ", ".join(_cut_name(n) for n in names)
             return f"every path from {what} to the target is cut by {described}"
+        missing = sorted(
+            {
+                n.type
+                for n in nodes
+                if not n.has_gradient
+                and not n.cut
+                and not reachable.isdisjoint(n.input_ids)
+                and not upstream_of_target.isdisjoint(n.output_ids)
+            }
+        )
+        if missing:
+            return (
+                f"the gradient is not None but an error: gradient registry has no entry for: {missing[0]} "
+                "(register one with @tp.register_gradient, or declare it with tp.not_differentiable)"
+            )
         return None
 
     def _why_unwatched(self, source: Tensor) -> str:

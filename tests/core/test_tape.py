@@ -323,6 +323,11 @@ def test_10_op_without_a_gradient_raises_lookup_error():
     x = tp.Variable(2.0)
     with tp.GradientTape() as tape:
         y = no_gradient(x) + x
+    assert tape.explain(y, x) == (
+        "the gradient is not None but an error: gradient registry has no entry for: "
+        "TapeTestNoGradient (register one with @tp.register_gradient, or declare it with "
+        "tp.not_differentiable)"
+    )
     with pytest.raises(LookupError) as info:
         tape.gradient(y, x)
     assert info.value.args == ("gradient registry has no entry for: TapeTestNoGradient",)
