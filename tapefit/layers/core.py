@@ -36,9 +36,9 @@ class Dense(Layer):
         use_bias: whether to add ``bias``.
         kernel_initializer: initializer name or callable.
         bias_initializer: initializer name or callable.
+        name: the layer's name.
         kernel_regularizer: ``None``, ``"l1"``/``"l2"`` or a callable; its penalty goes to ``losses``.
         bias_regularizer: as ``kernel_regularizer``, for the bias.
-        name: the layer's name.
         dtype: the dtype of the weights and computations (default float32).
         trainable: whether the weights are trainable.
     """
@@ -50,9 +50,10 @@ class Dense(Layer):
         use_bias: bool = True,
         kernel_initializer: Any = "glorot_uniform",
         bias_initializer: Any = "zeros",
+        name: str | None = None,
+        *,
         kernel_regularizer: Any = None,
         bias_regularizer: Any = None,
-        name: str | None = None,
         dtype: Any = None,
         trainable: bool = True,
     ) -> None:

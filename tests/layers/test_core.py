@@ -213,3 +213,9 @@ def test_sequential_add_pop_layers_and_gradients(check_layer):
                 layer.kernel, layer.bias = k, b
 
     tp.testing.check_gradients(f, x, *weights, order=2)
+
+
+def test_dense_positional_arguments_follow_the_api_contract():
+    layer = Dense(2, "relu", False, "ones", "zeros", "contract")
+    assert layer.name == "contract" and not layer.use_bias
+    assert layer(tp.constant([[1.0, -3.0]])).numpy().tolist() == [[0.0, 0.0]]
