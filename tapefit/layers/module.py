@@ -122,7 +122,10 @@ def _shape_of(value: Any) -> Any:
     if isinstance(value, dict) or (
         isinstance(value, (list, tuple)) and any(isinstance(v, Tensor) for v in value)
     ):
-        return nest.pack_sequence_as(value, [_shape_of(v) for v in nest.flatten(value)])
+        try:
+            return nest.pack_sequence_as(value, [_shape_of(v) for v in nest.flatten(value)])
+        except TypeError:  # dict keys that do not sort
+            return None
     if isinstance(value, (list, tuple)):
         try:
             return tuple(np.shape(value))
