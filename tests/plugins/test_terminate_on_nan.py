@@ -1,0 +1,33 @@
+"""The terminate_on_nan plugin: stops at the first non-finite loss; the last good checkpoint stays."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tapefit.plugins.checkpoint import load_checkpoint
+from tapefit.plugins.terminate_on_nan import TerminateOnNaN
+
+
+def test_stops_at_the_first_non_finite_loss_and_names_the_step(tmp_path, make_trainer, make_data, caplog):
+    x, y = make_data(12)
+    x = x.copy()
+    x[7] = np.nan  # in the second batch (batch size 4, no shuffling)
+    folder = tmp_path / "ckpt"
+    plugin = TerminateOnNaN()
+    trainer = make_trainer([plugin, {"type": "checkpoint", "dirpath": str(folder), "every_n_steps": 1}])
+    history = trainer.fit(x, y, epochs=3, batch_size=4, shuffle=False)
+    assert plugin.stopped_step == 1
+    assert trainer.step == 2  # ended after the bad batch
+    assert np.isnan(history.history["loss"][0])
+    assert "step 1 (epoch 0, batch 1): loss is nan, terminating training" in caplog.text
+    # The step-2 state has NaN weights: never saved, so `last` is the good step-1 checkpoint.
+    assert (folder / "last").read_text().strip() == "epoch0000-step00000001.npz"
+    assert load_checkpoint(folder)["trainer"]["step"] == 1
+
+
+def test_finite_losses_train_on(make_trainer, make_data):
+    x, y = make_data(12)
+    plugin = TerminateOnNaN()
+    trainer = make_trainer([plugin])
+    trainer.fit(x, y, epochs=2, batch_size=4)
+    assert plugin.stopped_step is None and trainer.step == 6
