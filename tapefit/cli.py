@@ -472,17 +472,32 @@ def _check_output_dir(output_dir: Path, args: argparse.Namespace) -> None:
     if not output_dir.is_dir() or not any(output_dir.iterdir()):
         return
     if args.resume == "auto":
-        return  # asked to continue, and nothing to continue from: start afresh in place
+        # asked to continue, and nothing to continue from: start afresh, but only in a run folder
+        if not is_run_folder(output_dir):
+            raise ConfigError(
+                f"--resume auto: {output_dir} has no checkpoint and is not a tapefit run folder "
+                f"(no {CONFIG_FILE_NAME} written by train); not writing into it"
+            )
+        return
     if not args.overwrite:
         raise ConfigError(
             f"{output_dir} already holds a run; continue it with --resume auto, start over with --overwrite, "
             "or pick another name (--set name=...)"
         )
-    if not (output_dir / CONFIG_FILE_NAME).is_file():
+    if not is_run_folder(output_dir):
         raise ConfigError(
-            f"--overwrite: {output_dir} is not empty and has no {CONFIG_FILE_NAME}, so it is not a tapefit run "
-            "folder; not deleting it"
+            f"--overwrite: {output_dir} is not empty and has no {CONFIG_FILE_NAME} written by train, so it is "
+            "not a tapefit run folder; not deleting it"
         )
+
+
+def is_run_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds a resolved config that ``train`` wrote (every top-level key present)."""
+    try:
+        written = _config.parse_yaml((folder / CONFIG_FILE_NAME).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, _config.yaml.YAMLError):
+        return False
+    return isinstance(written, dict) and set(_config.TOP_LEVEL_KEYS) <= set(written)
 
 
 # --------------------------------------------------------------------------- training and the report
@@ -497,7 +512,7 @@ def _format_logs(logs: Mapping[str, float]) -> str:
 
 def train(run: Run, args: argparse.Namespace, out: Any) -> int:
     """Creates the run folder, writes the resolved config, fits, and prints the summary."""
-    if run.resume_from is None and args.overwrite and (run.output_dir / CONFIG_FILE_NAME).is_file():
+    if run.resume_from is None and args.overwrite and is_run_folder(run.output_dir):
         shutil.rmtree(run.output_dir)
     run.output_dir.mkdir(parents=True, exist_ok=True)
     (run.output_dir / CONFIG_FILE_NAME).write_text(_config.dump_config(run.config), encoding="utf-8")

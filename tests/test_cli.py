@@ -282,8 +282,8 @@ def test_an_existing_run_is_not_replaced_by_a_fresh_start(workdir, capsys):
         workdir,
         capsys,
         ["--config", config, "--set", "name=other", "--overwrite"],
-        "train: error: --overwrite: runs/other is not empty and has no config.yaml, so it is not a tapefit run "
-        "folder; not deleting it",
+        "train: error: --overwrite: runs/other is not empty and has no config.yaml written by train, so it is "
+        "not a tapefit run folder; not deleting it",
     )
     assert_config_error(
         workdir,
@@ -291,6 +291,34 @@ def test_an_existing_run_is_not_replaced_by_a_fresh_start(workdir, capsys):
         ["--config", config, "--resume", "runs/sp/checkpoints/nope.npz"],
         "train: error: --resume: no checkpoint at runs/sp/checkpoints/nope.npz",
     )
+
+
+def test_resume_auto_without_checkpoint_writes_only_into_a_run_folder(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "name=other", "--resume", "auto"],
+        "train: error: --resume auto: runs/other has no checkpoint and is not a tapefit run folder "
+        "(no config.yaml written by train); not writing into it",
+    )
+
+
+def test_overwrite_replaces_an_earlier_run(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    status, out, err = run_main(
+        ["--config", config, "--set", "name=fresh", "--set", "trainer.epochs=1"], capsys
+    )
+    assert status == 0, err
+    assert "train: done: fresh, 1 epochs" in out
+    write(workdir / "runs/fresh/stale.txt", "from before\n")
+    status, _, err = run_main(["--config", config, "--set", "name=fresh", "--overwrite"], capsys)
+    assert status == 0, err
+    assert not (workdir / "runs/fresh/stale.txt").exists()
+    assert sorted(p.name for p in (workdir / "runs/fresh/checkpoints").glob("*.npz")) == [
+        "epoch0000-step00000004.npz",
+        "epoch0001-step00000008.npz",
+    ]
 
 
 def test_debug_shows_the_traceback(workdir, capsys):
