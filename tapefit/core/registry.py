@@ -132,29 +132,35 @@ def check_same_dtype(name: str, tensors: tuple[Tensor, ...] | list[Tensor]) -> N
 
 
 _FLOATS = frozenset([_dt.float16, _dt.float32, _dt.float64])
+_NUMERIC = _FLOATS | frozenset(np.dtype(t) for t in "bBhHiIlLqQ")  # every int, no bool
+_ALLOWED = {"float": _FLOATS, "numeric": _NUMERIC, "any": None}
+_BOOL = _dt.bool
 _new = object.__new__
 _ndarray = np.ndarray
 _asarray = np.asarray
 
 
 def unary(
-    name: str, forward: Callable[[np.ndarray], np.ndarray], save: str, float_only: bool = True
+    name: str, forward: Callable[[np.ndarray], np.ndarray], save: str, dtypes: str = "float"
 ) -> Callable[[Any], Tensor]:
     """An elementwise one-input op, on the lean path the hot ops need.
 
     The body is ``execute`` unrolled for one input: an op costs little more than
-    its NumPy call when no tape is active.
+    its NumPy call when no tape is active. ``dtypes`` is ``"float"``, ``"numeric"``
+    (no bool, as TensorFlow's arithmetic) or ``"any"``.
     """
     opdef = OpDef(name, forward, save)
     save_inputs, save_outputs = opdef.save_inputs, opdef.save_outputs
+    allowed = _ALLOWED[dtypes]
 
     def op(x: Any) -> Tensor:
         if x.__class__ is not Tensor:
             x = convert_to_tensor(x)
         value = x._value
-        if float_only and value.dtype not in _FLOATS:
+        if allowed is not None and value.dtype not in allowed:
             raise TypeError(
-                f"{name} needs a floating tensor, got {value.dtype.name}; use tp.cast(x, tp.float32)"
+                f"{name} needs a {'floating' if allowed is _FLOATS else 'numeric'} tensor, got "
+                f"{value.dtype.name}; use tp.cast(x, tp.float32)"
             )
         result = forward(value)
         out = _new(Tensor)
@@ -183,15 +189,26 @@ def binary_operands(name: str, x: Any, y: Any) -> tuple[Tensor, Tensor]:
 
 
 def binary(
-    name: str, forward: Callable[[np.ndarray, np.ndarray], np.ndarray], save: str
+    name: str, forward: Callable[[np.ndarray, np.ndarray], np.ndarray], save: str, numeric: bool = False
 ) -> Callable[[Any, Any], Tensor]:
-    """An elementwise two-input op with NumPy broadcasting and weak Python scalars (lean path)."""
+    """An elementwise two-input op with NumPy broadcasting and weak Python scalars (lean path).
+
+    ``numeric=True`` rejects bool tensors, as TensorFlow's arithmetic does.
+    """
     opdef = OpDef(name, forward, save)
     save_inputs, save_outputs = opdef.save_inputs, opdef.save_outputs
+    rejected = _BOOL if numeric else None
 
     def op(x: Any, y: Any) -> Tensor:
-        if x.__class__ is not Tensor or y.__class__ is not Tensor or x._value.dtype is not y._value.dtype:
+        if (
+            x.__class__ is not Tensor
+            or y.__class__ is not Tensor
+            or x._value.dtype is not y._value.dtype
+            or x._value.dtype is rejected
+        ):
             x, y = binary_operands(name, x, y)
+            if x._value.dtype is rejected:
+                raise TypeError(f"{name} does not take bool tensors; use tp.logical_and/or or tp.cast")
         try:
             result = forward(x._value, y._value)
         except ValueError as error:

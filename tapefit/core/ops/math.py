@@ -39,15 +39,15 @@ def _integer_checked(name: str, fn: Any) -> Any:
     return forward
 
 
-add = binary("Add", np.add, save="")
-subtract = binary("Sub", np.subtract, save="")
-multiply = binary("Mul", np.multiply, save="x y")
-divide = binary("RealDiv", np.true_divide, save="x y")
-floordiv = binary("FloorDiv", _integer_checked("FloorDiv", np.floor_divide), save="")
-floormod = binary("FloorMod", _integer_checked("FloorMod", np.mod), save="x y")
-pow = binary("Pow", np.power, save="x y out")
-maximum = binary("Maximum", np.maximum, save="x y")
-minimum = binary("Minimum", np.minimum, save="x y")
+add = binary("Add", np.add, save="", numeric=True)
+subtract = binary("Sub", np.subtract, save="", numeric=True)
+multiply = binary("Mul", np.multiply, save="x y", numeric=True)
+divide = binary("RealDiv", np.true_divide, save="x y", numeric=True)
+floordiv = binary("FloorDiv", _integer_checked("FloorDiv", np.floor_divide), save="", numeric=True)
+floormod = binary("FloorMod", _integer_checked("FloorMod", np.mod), save="x y", numeric=True)
+pow = binary("Pow", np.power, save="x y out", numeric=True)
+maximum = binary("Maximum", np.maximum, save="x y", numeric=True)
+minimum = binary("Minimum", np.minimum, save="x y", numeric=True)
 
 
 @register_gradient("Add")
@@ -133,7 +133,7 @@ def _bool_only(name: str, fn: Any) -> Any:
 
 logical_and = binary("LogicalAnd", _bool_only("LogicalAnd", np.logical_and), save="")
 logical_or = binary("LogicalOr", _bool_only("LogicalOr", np.logical_or), save="")
-logical_not = unary("LogicalNot", _bool_only("LogicalNot", np.logical_not), save="", float_only=False)
+logical_not = unary("LogicalNot", _bool_only("LogicalNot", np.logical_not), save="", dtypes="any")
 for _name in (
     "Less",
     "LessEqual",
@@ -166,10 +166,10 @@ def _identity(x: np.ndarray) -> np.ndarray:
     return x  # arrays behind Tensors are never written, so sharing is safe
 
 
-negative = unary("Neg", np.negative, save="", float_only=False)
-abs = unary("Abs", np.abs, save="x", float_only=False)
-sign = unary("Sign", np.sign, save="", float_only=False)
-square = unary("Square", np.square, save="x", float_only=False)
+negative = unary("Neg", np.negative, save="", dtypes="numeric")
+abs = unary("Abs", np.abs, save="x", dtypes="numeric")
+sign = unary("Sign", np.sign, save="", dtypes="numeric")
+square = unary("Square", np.square, save="x", dtypes="numeric")
 floor = unary("Floor", np.floor, save="")
 exp = unary("Exp", np.exp, save="out")
 log = unary("Log", np.log, save="x")
@@ -179,8 +179,8 @@ sin = unary("Sin", np.sin, save="x")
 cos = unary("Cos", np.cos, save="x")
 tanh = unary("Tanh", np.tanh, save="out")
 sigmoid = unary("Sigmoid", _sigmoid, save="out")
-identity = unary("Identity", _identity, save="", float_only=False)
-stop_gradient = unary("StopGradient", _identity, save="", float_only=False)
+identity = unary("Identity", _identity, save="", dtypes="any")
+stop_gradient = unary("StopGradient", _identity, save="", dtypes="any")
 
 not_differentiable("Floor")
 not_differentiable("StopGradient")

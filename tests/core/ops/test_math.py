@@ -466,3 +466,19 @@ def test_incompatible_shapes_name_both_shapes(name):
 @pytest.mark.parametrize("name", tp.core.ops.math.__all__)
 def test_every_math_op_is_reachable_as_tp_and_tp_math(name):
     assert getattr(tp.math, name) is getattr(tp, name)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: tp.constant([True]) + tp.constant([False]),
+        lambda: tp.constant([True]) * True,
+        lambda: tp.maximum(tp.constant([True]), tp.constant([False])),
+        lambda: -tp.constant([True]),
+        lambda: tp.abs(tp.constant([True])),
+        lambda: tp.square(tp.constant([True])),
+    ],
+)
+def test_arithmetic_on_bool_tensors_is_a_type_error_as_in_tensorflow(call):
+    with pytest.raises(TypeError, match="bool"):
+        call()
