@@ -26,6 +26,7 @@ import numpy as np
 
 from tapefit import config as _config
 from tapefit.config import ConfigError, Kind, Schema
+from tapefit.core import random as _random
 
 CONFIG_FILE_NAME = "config.yaml"
 """The resolved config in the run folder; its presence marks a folder as a tapefit run."""
@@ -217,16 +218,22 @@ def build_data(section: dict[str, Any], schema: Schema) -> Data:
 
 
 def _output_defaults(loss: dict[str, Any], y: np.ndarray) -> tuple[int, str | None]:
-    """The output layer a built-in model needs for these labels and this loss."""
+    """The output layer a built-in model needs for these labels and this loss.
+
+    Sparse categorical cross-entropy: one unit per class (labels 0..max), softmax.
+    Categorical cross-entropy: one unit per label column, softmax. Binary cross-entropy: one
+    unit per label column, sigmoid. With ``from_logits: true`` no activation. Any other loss
+    (regression): one unit per label column, no activation.
+    """
     loss_type = loss["type"]
     from_logits = bool(loss.get("from_logits", False))
     width = 1 if y.ndim == 1 else int(np.prod(y.shape[1:]))
-    if loss_type in ("binary_crossentropy",):
-        return width, None if from_logits else "sigmoid"
-    if y.dtype.kind in "iu" and y.ndim == 1:
-        return int(y.max()) + 1, None if from_logits else "softmax"
-    if loss_type in ("categorical_crossentropy",):
+    if loss_type == "sparse_categorical_crossentropy" and y.dtype.kind in "iu":
+        return max(int(y.max()) + 1, 2), None if from_logits else "softmax"
+    if loss_type == "categorical_crossentropy":
         return width, None if from_logits else "softmax"
+    if loss_type == "binary_crossentropy":
+        return width, None if from_logits else "sigmoid"
     return width, None
 
 
@@ -428,14 +435,14 @@ def _check_resume_fits(path: Path, model: Any, config: dict[str, Any], data: Dat
 
 def prepare(args: argparse.Namespace) -> Run:
     """Reads, validates and builds everything; raises ``ConfigError`` before anything is written."""
+    from tapefit.trainer import Trainer
+
     raw = _config.load_config_file(args.config)
     raw = _config.apply_overrides(raw, args.set)
     schema = default_schema()
     stem = Path(args.config).stem.replace("_", "-")
     config = _config.resolve_config(raw, schema, default_name=stem)
-    import tapefit as tp
-
-    tp.random.set_seed(config["seed"])
+    _random.set_seed(config["seed"])
     data = build_data(config["data"], schema)
     model = build_model(config, schema, data)
     loss = build_loss(config["loss"], schema)
@@ -451,8 +458,6 @@ def prepare(args: argparse.Namespace) -> Run:
             resume_epoch = _check_resume_fits(resume_from, model, config, data)
     if resume_from is None and not args.print_config:
         _check_output_dir(output_dir, args)
-    from tapefit.trainer import Trainer
-
     try:  # registering the plugins checks their hooks (a misspelt hook name is an error)
         trainer = Trainer(
             model, optimizer, loss, metrics=metrics, plugins=plugins, output_dir=output_dir, config=config

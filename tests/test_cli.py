@@ -321,6 +321,54 @@ def test_overwrite_replaces_an_earlier_run(workdir, capsys):
     ]
 
 
+def test_a_users_plugin_by_import_path(workdir, capsys):
+    write(
+        workdir / "myplugins.py",
+        """\
+        import tapefit as tp
+
+        class EpochNotes:
+            def __init__(self, path: str):
+                self.path = path
+
+            @tp.hookimpl
+            def on_epoch_end(self, epoch, logs):
+                with open(self.path, "a") as f:
+                    f.write(f"{epoch} {sorted(logs)}\\n")
+
+        class Misspelt:
+            @tp.hookimpl
+            def on_epoch_ends(self, epoch):
+                pass
+        """,
+    )
+    config = write(workdir / "c.yaml", SPIRALS)
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "name=p", "--set", "plugins[0]={type: 'myplugins:Misspelt'}"],
+        f"train: error: {config}: plugins: PluginValidationError: plugin 'misspelt' implements unknown hook(s) "
+        "'on_epoch_ends' (did you mean 'on_epoch_end'?); tapefit's hooks are: "
+        + ", ".join(__import__("tapefit.plugins.hookspecs").plugins.hookspecs.HOOK_NAMES),
+    )
+    status, _, err = run_main(
+        [
+            "--config",
+            config,
+            "--set",
+            "name=p",
+            "--set",
+            "plugins[0]={type: 'myplugins:EpochNotes', path: notes.txt}",
+        ],
+        capsys,
+    )
+    assert status == 0, err
+    assert (workdir / "notes.txt").read_text().splitlines() == [
+        "0 ['accuracy', 'loss', 'val_accuracy', 'val_loss']",
+        "1 ['accuracy', 'loss', 'val_accuracy', 'val_loss']",
+    ]
+
+
 def test_debug_shows_the_traceback(workdir, capsys):
     config = write(workdir / "c.yaml", SPIRALS)
     status, _, err = run_main(["--config", config, "--set", "trainer.epochs=ten", "--debug"], capsys)
