@@ -599,6 +599,21 @@ def _patches(x: np.ndarray, k_hw: tuple[int, int], win: _Window) -> np.ndarray:
     return view.transpose(0, 1, 2, 4, 5, 3)
 
 
+def _im2col(x: np.ndarray, k_hw: tuple[int, int], win: _Window) -> np.ndarray:
+    """The windows as an (N * out_h * out_w, kh * kw * C) matrix (a copy, or the transpose of one).
+
+    With fewer than 4 channels the copy is laid out (kh * kw * C, N * out_h * out_w) and
+    returned transposed: it gathers and multiplies about twice as fast there (measured, one
+    thread: 64x28x28x1 -> 32 forward 1.0 ms against 1.6 ms, filter gradient 1.0 against
+    2.1 ms), while from 8 channels on the row layout is twice as fast.
+    """
+    view = _patches(x, k_hw, win)
+    size = k_hw[0] * k_hw[1] * x.shape[3]
+    if x.shape[3] < 4:
+        return view.transpose(3, 4, 5, 0, 1, 2).reshape(size, -1).T
+    return view.reshape(-1, size)
+
+
 def _scatter_windows(
     cols: np.ndarray, shape: tuple[int, ...], k_hw: tuple[int, int], win: _Window
 ) -> np.ndarray:
@@ -618,8 +633,8 @@ def _scatter_windows(
 # im2col + one matmul: measured faster than einsum/tensordot over the window view once
 # channels grow (64x14x14x32 -> 64: 3.9 ms against 10.4 ms for einsum), and on par for one channel.
 def _conv2d(x: np.ndarray, w: np.ndarray, win: _Window) -> np.ndarray:
-    kh, kw, c, o = w.shape
-    cols = _patches(x, (kh, kw), win).reshape(-1, kh * kw * c)
+    kh, kw, _, o = w.shape
+    cols = _im2col(x, (kh, kw), win)
     return (cols @ w.reshape(-1, o)).reshape(x.shape[0], *win.out_hw, o)
 
 
@@ -634,8 +649,8 @@ def _conv2d_backprop_input(
 def _conv2d_backprop_filter(
     x: np.ndarray, dy: np.ndarray, filter_shape: tuple[int, ...], win: _Window
 ) -> np.ndarray:
-    kh, kw, c, o = filter_shape
-    cols = _patches(x, (kh, kw), win).reshape(-1, kh * kw * c)
+    kh, kw, _, o = filter_shape
+    cols = _im2col(x, (kh, kw), win)
     return (cols.T @ dy.reshape(-1, o)).reshape(filter_shape)
 
 
