@@ -77,21 +77,8 @@ class Op:
         grad_fn: Callable[..., Any] | None = None,
     ) -> None:
         self.type = type
-        # One pass per side: this runs for every recorded op.
-        ids, shapes, dtypes = [], [], []
-        for t in inputs:
-            value = t._value
-            ids.append(t._id)
-            shapes.append(value.shape)
-            dtypes.append(value.dtype)
-        self.input_ids, self.input_shapes, self.input_dtypes = tuple(ids), tuple(shapes), tuple(dtypes)
-        ids, shapes, dtypes = [], [], []
-        for t in outputs:
-            value = t._value
-            ids.append(t._id)
-            shapes.append(value.shape)
-            dtypes.append(value.dtype)
-        self.output_ids, self.output_shapes, self.output_dtypes = tuple(ids), tuple(shapes), tuple(dtypes)
+        self.input_ids, self.input_shapes, self.input_dtypes = _specs(inputs)
+        self.output_ids, self.output_shapes, self.output_dtypes = _specs(outputs)
         if save_inputs is True:
             self.inputs = tuple([_snapshot(t) if t._is_variable else t for t in inputs])
         elif save_inputs:
@@ -110,6 +97,17 @@ class Op:
 
     def __repr__(self) -> str:
         return f"<tp.Op {self.type} inputs={self.input_shapes} outputs={self.output_shapes}>"
+
+
+def _specs(tensors: tuple[Tensor, ...]) -> tuple[tuple[int, ...], tuple[Any, ...], tuple[Any, ...]]:
+    """Ids, shapes and dtypes in one pass: this runs for every recorded op."""
+    ids, shapes, dtypes = [], [], []
+    for t in tensors:
+        value = t._value
+        ids.append(t._id)
+        shapes.append(value.shape)
+        dtypes.append(value.dtype)
+    return tuple(ids), tuple(shapes), tuple(dtypes)
 
 
 def _snapshot(t: Tensor) -> Tensor:
