@@ -380,6 +380,80 @@ def test_debug_shows_the_traceback(workdir, capsys):
     )
 
 
+# --------------------------------------------------------------------------- the user's own data files
+
+
+def file_config(workdir: Path, data: str, loss: str = "sparse_categorical_crossentropy") -> Path:
+    return write(
+        workdir / "f.yaml",
+        f"""\
+        name: files
+        data: {data}
+        model: {{type: mlp, hidden_units: [8]}}
+        loss: {loss}
+        trainer: {{epochs: 1}}
+        """,
+    )
+
+
+def test_npz_data_trains_and_bad_arrays_are_config_errors(workdir, capsys):
+    rng = np.random.default_rng(0)
+    np.savez(
+        workdir / "d.npz",
+        features=rng.normal(size=(40, 3)),
+        labels=rng.integers(0, 3, 40),
+        text=np.array(["a"] * 40),
+    )
+    config = file_config(workdir, "{type: npz, path: d.npz, x_key: features, y_key: labels}")
+    status, out, err = run_main(["--config", config], capsys)
+    assert status == 0, err
+    assert "32 training and 8 validation samples of shape (3,)" in out
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "data.x_key=x"],
+        f"train: error: {config}: data.x_key: 'd.npz' has no array 'x'; it holds: features, labels, text",
+    )
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "data.x_key=text"],
+        f"train: error: {config}: data: data.type 'npz': the features must be numbers, got dtype <U1",
+    )
+
+
+def test_csv_regression_gets_a_linear_output(workdir, capsys):
+    rows = "\n".join(f"{i},{i % 3},{0.5 * i}" for i in range(30))
+    write(workdir / "d.csv", "a,b,target\n" + rows + "\n")
+    config = file_config(
+        workdir, "{type: csv, path: d.csv, label_column: target, standardize: true}", loss="mse"
+    )
+    status, out, err = run_main(["--config", config, "--print-config"], capsys)
+    assert status == 0, err
+    resolved = parse_yaml(out)
+    assert resolved["model"]["output_units"] == 1 and resolved["model"]["output_activation"] is None
+    assert resolved["data"] == {
+        "type": "csv",
+        "validation_split": 0.2,
+        "standardize": True,
+        "seed": 0,
+        "path": "d.csv",
+        "label_column": "target",
+        "header": "auto",
+        "delimiter": ",",
+        "label_dtype": "auto",
+    }
+    status, out, err = run_main(["--config", config], capsys)
+    assert status == 0, err
+    assert "24 training and 6 validation samples of shape (2,)" in out
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "data.label_column=label"],
+        f"train: error: {config}: data.label_column: 'd.csv' has no column 'label'; its columns: a, b, target",
+    )
+
+
 # --------------------------------------------------------------------------- --print-config and --help
 
 
