@@ -324,9 +324,9 @@ class Trainer:
             x: the inputs (an array, or a dict/list of arrays); float64 arrays are used as
                 float32, as in Keras.
             y: the targets.
-            epochs: the index of the epoch to stop before; when resuming, training
-                continues from the checkpoint's epoch up to this one (Keras's
-                ``initial_epoch`` semantics).
+            epochs: the index of the epoch to stop before. Every call counts epochs and
+                steps from 0 (as Keras's ``fit`` with ``initial_epoch=0``); when resuming,
+                training continues from the checkpoint's epoch and step up to this epoch.
             batch_size: samples per batch.
             validation_data: ``(x_val, y_val)``, evaluated after every epoch into the
                 ``val_`` logs.

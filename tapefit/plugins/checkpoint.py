@@ -378,6 +378,7 @@ class Checkpoint:
         self._reset()
 
     def _reset(self) -> None:
+        self._fitting = False
         self.saved: list[str] = []
         self.best_value: float | None = None
         self.best_name: str | None = None
@@ -401,6 +402,7 @@ class Checkpoint:
     @hookimpl
     def on_fit_start(self, trainer: Any) -> None:
         self._reset()
+        self._fitting = True
         self.folder = self.dirpath if self.dirpath is not None else Path(trainer.output_dir) / "checkpoints"
         self.folder.mkdir(parents=True, exist_ok=True)
         for tmp in remove_stale_temporaries(self.folder):
@@ -449,13 +451,15 @@ class Checkpoint:
 
     @hookimpl
     def on_fit_end(self, trainer: Any) -> None:
+        self._fitting = False
         if self.save_on_fit_end and not self.save_best_only and trainer.position_key() != self._last_saved:
             self._save(trainer)
 
     @hookimpl
     def on_exception(self, trainer: Any, exception: BaseException) -> None:
-        if not self.save_on_exception or not hasattr(self, "folder"):
-            return
+        fitting, self._fitting = self._fitting, False
+        if not self.save_on_exception or not fitting:
+            return  # the fit had not started (or this plugin's own start failed)
         if trainer.update_in_progress:
             logger.warning(
                 "checkpoint: %s arrived while the optimizer was updating the variables; "

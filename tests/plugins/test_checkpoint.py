@@ -500,3 +500,19 @@ def test_npz_member_names_are_readable(tmp_path):
     path = save_checkpoint(tmp_path / "c.npz", {"model": {"dense/kernel": np.zeros(2)}})
     with zipfile.ZipFile(path) as zf:
         assert "model/dense/kernel.npy" in zf.namelist()
+
+
+def test_no_interrupted_checkpoint_when_the_fit_never_started(tmp_path):
+    folder = tmp_path / "ckpt"
+    plugin = Checkpoint(dirpath=str(folder))
+    fit(build([plugin]), 1)  # a first fit, so the plugin has run before
+
+    class FailAtStart:
+        @tp.hookimpl
+        def on_fit_start(self):
+            raise RuntimeError("cannot start")
+
+    with pytest.raises(RuntimeError, match="cannot start"):
+        fit(build([FailAtStart(), plugin]), 2)
+    assert not (folder / "interrupted.npz").exists()
+    assert (folder / "last").read_text().strip() == "epoch0000-step00000005.npz"
