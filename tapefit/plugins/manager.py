@@ -116,6 +116,10 @@ def create_plugin(spec: Any, **kwargs: Any) -> Any:
             raise ValueError(f"a plugin config needs a 'type' key, got keys {sorted(spec)}")
         kwargs = {**{k: v for k, v in spec.items() if k != "type"}, **kwargs}
         spec = spec["type"]
+    if isinstance(spec, type):
+        raise TypeError(
+            f"got the class {spec.__name__}, not a plugin object; pass an instance: {spec.__name__}(...)"
+        )
     if not isinstance(spec, str):
         if kwargs:
             raise TypeError(

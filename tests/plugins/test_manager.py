@@ -136,6 +136,13 @@ def test_unknown_plugin_name_suggests_the_closest():
         create_plugin({"type": "clip_gradients", "globalnorm": 1.0})
 
 
+def test_a_class_instead_of_an_instance_is_a_clear_error():
+    with pytest.raises(
+        TypeError, match=r"got the class TerminateOnNaN, not a plugin object.*TerminateOnNaN\(\.\.\.\)"
+    ):
+        PluginManager().register_all([TerminateOnNaN])
+
+
 def test_import_path_plugins():
     plugin = create_plugin("tapefit.plugins.terminate_on_nan:TerminateOnNaN")
     assert isinstance(plugin, TerminateOnNaN)
