@@ -9,11 +9,14 @@ the two must be bit-identical: the trainer does the same arithmetic, only its bo
 costs extra.
 
     python benchmarks/fit_overhead.py [--samples 4096] [--batch-size 128] [--repeats 10]
+
+On a busy machine, ``OPENBLAS_NUM_THREADS=1`` makes the numbers steadier.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import statistics
 import tempfile
@@ -99,6 +102,7 @@ def main() -> None:
         for i in range(args.repeats):
             # Alternate which goes first, so drifts in machine load hit both alike.
             for which in ("bare", "fit") if i % 2 == 0 else ("fit", "bare"):
+                gc.collect()  # garbage of the previous run is not charged to the next
                 if which == "bare":
                     t, bare_weights = bare_epoch(x, y, args.batch_size)
                     bare_times.append(t)

@@ -207,7 +207,9 @@ class Trainer:
         optimizer: an optimizer object or name (``"adam"``, ``"sgd"``, ...).
         loss: a loss object/callable ``(y_true, y_pred) -> scalar`` or name (``"mse"``,
             ``"sparse_categorical_crossentropy"``, ...). The model's regularization
-            losses (``model.losses``) are added to it.
+            losses (``model.losses``) are added to it, read at every step; when they are
+            empty at the first step of a fit they are not read again in that fit
+            (tapefit's regularizers are fixed when a layer is made).
         metrics: metric objects or names (``"accuracy"`` resolves against the loss).
         plugins: plugin objects or modules, built-in short names, or config dicts
             ``{"type": name, ...}``; their hooks run in this order.
@@ -254,6 +256,7 @@ class Trainer:
         self.resumed = False
         self.update_in_progress = False
         self._pass_training = _accepts_training(model)
+        self._has_losses: bool | None = None  # None: not known yet (see _total_loss)
         self._loader: BatchLoader | None = None
         self._order: np.ndarray | None = None
         self._loss_sum = 0.0
@@ -276,7 +279,12 @@ class Trainer:
 
     def _total_loss(self, y: Any, y_pred: Any) -> Any:
         loss = self.loss(y, y_pred)
+        if self._has_losses is False:
+            return loss
         regularization = getattr(self.model, "losses", None)
+        # Walking the model for its losses costs about 1% of an MLP step; a model without
+        # regularizers after its first (building) call has none later, so stop asking.
+        self._has_losses = bool(regularization)
         if regularization:
             loss = loss + add_n(list(regularization))
         return loss
@@ -360,6 +368,7 @@ class Trainer:
         self.batch_size = loader.batch_size
         self.steps_per_epoch = loader.num_batches
         self.stop_training = False
+        self._has_losses = None
         self.history = History()
         self.history.params = {
             "epochs": self.epochs,

@@ -157,30 +157,28 @@ def test_stop_training_ends_fit_after_the_current_batch():
     assert history.epoch == [0, 1]
 
 
-def test_regularization_losses_are_added_to_the_loss():
+def test_regularization_losses_are_added_to_the_loss_at_every_step():
     x, y = make_data(8)
     tp.random.set_seed(0)
     model = tp.layers.Sequential([tp.layers.Dense(2, kernel_regularizer="l2")])
     loss_fn = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
-    seen = []
+    expected, logged, penalties = [], [], []
 
-    class First:
+    class Check:
         @tp.hookimpl
         def on_train_batch_start(self, step):
-            if step == 0:
-                # Before the first update: the loss the trainer computes must include the penalty.
-                seen.append(float(loss_fn(y, model(x))) + float(tp.add_n(model.losses)))
+            # Before the update (one full batch per epoch): the loss must include the penalty.
+            penalties.append(float(tp.add_n(model.losses)))
+            expected.append(float(loss_fn(y, model(x))) + penalties[-1])
 
         @tp.hookimpl
         def on_train_batch_end(self, step, logs):
-            if step == 0:
-                seen.append(logs["loss"])
+            logged.append(logs["loss"])
 
     model(x)  # build, so the penalty can be computed before the first step
-    tp.Trainer(model, "sgd", loss_fn, plugins=[First()]).fit(x, y, epochs=1, batch_size=8, shuffle=False)
-    penalty = float(tp.add_n(model.losses))
-    assert penalty > 0
-    assert seen[1] == pytest.approx(seen[0], rel=1e-6)
+    tp.Trainer(model, "sgd", loss_fn, plugins=[Check()]).fit(x, y, epochs=3, batch_size=8, shuffle=False)
+    assert all(p > 0 for p in penalties) and len(logged) == 3
+    assert logged == pytest.approx(expected, rel=1e-6)
 
 
 def test_names_for_loss_optimizer_and_metrics():
