@@ -242,6 +242,8 @@ class Trainer:
         self.loss = _resolve_loss(loss)
         self.metrics = _resolve_metrics(metrics, loss)
         self.plugins = PluginManager()
+        if plugins is not None and not isinstance(plugins, (list, tuple)):
+            plugins = [plugins]  # one plugin, name or config dict given on its own
         self.plugins.register_all(plugins or [])
         self.output_dir = Path(output_dir) if output_dir is not None else Path("runs") / "default"
         self.config: dict[str, Any] = dict(config) if config else {}

@@ -194,6 +194,13 @@ def test_names_for_loss_optimizer_and_metrics():
     assert set(history.history) == {"loss", "accuracy"}
 
 
+def test_a_single_plugin_may_be_given_without_a_list():
+    trainer = make_trainer(metrics=())
+    for single in ("progress", {"type": "progress"}, HookCounter()):
+        names = tp.Trainer(trainer.model, "sgd", "mse", plugins=single).plugins.list_name_plugin()
+        assert len(names) == 1
+
+
 def test_predict_and_evaluate_match_the_model():
     x, y = make_data(10)
     trainer = make_trainer()
