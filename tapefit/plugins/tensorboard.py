@@ -15,6 +15,7 @@ training and validation curve of each key in one chart (as Keras's callback does
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import os
 from pathlib import Path
@@ -24,7 +25,13 @@ import numpy as np
 
 from tapefit.plugins.hookspecs import hookimpl
 
+logger = logging.getLogger("tapefit")
+
 _writer_numbers = itertools.count()
+
+# tensorboardX bins histograms as TensorFlow does, with edges up to about +-1e20; a value past
+# them is left out of every bin, and a tensor with none inside raises "The histogram is empty".
+_HISTOGRAM_LIMIT = 1e20
 
 
 def _global_norm(grads: list[Any]) -> float:
@@ -66,6 +73,11 @@ class TensorBoard:
             final epoch logs as their metrics.
         flush_secs: tensorboardX's flush interval; files are also flushed at every epoch end.
 
+    A histogram of values that TensorBoard cannot bin (NaN, infinite, or beyond
+    +-1e20, as when training diverges) is skipped rather than failing the fit, so
+    ``terminate_on_nan`` can still stop it cleanly; the first skip of a fit logs a
+    warning and ``skipped_histograms`` counts them all.
+
     Files are flushed at each epoch end and closed at the end of the fit and on
     exceptions. A resumed fit purges the events after the resumed step (tensorboardX's
     ``purge_step``), so TensorBoard does not show the interrupted run's extra steps twice.
@@ -100,6 +112,7 @@ class TensorBoard:
         self._writers: dict[str, Any] = {}
         self._purge_step: int | None = None
         self._last_logs: dict[str, float] = {}
+        self.skipped_histograms = 0
 
     def _writer(self, run: str) -> Any:
         writer = self._writers.get(run)
@@ -125,6 +138,7 @@ class TensorBoard:
         self.folder.mkdir(parents=True, exist_ok=True)
         self._purge_step = trainer.step if trainer.resumed else None
         self._last_logs = {}
+        self.skipped_histograms = 0
         self._writer("train")
 
     def _logs_step(self, step: int) -> bool:
@@ -132,6 +146,25 @@ class TensorBoard:
 
     def _histogram_step(self, step: int) -> bool:
         return bool(self.histogram_every_n_steps) and step % self.histogram_every_n_steps == 0
+
+    def _add_histogram(self, tag: str, values: Any, step: int) -> None:
+        values = np.asarray(values)
+        if values.size == 0:
+            return
+        finite = bool(np.isfinite(values).all())
+        if finite and float(np.abs(values).max()) <= _HISTOGRAM_LIMIT:
+            self._writer("train").add_histogram(tag, values, step)
+            return
+        if not self.skipped_histograms:
+            problem = "non-finite values" if not finite else f"values beyond +-{_HISTOGRAM_LIMIT:g}"
+            logger.warning(
+                "tensorboard: step %d: %s has %s; skipping histograms that TensorBoard cannot bin "
+                "(this one and any later ones; the plugin's skipped_histograms counts them)",
+                step,
+                tag,
+                problem,
+            )
+        self.skipped_histograms += 1
 
     @hookimpl(tryfirst=True)
     def transform_gradients(
@@ -141,10 +174,9 @@ class TensorBoard:
         if self.log_grad_norm and self._logs_step(step):
             logs["grad_global_norm"] = _global_norm([g for g, _ in grads_and_vars])
         if self._histogram_step(step):
-            writer = self._writer("train")
             for path, grad in zip(self._paths(trainer, grads_and_vars), (g for g, _ in grads_and_vars)):
                 if grad is not None:
-                    writer.add_histogram(f"gradients/{path}", np.asarray(grad), step)
+                    self._add_histogram(f"gradients/{path}", grad, step)
 
     @staticmethod
     def _paths(trainer: Any, grads_and_vars: list[Any]) -> list[str]:
@@ -166,7 +198,7 @@ class TensorBoard:
             named = getattr(trainer.model, "named_variables", None)
             pairs = named() if callable(named) else [(v.name, v) for v in trainer.model.trainable_variables]
             for path, variable in pairs:
-                writer.add_histogram(f"weights/{path}", variable.numpy(), step)
+                self._add_histogram(f"weights/{path}", variable.numpy(), step)
 
     @hookimpl
     def on_epoch_end(self, epoch: int, logs: dict[str, float]) -> None:

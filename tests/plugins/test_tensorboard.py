@@ -143,3 +143,52 @@ def test_resume_purges_the_steps_after_the_checkpoint(tmp_path, make_trainer, ma
     train = read(tmp_path / "tb" / "train")
     assert [e.step for e in train.Scalars("step/loss")] == list(range(STEPS))
     assert [e.step for e in train.Scalars("epoch/loss")] == [0, 1, 2]
+
+
+def _poison_at(step_to_poison, value):
+    """A plugin that sets the first kernel to ``value`` before step ``step_to_poison``."""
+
+    class Poison:
+        @tp.hookimpl
+        def on_train_batch_start(self, trainer, step):
+            if step == step_to_poison:
+                kernel = trainer.model.trainable_variables[0]
+                kernel.assign(np.full(kernel.shape, value, dtype=kernel.dtype))
+
+    return Poison()
+
+
+def test_non_finite_histograms_are_skipped_and_terminate_on_nan_stops(
+    tmp_path, make_trainer, make_data, caplog
+):
+    x, y = make_data(N)
+    board = TensorBoard(log_dir=str(tmp_path / "tb"), histogram_every_n_steps=1)
+    trainer = make_trainer([_poison_at(6, np.nan), board, "terminate_on_nan"])
+    with caplog.at_level("WARNING", logger="tapefit"):
+        history = trainer.fit(x, y, epochs=EPOCHS, batch_size=BATCH)
+    assert trainer.plugins.get_plugin("terminate_on_nan").stopped_step == 6
+    assert len(history.epoch) == 2  # stopped in the second epoch
+    train = read(tmp_path / "tb" / "train")
+    tags = train.Tags()["histograms"]
+    paths = [path for path, _ in trainer.model.named_variables()]
+    assert set(tags) == {f"weights/{p}" for p in paths} | {f"gradients/{p}" for p in paths}
+    written_at_6 = [tag for tag in tags if 6 in [e.step for e in train.Histograms(tag)]]
+    for tag in tags:  # every histogram of the finite steps is there
+        assert [e.step for e in train.Histograms(tag)][:6] == list(range(6)), tag
+    # At step 6 every gradient and every weight the NaN reached is skipped, and counted.
+    assert board.skipped_histograms == len(tags) - len(written_at_6) > 0
+    assert caplog.text.count("skipping histograms") == 1
+    assert "step 6" in caplog.text
+
+
+def test_histograms_beyond_tensorboards_bins_are_skipped(tmp_path, make_trainer, make_data, caplog):
+    x, y = make_data(N)
+    board = TensorBoard(log_dir=str(tmp_path / "tb"), histogram_every_n_steps=1, log_grad_norm=False)
+    trainer = make_trainer([_poison_at(2, 1e30), board], metrics=())
+    with caplog.at_level("WARNING", logger="tapefit"):
+        trainer.fit(x, y, epochs=1, batch_size=BATCH)
+    kernel = next(p for p, _ in trainer.model.named_variables() if p.endswith("kernel"))
+    steps = [e.step for e in read(tmp_path / "tb" / "train").Histograms(f"weights/{kernel}")]
+    assert 2 not in steps and steps[:2] == [0, 1]
+    assert board.skipped_histograms >= 1
+    assert caplog.text.count("skipping histograms") == 1
