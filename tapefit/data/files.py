@@ -35,16 +35,41 @@ def load_npz(path: str, x_key: str = "x", y_key: str = "y") -> tuple[np.ndarray,
         DataError: If the file is missing or unreadable, or a key is not in it.
     """
     _check_file(path)
+    # np.load reads .npy files and (with pickles allowed) anything else too, so look at the
+    # file's first bytes to say what it is instead of passing on a misleading NumPy message.
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if magic == b"\x93NUMPY":
+        raise DataError(
+            f"{path!r} is a .npy file holding one array, not an .npz archive of named arrays; "
+            "save the features and labels together with np.savez(path, x=x, y=y)",
+            key="path",
+        )
+    if not magic.startswith(b"PK"):
+        raise DataError(
+            f"{path!r} is not an .npz archive (a zip of named arrays, as np.savez writes)", key="path"
+        )
     try:
         with np.load(path, allow_pickle=False) as archive:
             names = sorted(archive.files)
+            arrays = []
             for key_name, key in (("x_key", x_key), ("y_key", y_key)):
                 if key not in names:
                     raise DataError(
                         f"{path!r} has no array {key!r}; it holds: {', '.join(names) or 'nothing'}",
                         key=key_name,
                     )
-            return archive[x_key], archive[y_key]
+                try:
+                    arrays.append(archive[key])
+                except ValueError as e:
+                    if "allow_pickle" not in str(e):
+                        raise
+                    raise DataError(
+                        f"{path!r}: the array {key!r} holds Python objects, which would need unpickling "
+                        "(never done: it can run code); store numbers",
+                        key=key_name,
+                    ) from e
+            return arrays[0], arrays[1]
     except DataError:
         raise
     except (OSError, ValueError, zipfile.BadZipFile) as e:
@@ -107,6 +132,13 @@ def load_csv(
         raise DataError(f"{path!r} has a header but no data rows", key="path")
     width = len(rows[0][1])
     if width < 2:
+        others = [d for d in ",;\t| " if d != delimiter and d in rows[0][1][0].strip()]
+        if others:
+            raise DataError(
+                f"{path!r} has 1 column when split at {delimiter!r}, but its fields seem separated by "
+                f"{others[0]!r}; set delimiter: {others[0]!r}",
+                key="delimiter",
+            )
         raise DataError(f"{path!r} has {width} column; it needs features and a label column", key="path")
     if isinstance(label_column, str):
         if names is None:

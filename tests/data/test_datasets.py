@@ -109,12 +109,26 @@ def test_npz_missing_file_and_pickles_are_refused(tmp_path):
     assert info.value.key == "path"
     path = tmp_path / "objects.npz"
     np.savez(path, x=np.array([{"a": 1}], dtype=object), y=np.zeros(1))
-    with pytest.raises(DataError, match="cannot read"):
+    with pytest.raises(DataError, match="the array 'x' holds Python objects") as info:
         data.load_npz(str(path))
+    assert info.value.key == "x_key"
     bad = tmp_path / "text.npz"
     bad.write_text("not a zip")
-    with pytest.raises(DataError, match=r"as an \.npz archive"):
+    with pytest.raises(DataError, match=r"is not an \.npz archive"):
         data.load_npz(str(bad))
+
+
+def test_npz_given_other_files_says_what_they_are(tmp_path):
+    single = tmp_path / "x.npy"
+    np.save(single, np.zeros((3, 2)))
+    with pytest.raises(DataError, match=r"x\.npy' is a \.npy file holding one array.*np\.savez") as info:
+        data.load_npz(str(single))
+    assert info.value.key == "path"
+    table = tmp_path / "d.csv"
+    table.write_text("a,b,label\n1,2,0\n")
+    with pytest.raises(DataError, match=r"d\.csv' is not an \.npz archive") as info:
+        data.load_npz(str(table))
+    assert "pickle" not in str(info.value) and info.value.key == "path"
 
 
 # --------------------------------------------------------------------------- csv
@@ -171,6 +185,14 @@ def test_csv_errors_name_the_problem(tmp_path, text, kwargs, message, key):
     with pytest.raises(DataError, match=message) as info:
         data.load_csv(path, **kwargs)
     assert info.value.key == key
+
+
+def test_csv_one_column_suggests_the_delimiter_it_holds(tmp_path):
+    path = _write(tmp_path, "a;b;label\n1;2;0\n")
+    with pytest.raises(DataError, match=r"has 1 column.*delimiter: ';'") as info:
+        data.load_csv(path)
+    assert info.value.key == "delimiter"
+    np.testing.assert_array_equal(data.load_csv(path, delimiter=";")[1], [0])
 
 
 def test_csv_missing_file(tmp_path):
