@@ -2,10 +2,11 @@
 
 A Module finds its Variables and sub-Modules by walking its attributes (and the
 lists, tuples and dicts in them) whenever it is asked, the way ``tf.Module``
-does: nothing intercepts attribute assignment, so a layer appended to a list
-later, or an attribute replaced, is seen on the next walk. The walk is
-depth-first in attribute order, uses an explicit stack and visits every object
-once.
+does, so a layer appended to a list later, or an attribute replaced, is seen on
+the next walk. The walk is depth-first in attribute order, uses an explicit
+stack and visits every object once. Attribute assignment is intercepted for one
+thing only: replacing (or deleting) an attribute that held ``add_weight``
+weights stops tracking them.
 
 Calling a module runs ``build(input_shape)`` once, then ``call(...)``, the way
 a Keras layer does; ``training=`` reaches the sublayers whose ``call`` takes it.
@@ -193,6 +194,37 @@ class Module:
         if name is not None:
             self._name = _check_name(name)
             self._name_given = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in _INTERNAL and self._added_weights:
+            old = self.__dict__.get(name)
+            if old is not None and old is not value:
+                self._forget_added_weights(old)
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name not in _INTERNAL and self._added_weights and name in self.__dict__:
+            self._forget_added_weights(self.__dict__[name])
+        object.__delattr__(self, name)
+
+    def _forget_added_weights(self, old: Any) -> None:
+        """Stops tracking the ``add_weight`` weights in ``old``, an attribute value being replaced.
+
+        They were tracked through that attribute; without this the weights list would keep the
+        replaced ones (a replaced ``layer.kernel`` would still be trained and saved). Weights
+        still held by another attribute stay tracked through it.
+        """
+        dropped: set[int] = set()
+        stack, seen = [old], set()
+        while stack:
+            value = stack.pop()
+            if isinstance(value, Variable):
+                dropped.add(id(value))
+            elif isinstance(value, (list, tuple, dict)) and id(value) not in seen:
+                seen.add(id(value))
+                stack.extend(value.values() if isinstance(value, dict) else value)
+        if dropped:
+            self._added_weights[:] = [w for w in self._added_weights if id(w) not in dropped]
 
     # -- identity ------------------------------------------------------------
 
@@ -610,37 +642,45 @@ def _check_unique_paths(paths: list[str]) -> None:
 _NUMBER_SUFFIX = re.compile(r"_\d+$")
 
 
+def _without_root(path: str) -> str:
+    """``path`` without the root's name: ``net_2/dense/kernel`` -> ``dense/kernel``."""
+    return path.partition("/")[2]
+
+
 def _stripped(path: str) -> str:
     """``path`` without the root's name and without default-name numbers: ``dense_3`` -> ``dense``."""
-    parts = path.split("/")[1:]
-    return "/".join(_NUMBER_SUFFIX.sub("", p) for p in parts)
+    return "/".join(_NUMBER_SUFFIX.sub("", p) for p in _without_root(path).split("/"))
 
 
 def _match_by_structure(
     entries: list[_Entry], keys: list[str]
 ) -> tuple[list[tuple[_Entry, str]], list[str], list[str]]:
-    """Pairs variables with ``keys``: equal paths first, then by stripped path in order.
+    """Pairs variables with ``keys``: equal paths first, then equal paths below the root, then
+    stripped paths (``_stripped``) in order. Each stage only sees what the earlier ones left,
+    so the order of ``keys`` matters only where paths differ in more than the root's name.
 
     Returns (pairs, missing variable paths, unexpected keys).
     """
-    exact = set(keys) & {e.path for e in entries}
-    by_stripped: dict[str, list[str]] = {}
-    for key in keys:
-        if key not in exact:
-            by_stripped.setdefault(_stripped(key), []).append(key)
-    pairs = []
-    missing = []
-    for entry in entries:
-        if entry.path in exact:
-            pairs.append((entry, entry.path))
-            continue
-        candidates = by_stripped.get(_stripped(entry.path))
-        if candidates:
-            pairs.append((entry, candidates.pop(0)))
-        else:
-            missing.append(entry.path)
-    unexpected = [k for left in by_stripped.values() for k in left]
-    return pairs, missing, unexpected
+    pairs: list[tuple[_Entry, str]] = []
+    left_entries, left_keys = list(entries), list(keys)
+    for form in (str, _without_root, _stripped):
+        by_form: dict[str, list[str]] = {}
+        for key in left_keys:
+            by_form.setdefault(form(key), []).append(key)
+        unmatched = []
+        for entry in left_entries:
+            candidates = by_form.get(form(entry.path))
+            if candidates:
+                pairs.append((entry, candidates.pop(0)))
+            else:
+                unmatched.append(entry)
+        left_entries = unmatched
+        left_keys = [k for same in by_form.values() for k in same]
+    # Pairs and leftovers in the order the model and the dict gave them.
+    position = {id(e): i for i, e in enumerate(entries)}
+    pairs.sort(key=lambda pair: position[id(pair[0])])
+    unexpected = set(left_keys)
+    return pairs, [e.path for e in left_entries], [k for k in keys if k in unexpected]
 
 
 __all__ = ["Layer", "Module"]

@@ -95,6 +95,21 @@ def test_add_weight_variables_are_tracked_without_an_attribute():
     assert list(h.state_dict()) == [f"{h.name}/hidden"]
 
 
+def test_replacing_an_add_weight_attribute_drops_the_old_weight():
+    layer = Dense(2)
+    layer(tp.ones((1, 3)))
+    old_kernel, bias = layer.kernel, layer.bias
+    layer.kernel = tp.Variable(np.zeros((3, 2), np.float32), name="kernel")
+    assert [id(v) for v in layer.variables] == [id(layer.kernel), id(bias)]
+    assert not any(v is old_kernel for v in layer.variables)
+    assert list(layer.state_dict()) == ["dense/kernel", "dense/bias"]
+    del layer.bias
+    assert [id(v) for v in layer.variables] == [id(layer.kernel)]
+    # A weight created by add_weight and never held by an attribute is still tracked.
+    hidden = layer.add_weight((1,), "zeros", name="hidden")
+    assert [id(v) for v in layer.variables] == [id(layer.kernel), id(hidden)]
+
+
 def test_default_names_are_unique_snake_case_per_class():
     class MyBlockForNames(tp.Module):
         pass
@@ -343,6 +358,19 @@ def test_load_state_dict_matches_paths_that_differ_in_root_name_and_numbers():
     x = tp.ones((1, 3))
     a(x), b(x)
     b.load_state_dict(a.state_dict())
+    for va, vb in zip(a.variables, b.variables):
+        np.testing.assert_array_equal(va.numpy(), vb.numpy())
+
+
+def test_load_state_dict_under_another_root_name_ignores_the_order_of_the_dict():
+    # Sorted keys put dense_10 before dense_2: matching by order alone would swap the layers.
+    def model(name):
+        return Sequential([Dense(2) for _ in range(12)], name=name)
+
+    a, b = model("a"), model("b")
+    x = tp.ones((1, 2))
+    a(x), b(x)
+    b.load_state_dict(dict(sorted(a.state_dict().items())))
     for va, vb in zip(a.variables, b.variables):
         np.testing.assert_array_equal(va.numpy(), vb.numpy())
 
