@@ -217,6 +217,41 @@ def build_data(section: dict[str, Any], schema: Schema) -> Data:
     return Data(x_train, y_train, validation, description)
 
 
+def _labels(data: Data) -> np.ndarray:
+    """The labels of the training and the validation part together."""
+    if data.validation is None:
+        return data.y_train
+    return np.concatenate([data.y_train, data.validation[1]])
+
+
+def check_labels(loss_type: str, data: Data) -> None:
+    """Checks that every label suits the loss, before a model is built for them.
+
+    Sparse categorical cross-entropy takes class indices (whole numbers from 0; float labels
+    that are whole numbers count, as in Keras); binary cross-entropy takes labels in [0, 1].
+    Every label is looked at, the validation part's too, so a bad one deep in a file is
+    reported here, not as a crash in the middle of training.
+    """
+    y = _labels(data)
+    if loss_type == "sparse_categorical_crossentropy":
+        need = f"{loss_type!r} needs class indices 0, 1, 2, ... as labels"
+        if y.dtype.kind == "f":
+            fractional = y[y != np.round(y)]
+            if fractional.size:
+                _fail("data", f"{need}, but some labels are not whole numbers ({fractional.flat[0]:g})")
+        low, high = int(y.min()), int(y.max())
+        if low < 0:
+            _fail("data", f"{need}, but the labels go from {low} to {high}")
+    elif loss_type == "binary_crossentropy":
+        low, high = float(y.min()), float(y.max())
+        if low < 0.0 or high > 1.0:
+            _fail(
+                "data",
+                f"{loss_type!r} needs labels between 0 and 1, but the labels go from {low:g} to {high:g} "
+                "(for class indices use sparse_categorical_crossentropy)",
+            )
+
+
 def _output_defaults(loss: dict[str, Any], y: np.ndarray) -> tuple[int, str | None]:
     """The output layer a built-in model needs for these labels and this loss.
 
@@ -228,7 +263,7 @@ def _output_defaults(loss: dict[str, Any], y: np.ndarray) -> tuple[int, str | No
     loss_type = loss["type"]
     from_logits = bool(loss.get("from_logits", False))
     width = 1 if y.ndim == 1 else int(np.prod(y.shape[1:]))
-    if loss_type == "sparse_categorical_crossentropy" and y.dtype.kind in "iu":
+    if loss_type == "sparse_categorical_crossentropy":  # check_labels made them whole numbers
         return max(int(y.max()) + 1, 2), None if from_logits else "softmax"
     if loss_type == "categorical_crossentropy":
         return width, None if from_logits else "softmax"
@@ -244,7 +279,7 @@ def build_model(config: dict[str, Any], schema: Schema, data: Data) -> Any:
     section = config["model"]
     target = _config.find_target(schema.kinds["model"], section["type"], "model.type")
     if section["type"] in ("mlp", "cnn"):
-        units, activation = _output_defaults(config["loss"], data.y_train)
+        units, activation = _output_defaults(config["loss"], _labels(data))
         if section.get("output_units") is None:
             section["output_units"] = units
         if section.get("output_activation") == "auto":
@@ -354,9 +389,10 @@ def check_model_on_data(model: Any, loss: Any, loss_type: str, data: Data) -> No
     except Exception as e:
         _fail("model", f"cannot run on the data (inputs of shape {x.shape[1:]} per sample): {_error_text(e)}")
     shape = tuple(getattr(out, "shape", ()))
-    if "sparse" in loss_type and data.y_train.dtype.kind in "iu" and len(shape) >= 2:
-        low, high = int(data.y_train.min()), int(data.y_train.max())
-        if low < 0 or high >= shape[-1]:
+    if loss_type == "sparse_categorical_crossentropy" and len(shape) >= 2:
+        labels = _labels(data)
+        low, high = int(labels.min()), int(labels.max())
+        if high >= shape[-1]:
             _fail(
                 "model",
                 f"the model gives {shape[-1]} class scores per sample, but the labels go from {low} to {high}"
@@ -444,6 +480,7 @@ def prepare(args: argparse.Namespace) -> Run:
     config = _config.resolve_config(raw, schema, default_name=stem)
     _random.set_seed(config["seed"])
     data = build_data(config["data"], schema)
+    check_labels(config["loss"]["type"], data)
     model = build_model(config, schema, data)
     loss = build_loss(config["loss"], schema)
     metrics = build_metrics(config["metrics"], schema, loss)

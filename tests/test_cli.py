@@ -422,6 +422,59 @@ def test_npz_data_trains_and_bad_arrays_are_config_errors(workdir, capsys):
     )
 
 
+def test_class_labels_are_checked_over_all_the_data(workdir, capsys):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 3))
+    y = (x[:, 0] > 0).astype(np.int64)
+    config = file_config(workdir, "{type: npz, path: d.npz}")
+    np.savez(workdir / "d.npz", x=x, y=y - 1)
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config],
+        f"train: error: {config}: data: 'sparse_categorical_crossentropy' needs class indices 0, 1, 2, ... "
+        "as labels, but the labels go from -1 to 0",
+    )
+    labels = y.astype(np.float64)
+    labels[-1] = 0.5  # one label deep in the file, not among the first samples
+    np.savez(workdir / "d.npz", x=x, y=labels)
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config],
+        f"train: error: {config}: data: 'sparse_categorical_crossentropy' needs class indices 0, 1, 2, ... "
+        "as labels, but some labels are not whole numbers (0.5)",
+    )
+    # Whole-number float labels are class indices, as Keras reads them: two classes, two outputs.
+    np.savez(workdir / "d.npz", x=x, y=y.astype(np.float64))
+    status, out, err = run_main(["--config", config, "--print-config"], capsys)
+    assert status == 0, err
+    assert parse_yaml(out)["model"]["output_units"] == 2
+    # Binary cross-entropy with labels 1 and 2 (a common slip): named, not trained on.
+    np.savez(workdir / "d.npz", x=x, y=y + 1)
+    config = file_config(workdir, "{type: npz, path: d.npz}", loss="binary_crossentropy")
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config],
+        f"train: error: {config}: data: 'binary_crossentropy' needs labels between 0 and 1, but the labels "
+        "go from 1 to 2 (for class indices use sparse_categorical_crossentropy)",
+    )
+
+
+def test_output_units_count_the_classes_of_the_validation_part_too(workdir, capsys):
+    x = np.arange(40, dtype=np.float64)[:, None]
+    y = np.zeros(40, dtype=np.int64)
+    y[7] = 4  # one sample of the highest class, which the seeded split puts into validation
+    np.savez(workdir / "d.npz", x=x, y=y)
+    config = file_config(workdir, "{type: npz, path: d.npz}")
+    status, out, err = run_main(["--config", config, "--print-config"], capsys)
+    assert status == 0, err
+    assert parse_yaml(out)["model"]["output_units"] == 5
+    status, out, err = run_main(["--config", config], capsys)
+    assert status == 0, err
+
+
 def test_csv_regression_gets_a_linear_output(workdir, capsys):
     rows = "\n".join(f"{i},{i % 3},{0.5 * i}" for i in range(30))
     write(workdir / "d.csv", "a,b,target\n" + rows + "\n")
