@@ -197,11 +197,14 @@ class Variable(Tensor):
 
         A tape's saved value, a Tensor from ``identity``/``reshape`` (views) or an array a
         user got from ``np.asarray`` all hold a reference; then ``assign*`` swap arrays instead.
+        A view (``Variable(x[0:2])``) is never written: its memory belongs to another array.
         """
+        # No local name for the array here: it would add a reference to the count.
         return (
             _refcount is not None
             and _value_refs(self) <= _SOLE_OWNER_REFS
-            and self._value.flags.writeable  # a read-only view of another tensor's array
+            and self._value.base is None
+            and self._value.flags.writeable
         )
 
     def assign(self, value: Any) -> Variable:

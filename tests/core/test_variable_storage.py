@@ -73,3 +73,29 @@ def test_tensors_do_not_change_when_their_source_array_is_written():
     np.testing.assert_array_equal(t.numpy(), [1.0, 2.0])
     np.testing.assert_array_equal(r.numpy(), [[1.0], [2.0]])
     assert float(tape.gradient(y, x)) == 3.0
+
+
+def test_a_variable_made_from_a_view_never_writes_into_the_array_it_views():
+    # The view is the variable's only holder, yet its memory belongs to another tensor.
+    x = tp.constant([1.0, 2.0, 3.0])
+    v = tp.Variable(x[0:2])
+    v.assign_add([10.0, 10.0])
+    np.testing.assert_array_equal(x.numpy(), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(v.numpy(), [11.0, 12.0])
+    a = tp.Variable([1.0, 2.0, 3.0])
+    b = tp.Variable(tp.reshape(a, [3, 1])[1:])
+    b.assign([[0.0], [0.0]])
+    b.assign_sub([[1.0], [1.0]])
+    np.testing.assert_array_equal(a.numpy(), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(b.numpy(), [[-1.0], [-1.0]])
+
+
+def test_assigning_a_view_never_lets_later_assigns_write_into_its_source():
+    x = tp.constant([[1.0, 2.0], [3.0, 4.0]])
+    v = tp.Variable([0.0, 0.0])
+    held = tp.identity(v)  # v's array is shared, so assign swaps in the value given
+    v.assign(x[1])  # the slice tensor dies here; v is left holding a view of x's array
+    del held
+    v.assign_add([1.0, 1.0])
+    np.testing.assert_array_equal(x.numpy(), [[1.0, 2.0], [3.0, 4.0]])
+    np.testing.assert_array_equal(v.numpy(), [4.0, 5.0])
