@@ -82,6 +82,10 @@ class GradientTape:
     def __enter__(self) -> GradientTape:
         if self._active:
             raise RuntimeError("this GradientTape is already recording; tapes cannot be re-entered")
+        if self._released:
+            # A non-persistent tape that has answered starts afresh, as in TensorFlow, so one
+            # tape object can serve every step of a loop.
+            self.reset()
         push_tape(self)
         self._active = True
         return self
@@ -345,8 +349,9 @@ class GradientTape:
 
     def _plan(
         self, targets: list[Tensor], sources: list[Tensor], stops: set[int]
-    ) -> tuple[list[Op], set[int]]:
-        """The recorded ops on a path from a source to a target, and the ids downstream of a source."""
+    ) -> tuple[list[Op], set[int], set[int]]:
+        """The recorded ops on a path from a source to a target, the ids downstream of a
+        source, and the ids of ``stop_gradients``."""
         needed = {t._id for t in targets if _float(t)} - stops
         back: list[Op] = []
         for op in reversed(self._entries):
@@ -362,16 +367,16 @@ class GradientTape:
             if not reach.isdisjoint(op.input_ids):
                 path.append(op)
                 reach.update(op.output_ids)
-        return path, reach
+        return path, reach, stops
 
     def _run(
         self,
-        plan: tuple[list[Op], set[int]],
+        plan: tuple[list[Op], set[int], set[int]],
         targets: list[Tensor],
         upstream: list[Tensor | None],
         sources: list[Tensor],
     ) -> list[Tensor | None]:
-        path, reach = plan
+        path, reach, stops = plan
         keep = {s._id for s in sources}
         grads: dict[int, Tensor] = {}
         for t, g in zip(targets, upstream):
@@ -386,7 +391,7 @@ class GradientTape:
             self._paused = True
         try:
             for op in reversed(path):
-                dys = self._output_gradients(op, grads, keep)
+                dys = self._output_gradients(op, grads, keep, stops)
                 if dys is None:
                     continue
                 grad_fn = op.grad_fn or get_gradient(op.type)
@@ -419,10 +424,18 @@ class GradientTape:
         return [grads.get(s._id) if _float(s) else None for s in sources]
 
     @staticmethod
-    def _output_gradients(op: Op, grads: dict[int, Tensor], keep: set[int]) -> list[Tensor] | None:
+    def _output_gradients(
+        op: Op, grads: dict[int, Tensor], keep: set[int], stops: set[int]
+    ) -> list[Tensor] | None:
         """The upstream gradients of ``op``'s outputs (zeros for the missing ones), or
-        ``None`` when none arrived; drops them from ``grads`` unless they are sources."""
+        ``None`` when none arrived; drops them from ``grads`` unless they are sources.
+
+        An output in ``stops`` passes nothing back: the op is on the path only through its
+        other outputs (``a, b = split(x)`` with ``b`` stopped).
+        """
         dys = [grads.get(oid) for oid in op.output_ids]
+        if stops:
+            dys = [None if oid in stops else dy for oid, dy in zip(op.output_ids, dys)]
         if all(dy is None for dy in dys):
             return None
         for k, oid in enumerate(op.output_ids):

@@ -837,6 +837,19 @@ def test_stop_gradients_takes_a_single_tensor_even_one_equal_to_zero():
     )
 
 
+def test_stop_gradients_on_one_output_of_a_multi_output_op_stops_only_that_output():
+    x = tp.constant([1.0, 2.0])
+    with tp.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        a, b = tp.split(x, 2)
+        y = a * 3.0 + b * 5.0
+    # b is a constant from there back: only a's path reaches x
+    assert tape.gradient(y, x, stop_gradients=[b]).numpy().tolist() == [3.0, 0.0]
+    gx, gb = tape.gradient(y, [x, b], stop_gradients=[b])
+    assert gx.numpy().tolist() == [3.0, 0.0] and gb.numpy().tolist() == [5.0]
+    assert tape.gradient(y, x).numpy().tolist() == [3.0, 5.0]
+
+
 def test_watch_nested_structures():
     a, b, c = tp.constant(1.0), tp.constant([2.0]), tp.constant([[3.0]])
     with tp.GradientTape() as tape:
@@ -949,6 +962,19 @@ def test_a_tape_entered_again_keeps_recording():
         z = y * x
     assert tape.gradient(z, x).numpy() == 12.0
     assert tape.gradient(unrecorded, x) is None
+
+
+def test_a_non_persistent_tape_entered_again_after_answering_records_afresh():
+    # As in TensorFlow: one tape object reused across steps of a training loop.
+    x = tp.Variable(2.0)
+    tape = tp.GradientTape()
+    for step in range(3):
+        with tape:
+            y = x * x * float(step + 1)
+        assert tape.gradient(y, x).numpy() == 4.0 * (step + 1)
+    with pytest.raises(RuntimeError) as info:
+        tape.gradient(y, x)
+    assert str(info.value) == NON_PERSISTENT_MESSAGE
 
 
 def test_tapes_cannot_be_reentered_while_recording():
