@@ -268,7 +268,8 @@ def cast(x: Any, dtype: _dt.DTypeLike) -> Tensor:
     x = convert_to_tensor(x)
     dtype = _dt.as_dtype(dtype)
     if x.dtype == dtype:
-        return x
+        # A Variable gets a Tensor of its current value, never a live alias of itself.
+        return identity(x) if x._is_variable else x
     return execute(_CAST, (x,), {"dtype": dtype})
 
 

@@ -17,7 +17,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from tapefit.core import dtypes as _dt
 from tapefit.core import random as _random
-from tapefit.core.ops.math import exp, sigmoid, square, tanh, where
+from tapefit.core.ops.math import exp, identity, sigmoid, square, tanh, where
 from tapefit.core.ops.reduce import reduce_sum
 from tapefit.core.ops.shape import expand_dims, getitem, reshape
 from tapefit.core.record import Op, active_tapes
@@ -509,7 +509,7 @@ def dropout(x: Any, rate: Any, noise_shape: Any = None, seed: int | None = None)
                 f"dropout: noise_shape {list(shape)} does not broadcast to the shape {x.shape} of x"
             )
     if rate_value == 0:
-        return x
+        return identity(x) if x._is_variable else x  # a Variable still gets a Tensor
     draw_dtype = np.float64 if x.dtype == _dt.float64 else np.float32
     keep = _random.generator(seed).random(shape, dtype=draw_dtype) >= rate_value
     scale = x.dtype.type(1 / (1 - rate_value))

@@ -62,7 +62,7 @@ def reshape(tensor: Any, shape: Any) -> Tensor:
     """
     x = convert_to_tensor(tensor)
     shape = _shape_list(shape, "reshape")
-    if shape == x.shape:
+    if shape == x.shape and not x._is_variable:  # a Variable still gets a Tensor (a snapshot)
         return x
     known = _pymath.prod(n for n in shape if n != -1)
     if -1 in shape:
@@ -145,7 +145,7 @@ def broadcast_to(input: Any, shape: Any) -> Tensor:
     """
     x = convert_to_tensor(input)
     shape = _shape_list(shape, "broadcast_to")
-    if shape == x.shape:
+    if shape == x.shape and not x._is_variable:  # a Variable still gets a Tensor (a snapshot)
         return x
     extra = len(shape) - x.ndim
     if (

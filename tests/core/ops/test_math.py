@@ -211,6 +211,17 @@ def test_cast_values():
     assert tp.cast(x, tp.float32) is x  # already that dtype: no op, as TF
 
 
+def test_cast_of_a_variable_to_its_own_dtype_gives_a_tensor():
+    v = tp.Variable([1.0, 2.0])
+    with tp.GradientTape() as tape:
+        x = tp.cast(v, tp.float32)
+        y = tp.reduce_sum(x * x)
+    assert type(x) is tp.Tensor
+    v.assign_add([1.0, 1.0])
+    np.testing.assert_array_equal(x.numpy(), [1.0, 2.0])
+    np.testing.assert_array_equal(tape.gradient(y, v).numpy(), [2.0, 4.0])
+
+
 def test_cast_gradient_flows_between_floats_and_keeps_the_source_dtype():
     x = tp.constant([1.0, 2.0, 3.0])
     (g,) = grad(lambda a: tp.cast(a, tp.float64) * tp.constant([1.0, 2.0, 3.0], tp.float64), x)

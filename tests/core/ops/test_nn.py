@@ -362,6 +362,17 @@ def test_dropout_rate_zero_is_the_identity():
     assert tp.nn.dropout(x, 0.0) is x
 
 
+def test_dropout_rate_zero_of_a_variable_gives_a_tensor():
+    v = tp.Variable([1.0, 2.0])
+    with tp.GradientTape() as tape:
+        x = tp.nn.dropout(v, 0.0)
+        y = tp.reduce_sum(x * 2.0)
+    assert type(x) is tp.Tensor
+    v.assign([0.0, 0.0])
+    np.testing.assert_array_equal(x.numpy(), [1.0, 2.0])
+    np.testing.assert_array_equal(tape.gradient(y, v).numpy(), [2.0, 2.0])
+
+
 @pytest.mark.parametrize("rate", [-0.1, 1, 1.5, [0.5], "half", float("nan")])
 def test_dropout_rejects_bad_rates(rate):
     with pytest.raises(ValueError, match=r"dropout: rate must be a scalar in the range \[0, 1\)"):

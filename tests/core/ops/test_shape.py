@@ -59,6 +59,20 @@ def test_reshape_error_names_the_shapes():
         tp.reshape(_x(3, 4), [5])
 
 
+def test_reshape_and_broadcast_to_of_a_variable_to_its_own_shape_give_a_tensor():
+    # Not the variable itself: that would be a live alias that later assigns change.
+    v = tp.Variable([1.0, 2.0])
+    with tp.GradientTape() as tape:
+        same = tp.reshape(v, [2])
+        spread = tp.broadcast_to(v, (2,))
+        y = tp.reduce_sum(same * 3.0 + spread)
+    assert type(same) is tp.Tensor and type(spread) is tp.Tensor
+    v.assign([5.0, 5.0])
+    np.testing.assert_array_equal(same.numpy(), [1.0, 2.0])
+    np.testing.assert_array_equal(spread.numpy(), [1.0, 2.0])
+    np.testing.assert_array_equal(tape.gradient(y, v).numpy(), [4.0, 4.0])
+
+
 @pytest.mark.parametrize("axis", [0, 1, 2, -1, -3])
 def test_expand_dims(axis):
     x = _x(2, 3)
