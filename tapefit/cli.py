@@ -561,6 +561,12 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
     trainer = run.trainer
     settings = run.config["trainer"]
     print(f"train: {run.config['name']}: {run.data.description}", file=out)
+    if run.resume_from is None and args.resume == "auto":
+        folder = _checkpoint_folder(run.plugins, run.output_dir)
+        print(
+            f"train: --resume auto: no checkpoint in {folder} yet, so training starts from the beginning",
+            file=out,
+        )
     if run.resume_from is not None:
         print(f"train: resuming from {run.resume_from}", file=out)
         if run.resume_epoch >= settings["epochs"]:
@@ -583,7 +589,13 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
     seconds = time.perf_counter() - started
     final = {k: v[-1] for k, v in history.history.items() if v}
     epochs = len(history.history.get("loss", []))
-    print(f"train: done: {run.config['name']}, {epochs} epochs in {seconds:.1f} s", file=out)
+    trained = max(epochs - run.resume_epoch, 0) if run.resume_from is not None else epochs
+    total = f" ({epochs} in all)" if run.resume_from is not None else ""
+    print(
+        f"train: done: {run.config['name']}, {trained} epoch{'' if trained == 1 else 's'} in {seconds:.1f} s"
+        f"{total}",
+        file=out,
+    )
     if final:
         print(f"  final   {_format_logs(final)}", file=out)
     _print_outputs(run, out)

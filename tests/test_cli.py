@@ -304,13 +304,35 @@ def test_resume_auto_without_checkpoint_writes_only_into_a_run_folder(workdir, c
     )
 
 
+def test_resume_auto_with_nothing_to_resume_says_it_starts_fresh(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    status, out, err = run_main(["--config", config, "--set", "name=new", "--resume", "auto"], capsys)
+    assert status == 0, err
+    assert (
+        "train: --resume auto: no checkpoint in runs/new/checkpoints yet, so training starts from the "
+        "beginning" in out
+    )
+    assert "train: done: new, 2 epochs in" in out
+
+
+def test_resume_from_a_file_that_is_not_a_checkpoint(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--resume", config],
+        f"train: error: --resume: {config}: not a tapefit checkpoint (checkpoints are the .npz files that "
+        "the checkpoint plugin writes)",
+    )
+
+
 def test_overwrite_replaces_an_earlier_run(workdir, capsys):
     config = write(workdir / "c.yaml", SPIRALS)
     status, out, err = run_main(
         ["--config", config, "--set", "name=fresh", "--set", "trainer.epochs=1"], capsys
     )
     assert status == 0, err
-    assert "train: done: fresh, 1 epochs" in out
+    assert "train: done: fresh, 1 epoch in" in out
     write(workdir / "runs/fresh/stale.txt", "from before\n")
     status, _, err = run_main(["--config", config, "--set", "name=fresh", "--overwrite"], capsys)
     assert status == 0, err
@@ -600,7 +622,8 @@ def test_spirals_config_end_to_end_and_resume_auto(tmp_path):
     )
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming from runs/spirals-mlp/checkpoints/" in resumed.stdout
-    assert "5 epochs" in resumed.stdout
+    assert "train: done: spirals-mlp, 2 epochs in" in resumed.stdout
+    assert "s (5 in all)" in resumed.stdout
     rows_after = read_csv(run / "history.csv")
     assert [r["epoch"] for r in rows_after] == ["0", "1", "2", "3", "4"]
     assert rows_after[:3] == rows  # the first three epochs were not trained again

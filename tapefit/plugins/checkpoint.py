@@ -266,6 +266,16 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
             tapefit checkpoint; the message names the file.
     """
     path = resolve_checkpoint(path)
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    # np.load would try any other file as a pickle and say so; name what is wrong instead.
+    if not magic:
+        raise CheckpointError(f"{path}: the file is empty (a truncated checkpoint)")
+    if magic != b"PK":
+        raise CheckpointError(
+            f"{path}: not a tapefit checkpoint (checkpoints are the .npz files that the checkpoint "
+            "plugin writes)"
+        )
     try:
         with np.load(path, allow_pickle=False) as npz:
             members = {name: npz[name] for name in npz.files}

@@ -280,8 +280,12 @@ def test_other_files_are_not_checkpoints(tmp_path):
     with pytest.raises(CheckpointError, match="not a tapefit checkpoint"):
         load_checkpoint(tmp_path / "plain.npz")
     (tmp_path / "text.npz").write_text("hello")
-    with pytest.raises(CheckpointError, match=r"text\.npz"):
+    with pytest.raises(CheckpointError, match=r"text\.npz: not a tapefit checkpoint") as info:
         load_checkpoint(tmp_path / "text.npz")
+    assert "pickle" not in str(info.value)
+    (tmp_path / "empty.npz").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"empty\.npz: the file is empty \(a truncated checkpoint\)"):
+        load_checkpoint(tmp_path / "empty.npz")
 
 
 def test_resolve_and_latest(tmp_path):
