@@ -18,13 +18,25 @@ DTypeLike = Any  # anything ``np.dtype()`` accepts
 
 
 def as_dtype(dtype: DTypeLike) -> np.dtype:
-    """Returns ``dtype`` as a NumPy dtype, with a clear error for unknown names."""
-    if isinstance(dtype, np.dtype):
-        return dtype
-    try:
-        return np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"{dtype!r} is not a dtype; use tp.float32, tp.int32, ...") from None
+    """Returns ``dtype`` as a NumPy dtype a tensor can hold (floating, integer or bool).
+
+    Raises:
+        TypeError: an unknown name, ``None`` (NumPy would read it as float64), or a dtype
+            such as ``object``, complex or strings.
+    """
+    if dtype.__class__ is not np.dtype:
+        if dtype is None:
+            raise TypeError("None is not a dtype; use tp.float32, tp.int32, ...")
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"{dtype!r} is not a dtype; use tp.float32, tp.int32, ...") from None
+    if dtype.kind not in "fiub":
+        raise TypeError(
+            f"{dtype.name} is not a tensor dtype; tensors hold floats, integers or bools "
+            "(tp.float32, tp.int32, tp.bool, ...)"
+        )
+    return dtype
 
 
 def is_floating(dtype: np.dtype) -> bool:

@@ -86,7 +86,7 @@ def _param(value: Any, dtype: np.dtype, name: str, label: str) -> np.ndarray:
 
 
 def _float_dtype(dtype: Any, name: str) -> np.dtype:
-    dtype = _dt.as_dtype(dtype)
+    dtype = _dt.float32 if dtype is None else _dt.as_dtype(dtype)
     if dtype.kind != "f":
         raise TypeError(f"random.{name}: dtype must be floating, got {dtype.name}")
     return dtype
@@ -115,7 +115,7 @@ def uniform(
 
     ``maxval`` defaults to 1 for floating dtypes; integer dtypes need it (and ``minval < maxval``).
     """
-    dtype = _dt.as_dtype(dtype)
+    dtype = _dt.float32 if dtype is None else _dt.as_dtype(dtype)
     shape = checked_shape(shape, "random.uniform")
     if dtype.kind in "iu":
         if maxval is None:

@@ -22,6 +22,11 @@ def same(a, b):
     return all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
+def test_dtype_none_means_float32():
+    assert tp.random.normal([2], dtype=None).dtype == np.float32
+    assert tp.random.uniform([2], dtype=None).dtype == np.float32
+
+
 def test_same_global_seed_gives_the_same_numbers():
     tp.random.set_seed(123)
     first = program()

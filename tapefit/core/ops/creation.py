@@ -26,14 +26,19 @@ def checked_shape(shape: Any, name: str) -> tuple[int, ...]:
     return dims
 
 
+def _dtype_or_float32(dtype: _dt.DTypeLike) -> np.dtype:
+    # None is the default, float32, as in Keras 3 (NumPy would read None as float64).
+    return _dt.float32 if dtype is None else _dt.as_dtype(dtype)
+
+
 def zeros(shape: Any, dtype: _dt.DTypeLike = _dt.float32) -> Tensor:
-    """A tensor of zeros of ``shape`` (an int or a list of ints) and ``dtype``."""
-    return _wrap(np.zeros(checked_shape(shape, "zeros"), _dt.as_dtype(dtype)))
+    """A tensor of zeros of ``shape`` (an int or a list of ints) and ``dtype`` (``None``: float32)."""
+    return _wrap(np.zeros(checked_shape(shape, "zeros"), _dtype_or_float32(dtype)))
 
 
 def ones(shape: Any, dtype: _dt.DTypeLike = _dt.float32) -> Tensor:
-    """A tensor of ones of ``shape`` (an int or a list of ints) and ``dtype``."""
-    return _wrap(np.ones(checked_shape(shape, "ones"), _dt.as_dtype(dtype)))
+    """A tensor of ones of ``shape`` (an int or a list of ints) and ``dtype`` (``None``: float32)."""
+    return _wrap(np.ones(checked_shape(shape, "ones"), _dtype_or_float32(dtype)))
 
 
 def zeros_like(input: Any, dtype: _dt.DTypeLike = None) -> Tensor:
@@ -68,10 +73,10 @@ def eye(
 ) -> Tensor:
     """An identity matrix of shape ``(num_rows, num_columns)`` (square by default).
 
-    ``batch_shape`` stacks copies of it in front, as ``tf.eye``.
+    ``batch_shape`` stacks copies of it in front, as ``tf.eye``; ``dtype=None`` is float32.
     """
     rows, cols = checked_shape([num_rows, num_rows if num_columns is None else num_columns], "eye")
-    matrix = np.eye(rows, cols, dtype=_dt.as_dtype(dtype))
+    matrix = np.eye(rows, cols, dtype=_dtype_or_float32(dtype))
     if batch_shape is not None:
         batch = checked_shape(batch_shape, "eye (batch_shape)")
         matrix = np.broadcast_to(matrix, batch + matrix.shape).copy()

@@ -23,6 +23,14 @@ def test_zeros_ones_dtype(dtype):
     assert tp.ones([2], dtype).numpy().tolist() == np.ones(2, dtype).tolist()
 
 
+def test_dtype_none_means_the_float32_default():
+    # As Keras 3's ops: None is the default dtype, never NumPy's float64.
+    assert tp.zeros([2], None).dtype == np.float32
+    assert tp.ones([2], dtype=None).dtype == np.float32
+    assert tp.eye(2, dtype=None).dtype == np.float32
+    assert tp.zeros_like(tp.ones([2], tp.float16), dtype=None).dtype == np.float16
+
+
 @pytest.mark.parametrize(
     "shape, error, match",
     [
