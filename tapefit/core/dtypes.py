@@ -24,7 +24,7 @@ def as_dtype(dtype: DTypeLike) -> np.dtype:
         TypeError: an unknown name, ``None`` (NumPy would read it as float64), or a dtype
             such as ``object``, complex or strings.
     """
-    if dtype.__class__ is not np.dtype:
+    if not isinstance(dtype, np.dtype):
         if dtype is None:
             raise TypeError("None is not a dtype; use tp.float32, tp.int32, ...")
         try:
