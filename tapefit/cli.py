@@ -65,6 +65,9 @@ class _LazyTable(Mapping[str, Any]):
             raise KeyError(name)
         return self._resolve(name)
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._names  # without importing (Mapping's own would call __getitem__)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
 

@@ -484,7 +484,11 @@ def find_target(kind: Kind, type_name: Any, key: str) -> Target:
                 "or an import path 'package.module:Name'",
                 key,
             )
-        obj = known[type_name]
+        try:
+            obj = known[type_name]
+        except Exception as e:  # a lazily loaded type (a plugin's entry point) that fails to import
+            detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ConfigError(f"{key}: {kind.label} type {type_name!r} does not load: {detail}", key) from e
     if not kind.call_functions and not inspect.isclass(obj):
         return Target(type_name, obj)
     params, is_open = signature_params(obj, kind.skip)

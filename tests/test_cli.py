@@ -391,6 +391,68 @@ def test_a_users_plugin_by_import_path(workdir, capsys):
     ]
 
 
+def install_fake_distribution(root: Path, entry_points: str) -> None:
+    """Makes ``root`` look like site-packages holding a distribution with ``tapefit`` entry points."""
+    write(
+        root / "tapefit_hello/__init__.py",
+        """\
+        import tapefit as tp
+
+        class Hello:
+            def __init__(self, greeting: str = "hello"):
+                self.greeting = greeting
+
+            @tp.hookimpl
+            def on_epoch_end(self, epoch):
+                print(f"{self.greeting} {epoch}", flush=True)
+        """,
+    )
+    write(
+        root / "tapefit_hello-0.1.dist-info/METADATA",
+        "Metadata-Version: 2.1\nName: tapefit-hello\nVersion: 0.1\n",
+    )
+    write(root / "tapefit_hello-0.1.dist-info/entry_points.txt", "[tapefit]\n" + entry_points)
+
+
+def test_a_plugin_from_an_installed_distributions_entry_point(tmp_path):
+    site = tmp_path / "site"
+    install_fake_distribution(site, "hello = tapefit_hello:Hello\n")
+    config = write(tmp_path / "c.yaml", SPIRALS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(site)])}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tapefit",
+            "train",
+            "--config",
+            str(config),
+            "--set",
+            "plugins=[{type: hello, greeting: hi}]",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "hi 0\nhi 1\n" in result.stdout
+
+
+def test_an_entry_point_that_does_not_load_is_a_config_error(workdir, capsys, monkeypatch):
+    install_fake_distribution(workdir / "site", "broken = tapefit_hello:Missing\n")
+    monkeypatch.syspath_prepend(str(workdir / "site"))
+    config = write(workdir / "c.yaml", SPIRALS)
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "plugins=[broken]"],
+        f"train: error: {config}: plugins[0].type: plugin type 'broken' does not load: cannot load plugin "
+        "'broken' from its entry point: module 'tapefit_hello' has no attribute 'Missing'",
+    )
+
+
 def test_debug_shows_the_traceback(workdir, capsys):
     config = write(workdir / "c.yaml", SPIRALS)
     status, _, err = run_main(["--config", config, "--set", "trainer.epochs=ten", "--debug"], capsys)
