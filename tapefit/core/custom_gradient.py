@@ -26,13 +26,13 @@ def custom_gradient(f: Callable[..., Any]) -> Callable[..., Any]:
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         inputs = tuple(convert_to_tensor(a) for a in args)
         if not _state.tapes:
-            return f(*inputs, **kwargs)[0]
+            return _checked(f, f(*inputs, **kwargs))[0]
         # Run f unrecorded by the outer tapes; an inner tape finds the variables it reads.
         outer = _state.tapes
         _state.tapes = []
         try:
             with GradientTape() as inner:
-                result, grad_fn = f(*inputs, **kwargs)
+                result, grad_fn = _checked(f, f(*inputs, **kwargs))
         finally:
             _state.tapes = outer
         # As in TensorFlow, ``variables`` are the ones f reads that are not among its inputs.
@@ -63,6 +63,18 @@ def custom_gradient(f: Callable[..., Any]) -> Callable[..., Any]:
         return nest.pack_sequence_as(result, list(outputs))
 
     return wrapped
+
+
+def _checked(f: Callable[..., Any], returned: Any) -> tuple[Any, Callable[..., Any]]:
+    """``returned`` as ``(outputs, grad_fn)``, or a TypeError naming what ``f`` returned instead."""
+    if isinstance(returned, (tuple, list)) and len(returned) == 2 and callable(returned[1]):
+        return returned[0], returned[1]
+    got = f"a {type(returned).__name__}"
+    if isinstance(returned, (tuple, list)):
+        got += f" of {len(returned)} items" + ("" if len(returned) != 2 else " whose second is not callable")
+    raise TypeError(
+        f"@custom_gradient function {getattr(f, '__name__', f)!r} must return (outputs, grad_fn), got {got}"
+    )
 
 
 def _takes_variables(grad_fn: Callable[..., Any]) -> bool:

@@ -104,6 +104,24 @@ def test_wrong_number_of_gradients_is_an_error():
     assert str(info.value) == "@custom_gradient function 'product': grad_fn returned 1 gradients for 2 inputs"
 
 
+def test_a_function_that_does_not_return_a_grad_fn_is_a_type_error_with_or_without_a_tape():
+    @tp.custom_gradient
+    def forgot(x):
+        return x * 2.0  # not (y, grad_fn)
+
+    x = tp.constant([1.0, 2.0])
+    # Without the check, no tape would silently give y[0] and a tape a bare indexing error.
+    message = "@custom_gradient function 'forgot' must return (outputs, grad_fn), got a Tensor"
+    with pytest.raises(TypeError) as info:
+        forgot(x)
+    assert str(info.value) == message
+    with tp.GradientTape() as tape:
+        tape.watch(x)
+        with pytest.raises(TypeError) as info:
+            forgot(x)
+    assert str(info.value) == message
+
+
 @tp.custom_gradient
 def _log1pexp(x):
     e = tp.exp(x)
