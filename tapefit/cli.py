@@ -95,7 +95,7 @@ def _model_types() -> dict[str, Callable[..., Any]]:
 def _loss_types() -> dict[str, Callable[..., Any]]:
     from tapefit.layers import losses
 
-    return dict(losses._BY_NAME)
+    return dict(losses.registry)
 
 
 def named_metric(name: str | None = None) -> None:
@@ -103,22 +103,21 @@ def named_metric(name: str | None = None) -> None:
 
 
 def _metric_types() -> dict[str, Callable[..., Any]]:
-    from tapefit.layers import losses, metrics
+    from tapefit.layers import metrics
 
-    names = {"accuracy", "acc", *metrics._BY_NAME, *losses._BY_NAME}
-    return dict.fromkeys(sorted(names), named_metric)
+    return dict.fromkeys(metrics.registry.names(), named_metric)
 
 
 def _optimizer_types() -> dict[str, Callable[..., Any]]:
     from tapefit import optimizers
 
-    return dict(optimizers._REGISTRY)
+    return dict(optimizers.registry)
 
 
 def _schedule_types() -> dict[str, Callable[..., Any]]:
     from tapefit.optimizers import schedules
 
-    return dict(schedules._REGISTRY)
+    return dict(schedules.registry)
 
 
 def _plugin_types() -> Mapping[str, Any]:

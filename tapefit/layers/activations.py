@@ -12,6 +12,7 @@ from typing import Any
 from tapefit.core.ops import math as _math
 from tapefit.core.ops import nn as _nn
 from tapefit.core.tensor import Tensor
+from tapefit.layers._registry import Registry
 
 
 def linear(x: Any) -> Any:
@@ -92,24 +93,29 @@ def leaky_relu(x: Any, negative_slope: float = 0.2) -> Tensor:
 
 swish = silu
 
-_BY_NAME: dict[str, Callable[..., Any]] = {
-    "linear": linear,
-    "relu": relu,
-    "relu6": relu6,
-    "sigmoid": sigmoid,
-    "tanh": tanh,
-    "softplus": softplus,
-    "softsign": softsign,
-    "silu": silu,
-    "swish": silu,
-    "exponential": exponential,
-    "softmax": softmax,
-    "log_softmax": log_softmax,
-    "gelu": gelu,
-    "elu": elu,
-    "selu": selu,
-    "leaky_relu": leaky_relu,
-}
+registry: Registry[Callable[..., Any]] = Registry(
+    "activation",
+    {
+        "linear": linear,
+        "relu": relu,
+        "relu6": relu6,
+        "sigmoid": sigmoid,
+        "tanh": tanh,
+        "softplus": softplus,
+        "softsign": softsign,
+        "silu": silu,
+        "swish": silu,
+        "exponential": exponential,
+        "softmax": softmax,
+        "log_softmax": log_softmax,
+        "gelu": gelu,
+        "elu": elu,
+        "selu": selu,
+        "leaky_relu": leaky_relu,
+    },
+    none=linear,
+)
+"""The activations by name (``registry.names()``)."""
 
 
 def get(identifier: str | Callable[..., Any] | None) -> Callable[..., Any]:
@@ -119,16 +125,7 @@ def get(identifier: str | Callable[..., Any] | None) -> Callable[..., Any]:
         ValueError: an unknown name (the message lists the known ones).
         TypeError: neither ``None``, a string nor a callable.
     """
-    if identifier is None:
-        return linear
-    if isinstance(identifier, str):
-        fn = _BY_NAME.get(identifier)
-        if fn is None:
-            raise ValueError(f"unknown activation {identifier!r}; known: {', '.join(sorted(_BY_NAME))}")
-        return fn
-    if callable(identifier):
-        return identifier
-    raise TypeError(f"an activation must be None, a name or a callable, got {identifier!r}")
+    return registry.get(identifier)
 
 
 __all__ = [
@@ -139,6 +136,7 @@ __all__ = [
     "leaky_relu",
     "linear",
     "log_softmax",
+    "registry",
     "relu",
     "relu6",
     "selu",

@@ -17,6 +17,7 @@ import numpy as np
 from tapefit.core import dtypes as _dt
 from tapefit.core import random as _random
 from tapefit.core.tensor import Tensor, _wrap
+from tapefit.layers._registry import Registry
 
 
 def compute_fans(shape: tuple[int, ...]) -> tuple[int, int]:
@@ -214,49 +215,39 @@ class LecunUniform(VarianceScaling):
         super().__init__(1.0, "fan_in", "uniform", seed)
 
 
-_BY_NAME: dict[str, type[Initializer]] = {
-    "zeros": Zeros,
-    "ones": Ones,
-    "constant": Constant,
-    "random_normal": RandomNormal,
-    "random_uniform": RandomUniform,
-    "uniform": RandomUniform,
-    "normal": RandomNormal,
-    "truncated_normal": TruncatedNormal,
-    "variance_scaling": VarianceScaling,
-    "glorot_uniform": GlorotUniform,
-    "glorot_normal": GlorotNormal,
-    "he_normal": HeNormal,
-    "he_uniform": HeUniform,
-    "lecun_normal": LecunNormal,
-    "lecun_uniform": LecunUniform,
-}
+registry: Registry[type[Initializer]] = Registry(
+    "initializer",
+    {
+        "zeros": Zeros,
+        "ones": Ones,
+        "constant": Constant,
+        "random_normal": RandomNormal,
+        "random_uniform": RandomUniform,
+        "uniform": RandomUniform,
+        "normal": RandomNormal,
+        "truncated_normal": TruncatedNormal,
+        "variance_scaling": VarianceScaling,
+        "glorot_uniform": GlorotUniform,
+        "glorot_normal": GlorotNormal,
+        "he_normal": HeNormal,
+        "he_uniform": HeUniform,
+        "lecun_normal": LecunNormal,
+        "lecun_uniform": LecunUniform,
+    },
+    instantiate=True,
+    callable_form=" (shape, dtype) -> value",
+)
+"""The initializer classes by name (``registry.names()``)."""
 
 
-def get(identifier: str | Callable[..., Any] | None) -> Callable[..., Any]:
+def get(identifier: str | Callable[..., Any]) -> Callable[..., Any]:
     """An initializer from its name (``"glorot_uniform"``, ``"GlorotUniform"``, ...) or a callable.
 
     Raises:
         ValueError: an unknown name (the message lists the known ones).
         TypeError: neither a string nor a callable.
     """
-    if isinstance(identifier, str):
-        key = identifier if identifier in _BY_NAME else _snake(identifier)
-        cls = _BY_NAME.get(key)
-        if cls is None:
-            raise ValueError(f"unknown initializer {identifier!r}; known: {', '.join(sorted(_BY_NAME))}")
-        return cls()
-    if callable(identifier):
-        return identifier
-    raise TypeError(
-        f"an initializer must be a name or a callable (shape, dtype) -> value, got {identifier!r}"
-    )
-
-
-def _snake(name: str) -> str:
-    from tapefit.layers.module import to_snake_case
-
-    return to_snake_case(name)
+    return registry.get(identifier)
 
 
 __all__ = [
@@ -276,4 +267,5 @@ __all__ = [
     "Zeros",
     "compute_fans",
     "get",
+    "registry",
 ]

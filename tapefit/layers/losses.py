@@ -20,6 +20,7 @@ from tapefit.core.ops.math import abs, cast, clip_by_value, log, square, where
 from tapefit.core.ops.reduce import reduce_mean, reduce_sum
 from tapefit.core.ops.shape import squeeze
 from tapefit.core.tensor import Tensor, _wrap, convert_to_tensor
+from tapefit.layers._registry import Registry
 
 EPSILON = 1e-7
 _REDUCTIONS = ("sum_over_batch_size", "sum", "none")
@@ -319,17 +320,23 @@ def _smoothing(value: float, loss: str) -> float:
     return float(value)
 
 
-_BY_NAME: dict[str, Callable[[], Loss]] = {
-    "mse": MeanSquaredError,
-    "mean_squared_error": MeanSquaredError,
-    "mae": MeanAbsoluteError,
-    "mean_absolute_error": MeanAbsoluteError,
-    "huber": Huber,
-    "huber_loss": Huber,
-    "binary_crossentropy": BinaryCrossentropy,
-    "categorical_crossentropy": CategoricalCrossentropy,
-    "sparse_categorical_crossentropy": SparseCategoricalCrossentropy,
-}
+registry: Registry[Callable[[], Loss]] = Registry(
+    "loss",
+    {
+        "mse": MeanSquaredError,
+        "mean_squared_error": MeanSquaredError,
+        "mae": MeanAbsoluteError,
+        "mean_absolute_error": MeanAbsoluteError,
+        "huber": Huber,
+        "huber_loss": Huber,
+        "binary_crossentropy": BinaryCrossentropy,
+        "categorical_crossentropy": CategoricalCrossentropy,
+        "sparse_categorical_crossentropy": SparseCategoricalCrossentropy,
+    },
+    instantiate=True,
+    callable_form=" (y_true, y_pred) -> scalar",
+)
+"""The loss classes by config name (``registry.names()``)."""
 
 
 def get(identifier: str | Callable[..., Any]) -> Callable[..., Any]:
@@ -340,16 +347,7 @@ def get(identifier: str | Callable[..., Any]) -> Callable[..., Any]:
         ValueError: an unknown name (the message lists the known ones).
         TypeError: neither a string nor a callable.
     """
-    if isinstance(identifier, str):
-        from tapefit.layers.module import to_snake_case
-
-        make = _BY_NAME.get(identifier) or _BY_NAME.get(to_snake_case(identifier))
-        if make is None:
-            raise ValueError(f"unknown loss {identifier!r}; known: {', '.join(sorted(_BY_NAME))}")
-        return make()
-    if callable(identifier):
-        return identifier
-    raise TypeError(f"a loss must be a name or a callable (y_true, y_pred) -> scalar, got {identifier!r}")
+    return registry.get(identifier)
 
 
 __all__ = [
@@ -361,4 +359,5 @@ __all__ = [
     "MeanSquaredError",
     "SparseCategoricalCrossentropy",
     "get",
+    "registry",
 ]

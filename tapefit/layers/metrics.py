@@ -14,6 +14,7 @@ import numpy as np
 
 from tapefit.core.tensor import Tensor, _wrap
 from tapefit.layers import losses as _losses
+from tapefit.layers._registry import Registry
 
 
 def _array(value: Any, what: str, metric: str) -> np.ndarray:
@@ -254,7 +255,20 @@ class _Accuracy(Metric):
             self.chosen.reset_state()
 
 
-_BY_NAME: dict[str, Callable[[str], Metric]] = {
+def _mean_of_loss(loss_name: str) -> Callable[[str], Metric]:
+    """A metric factory: the mean of the loss ``loss_name`` per sample, as Keras names a loss as a metric."""
+
+    def make(name: str) -> Metric:
+        loss_fn = _losses.get(loss_name)
+        loss_fn.reduction = "none"
+        return MeanMetricWrapper(loss_fn, name)
+
+    return make
+
+
+_OWN: dict[str, Callable[[str], Metric]] = {
+    "accuracy": _Accuracy,
+    "acc": _Accuracy,
     "mean": Mean,
     "binary_accuracy": BinaryAccuracy,
     "categorical_accuracy": CategoricalAccuracy,
@@ -264,6 +278,13 @@ _BY_NAME: dict[str, Callable[[str], Metric]] = {
     "mae": MeanAbsoluteError,
     "mean_absolute_error": MeanAbsoluteError,
 }
+
+registry: Registry[Callable[[str], Metric]] = Registry(
+    "metric",
+    {**_OWN, **{name: _mean_of_loss(name) for name in _losses.registry if name not in _OWN}},
+)
+"""The metrics by config name (``registry.names()``), loss names included; each entry takes the
+metric's name."""
 
 # "accuracy" follows the loss, as Keras's compile does.
 _ACCURACY_FOR_LOSS: dict[type, Callable[[str], Metric]] = {
@@ -278,7 +299,8 @@ def get(identifier: str | Metric | Callable[..., Any], loss: Any = None) -> Metr
 
     ``"accuracy"`` (or ``"acc"``) picks the right kind for ``loss`` (a loss object or
     name): sparse categorical, categorical or binary accuracy; without a known loss it
-    decides by the shapes of the first batch, as Keras does. Loss names
+    decides by the shapes of the first batch, as Keras does. Other spellings of it
+    (``"Accuracy"``) give Keras's ``Accuracy`` class (exact equality). Loss names
     (``"sparse_categorical_crossentropy"``, ...) give the mean of that loss. A metric
     made from a name is named by it.
 
@@ -289,21 +311,15 @@ def get(identifier: str | Metric | Callable[..., Any], loss: Any = None) -> Metr
     if isinstance(identifier, Metric):
         return identifier
     if isinstance(identifier, str):
-        if identifier in ("accuracy", "acc"):
+        make = registry.lookup(identifier)
+        if make is _Accuracy:
+            if identifier not in ("accuracy", "acc"):
+                return Accuracy(identifier)
             loss_obj = _losses.get(loss) if isinstance(loss, str) else loss
-            for loss_type, make in _ACCURACY_FOR_LOSS.items():
+            for loss_type, make_for_loss in _ACCURACY_FOR_LOSS.items():
                 if isinstance(loss_obj, loss_type):
-                    return make(identifier)
-            return _Accuracy(identifier)
-        make = _BY_NAME.get(identifier)
-        if make is not None:
-            return make(identifier)
-        if identifier in _losses._BY_NAME:
-            loss_fn = _losses.get(identifier)
-            loss_fn.reduction = "none"
-            return MeanMetricWrapper(loss_fn, identifier)
-        known = sorted({"accuracy", "acc", *_BY_NAME, *_losses._BY_NAME})
-        raise ValueError(f"unknown metric {identifier!r}; known: {', '.join(known)}")
+                    return make_for_loss(identifier)
+        return make(identifier)
     if callable(identifier):
         return MeanMetricWrapper(identifier)
     raise TypeError(
@@ -322,4 +338,5 @@ __all__ = [
     "Metric",
     "SparseCategoricalAccuracy",
     "get",
+    "registry",
 ]

@@ -28,6 +28,7 @@ from tapefit.core import nest
 from tapefit.core.ops.math import cast
 from tapefit.core.tensor import Tensor, Variable, convert_to_tensor
 from tapefit.layers import initializers, regularizers
+from tapefit.layers._registry import to_snake_case
 
 # Attributes of Module itself that hold no user state and are not walked.
 _INTERNAL = frozenset(
@@ -36,12 +37,6 @@ _INTERNAL = frozenset(
 
 _name_counts: dict[str, int] = {}
 _name_lock = threading.Lock()
-
-
-def to_snake_case(name: str) -> str:
-    """``"BatchNormalization"`` -> ``"batch_normalization"``, ``"Conv2D"`` -> ``"conv2d"``."""
-    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
-    return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
 def unique_name(base: str) -> str:

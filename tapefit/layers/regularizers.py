@@ -12,6 +12,7 @@ from typing import Any
 from tapefit.core.ops.math import abs, square
 from tapefit.core.ops.reduce import reduce_sum
 from tapefit.core.tensor import Tensor
+from tapefit.layers._registry import Registry
 
 
 class Regularizer:
@@ -61,7 +62,10 @@ class L2(L1L2):
         super().__init__(l2=l2)
 
 
-_BY_NAME: dict[str, Callable[[], Regularizer]] = {"l1": L1, "l2": L2, "l1_l2": lambda: L1L2(0.01, 0.01)}
+registry: Registry[Callable[[], Regularizer]] = Registry(
+    "regularizer", {"l1": L1, "l2": L2, "l1_l2": lambda: L1L2(0.01, 0.01)}, instantiate=True, none=None
+)
+"""The regularizers by name (``registry.names()``); each entry makes one with Keras's factors."""
 
 
 def get(identifier: str | Callable[..., Any] | None) -> Callable[..., Any] | None:
@@ -71,16 +75,7 @@ def get(identifier: str | Callable[..., Any] | None) -> Callable[..., Any] | Non
         ValueError: an unknown name (the message lists the known ones).
         TypeError: anything else.
     """
-    if identifier is None:
-        return None
-    if isinstance(identifier, str):
-        make = _BY_NAME.get(identifier)
-        if make is None:
-            raise ValueError(f"unknown regularizer {identifier!r}; known: {', '.join(sorted(_BY_NAME))}")
-        return make()
-    if callable(identifier):
-        return identifier
-    raise TypeError(f"a regularizer must be None, a name or a callable, got {identifier!r}")
+    return registry.get(identifier)
 
 
-__all__ = ["L1", "L1L2", "L2", "Regularizer", "get"]
+__all__ = ["L1", "L1L2", "L2", "Regularizer", "get", "registry"]

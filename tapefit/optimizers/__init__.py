@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tapefit.layers._registry import Registry
 from tapefit.optimizers import _config, schedules
 from tapefit.optimizers.adagrad import Adagrad
 from tapefit.optimizers.adam import Adam
@@ -26,17 +27,17 @@ __all__ = [
     "RMSprop",
     "deserialize",
     "get",
+    "registry",
     "schedules",
     "serialize",
 ]
 
-_REGISTRY: dict[str, type] = {
-    "sgd": SGD,
-    "adam": Adam,
-    "adamw": AdamW,
-    "rmsprop": RMSprop,
-    "adagrad": Adagrad,
-}
+registry: Registry[type] = Registry(
+    "optimizer",
+    {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop, "adagrad": Adagrad},
+    import_paths=True,
+)
+"""The optimizer classes by config name (``registry.names()``)."""
 
 
 def serialize(optimizer: Optimizer) -> dict[str, Any]:
@@ -44,17 +45,14 @@ def serialize(optimizer: Optimizer) -> dict[str, Any]:
 
     An optimizer class outside this package is named by its import path.
     """
-    cls = type(optimizer)
-    name = next((k for k, v in _REGISTRY.items() if v is cls), f"{cls.__module__}:{cls.__qualname__}")
-    return {"type": name, **optimizer.get_config()}
+    return _config.serialize(optimizer, registry)
 
 
 def deserialize(config: Mapping[str, Any]) -> Optimizer:
     """An optimizer from ``{"type": name or "package.module:Class", **kwargs}``."""
-    optimizer = _config.build("optimizer", config, _REGISTRY)
-    if not isinstance(optimizer, Optimizer):
-        raise TypeError(f"optimizer {config.get('type')!r} is not a tapefit Optimizer: {optimizer!r}")
-    return optimizer
+    return _config.deserialize(
+        config, registry, lambda obj: isinstance(obj, Optimizer), "a tapefit Optimizer"
+    )
 
 
 def get(identifier: Optimizer | str | Mapping[str, Any]) -> Optimizer:
@@ -75,7 +73,7 @@ def get(identifier: Optimizer | str | Mapping[str, Any]) -> Optimizer:
         return deserialize({"type": identifier})
     if isinstance(identifier, Mapping):
         return deserialize(identifier)
-    known = ", ".join(sorted(_REGISTRY))
+    known = ", ".join(registry.names())
     raise TypeError(
         f"expected an Optimizer, a name ({known}) or a config dict like {{'type': 'adam', ...}}, "
         f"got {type(identifier).__name__} {identifier!r}"

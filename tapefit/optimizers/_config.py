@@ -2,56 +2,19 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-
-def snake_case(name: str) -> str:
-    """``"CosineDecay"`` -> ``"cosine_decay"``; ``"RMSprop"`` -> ``"rmsprop"``."""
-    out = []
-    for i, ch in enumerate(name):
-        if ch.isupper() and i and name[i - 1].islower():
-            out.append("_")
-        out.append(ch.lower())
-    return "".join(out)
+from tapefit.layers._registry import Registry
 
 
-def import_object(path: str, kind: str) -> Any:
-    """The object named by ``"package.module:Name"``."""
-    module_name, _, attr = path.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"{kind} {path!r}: cannot import module {module_name!r} ({error})") from None
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise ValueError(f"{kind} {path!r}: module {module_name!r} has no attribute {attr!r}") from None
-
-
-def lookup(kind: str, name: str, registry: Mapping[str, type]) -> type:
-    """The class registered as ``name`` (any case, CamelCase or snake_case) or at an import path."""
-    if ":" in name:
-        cls = import_object(name, kind)
-        if not isinstance(cls, type):
-            raise ValueError(f"{kind} {name!r} is not a class")
-        return cls
-    key = name.strip().lower()
-    for candidate in (key, snake_case(name.strip())):
-        if candidate in registry:
-            return registry[candidate]
-    known = ", ".join(sorted(registry))
-    raise ValueError(
-        f"unknown {kind} {name!r}; known names: {known} (or an import path 'package.module:Class')"
-    )
-
-
-def build(kind: str, config: Mapping[str, Any], registry: Mapping[str, type]) -> Any:
-    """Builds ``{type: name, **kwargs}`` (Keras' ``{class_name, config}`` form is accepted too)."""
+def build(config: Mapping[str, Any], registry: Registry[type]) -> Any:
+    """Builds ``{type: name, **kwargs}`` (Keras' ``{class_name, config}`` form is accepted too)
+    from a class of ``registry`` or at an import path."""
+    kind = registry.kind
     if "class_name" in config and "type" not in config:
         name, kwargs = config["class_name"], dict(config.get("config") or {})
     else:
@@ -61,13 +24,37 @@ def build(kind: str, config: Mapping[str, Any], registry: Mapping[str, type]) ->
         name = config["type"]
     if not isinstance(name, str):
         raise ValueError(f"{kind} 'type' must be a string, got {name!r}")
-    cls = lookup(kind, name, registry)
+    cls = registry.lookup(name)
+    if not isinstance(cls, type):
+        raise ValueError(f"{kind} {name!r} is not a class")
     try:
         inspect.signature(cls).bind(**kwargs)
     except TypeError as error:
         accepted = ", ".join(p for p in inspect.signature(cls).parameters if p not in ("self", "kwargs"))
         raise ValueError(f"{kind} {name!r}: {error}; it accepts: {accepted}") from None
     return cls(**kwargs)
+
+
+def serialize(obj: Any, registry: Registry[type]) -> dict[str, Any]:
+    """The config form ``{"type": name, **obj.get_config()}``; a class that ``registry`` does
+    not hold is named by its import path ``"package.module:Class"``."""
+    cls = type(obj)
+    name = registry.name_of(cls) or f"{cls.__module__}:{cls.__qualname__}"
+    return {"type": name, **obj.get_config()}
+
+
+def deserialize(
+    config: Mapping[str, Any], registry: Registry[type], is_valid: Callable[[Any], bool], expected: str
+) -> Any:
+    """``build(config, registry)``, checked with ``is_valid``.
+
+    Raises:
+        TypeError: the object built (from an import path) is not ``expected``.
+    """
+    obj = build(config, registry)
+    if not is_valid(obj):
+        raise TypeError(f"{registry.kind} {config.get('type')!r} is not {expected}: {obj!r}")
+    return obj
 
 
 def check_float(

@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tapefit.layers._registry import Registry
 from tapefit.optimizers import _config
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "PolynomialDecay",
     "deserialize",
     "get",
+    "registry",
     "serialize",
 ]
 
@@ -266,12 +268,17 @@ def _int_if_whole(x: float) -> float | int:
     return int(x) if float(x).is_integer() else x
 
 
-_REGISTRY: dict[str, type] = {
-    "exponential_decay": ExponentialDecay,
-    "piecewise_constant_decay": PiecewiseConstantDecay,
-    "cosine_decay": CosineDecay,
-    "polynomial_decay": PolynomialDecay,
-}
+registry: Registry[type] = Registry(
+    "learning-rate schedule",
+    {
+        "exponential_decay": ExponentialDecay,
+        "piecewise_constant_decay": PiecewiseConstantDecay,
+        "cosine_decay": CosineDecay,
+        "polynomial_decay": PolynomialDecay,
+    },
+    import_paths=True,
+)
+"""The schedule classes by config name (``registry.names()``)."""
 
 
 def serialize(schedule: LearningRateSchedule) -> dict[str, Any]:
@@ -279,17 +286,12 @@ def serialize(schedule: LearningRateSchedule) -> dict[str, Any]:
 
     A schedule class outside this module is named by its import path.
     """
-    cls = type(schedule)
-    name = next((k for k, v in _REGISTRY.items() if v is cls), f"{cls.__module__}:{cls.__qualname__}")
-    return {"type": name, **schedule.get_config()}
+    return _config.serialize(schedule, registry)
 
 
 def deserialize(config: Mapping[str, Any]) -> LearningRateSchedule:
     """A schedule from its config form ``{"type": name or "package.module:Class", **kwargs}``."""
-    schedule = _config.build("learning-rate schedule", config, _REGISTRY)
-    if not callable(schedule):
-        raise TypeError(f"learning-rate schedule {config.get('type')!r} built a non-callable {schedule!r}")
-    return schedule
+    return _config.deserialize(config, registry, callable, "callable")
 
 
 def get(identifier: LearningRateSchedule | Mapping[str, Any]) -> LearningRateSchedule:
@@ -298,7 +300,7 @@ def get(identifier: LearningRateSchedule | Mapping[str, Any]) -> LearningRateSch
         return identifier
     if isinstance(identifier, Mapping):
         return deserialize(identifier)
-    known = ", ".join(sorted(_REGISTRY))
+    known = ", ".join(registry.names())
     raise TypeError(
         f"expected a LearningRateSchedule or a config dict like {{'type': 'cosine_decay', ...}} "
         f"(known types: {known}), got {type(identifier).__name__} {identifier!r}"

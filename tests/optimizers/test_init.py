@@ -62,7 +62,7 @@ def test_import_path_type():
 @pytest.mark.parametrize(
     "identifier, error, message",
     [
-        ("adma", ValueError, "unknown optimizer 'adma'; known names: adagrad, adam, adamw, rmsprop, sgd"),
+        ("adma", ValueError, "unknown optimizer 'adma'; known: adagrad, adam, adamw, rmsprop, sgd"),
         (
             {"type": "adam", "lr": 0.1},
             ValueError,

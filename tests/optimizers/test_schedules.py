@@ -121,7 +121,7 @@ def test_config_accepts_class_names_and_keras_form():
     [
         (
             {"type": "cosine"},
-            "unknown learning-rate schedule 'cosine'; known names: cosine_decay, exponential_decay",
+            "unknown learning-rate schedule 'cosine'; known: cosine_decay, exponential_decay",
         ),
         ({"initial_learning_rate": 0.1}, "needs a 'type' key"),
         (

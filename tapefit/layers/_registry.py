@@ -1,0 +1,139 @@
+"""Tables of built-ins by name: ``activation="relu"``, ``loss="mse"``, a config's ``type: adam``.
+
+Activations, initializers, regularizers, losses, metrics, optimizers and schedules each keep
+one ``Registry``: the same lookup rules, the same error for an unknown name, and a public
+list of the names (``tp.losses.registry.names()``) for configs and the command line.
+
+It uses nothing from tapefit, so every package can share it; it lives here because the
+layers hold most of the tables.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+_UNSET: Any = object()
+
+
+def to_snake_case(name: str) -> str:
+    """``"BatchNormalization"`` -> ``"batch_normalization"``, ``"Conv2D"`` -> ``"conv2d"``."""
+    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
+    return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+def import_object(path: str, kind: str) -> Any:
+    """The object named by ``"package.module:Name"``.
+
+    Raises:
+        ValueError: the module does not import, or has no such attribute.
+    """
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"{kind} {path!r}: cannot import module {module_name!r} ({error})") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"{kind} {path!r}: module {module_name!r} has no attribute {attr!r}") from None
+
+
+class Registry(Mapping[str, T], Generic[T]):
+    """A read-only table ``{name: entry}`` of one kind of built-in, with Keras-style lookup.
+
+    ``lookup`` takes a name as given, else lower-cased, else the snake_case of a class name
+    (``"MeanSquaredError"`` -> ``"mean_squared_error"``); an unknown name is a ``ValueError``
+    listing the known ones. ``get`` is what a ``get(identifier)`` function of Keras does for
+    the kinds that accept a name or a callable.
+
+    Args:
+        kind: what an entry is, for messages (``"activation"``, ``"loss"``).
+        entries: the names and their entries (functions, classes or factories).
+        instantiate: whether ``get`` calls the entry (a class or factory) with no arguments.
+        none: what ``get(None)`` returns; by default ``None`` is rejected.
+        callable_form: how a callable is described in ``get``'s TypeError
+            (``" (y_true, y_pred) -> scalar"``).
+        import_paths: whether ``lookup`` also takes ``"package.module:Name"``, a user's class.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        entries: Mapping[str, T],
+        *,
+        instantiate: bool = False,
+        none: Any = _UNSET,
+        callable_form: str = "",
+        import_paths: bool = False,
+    ) -> None:
+        self.kind = kind
+        self._entries = dict(entries)
+        self._instantiate = instantiate
+        self._none = none
+        self._callable_form = callable_form
+        self._import_paths = import_paths
+
+    def __getitem__(self, name: str) -> T:
+        return self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"<Registry of {self.kind}s: {', '.join(self.names())}>"
+
+    def names(self) -> list[str]:
+        """The known names, sorted."""
+        return sorted(self._entries)
+
+    def lookup(self, name: str) -> T:
+        """The entry called ``name``: as given, lower-cased, or as snake_case (or the object at
+        an import path, where the registry takes them).
+
+        Raises:
+            ValueError: no entry has that name (the message lists the known ones), or an import
+                path does not import.
+        """
+        if self._import_paths and ":" in name:
+            return import_object(name, self.kind)
+        for candidate in (name, name.strip().lower(), to_snake_case(name.strip())):
+            if candidate in self._entries:
+                return self._entries[candidate]
+        hint = " (or an import path 'package.module:Class')" if self._import_paths else ""
+        raise ValueError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}{hint}")
+
+    def name_of(self, entry: Any) -> str | None:
+        """The first name registered for ``entry`` (the entry itself, by identity), else ``None``."""
+        return next((name for name, e in self._entries.items() if e is entry), None)
+
+    def get(self, identifier: Any) -> Any:
+        """The object for ``identifier``: a name (its entry, called if ``instantiate``), a callable
+        (returned as is) or ``None`` (where the registry was given what it means).
+
+        Raises:
+            ValueError: an unknown name (the message lists the known ones).
+            TypeError: anything else.
+        """
+        if identifier is None and self._none is not _UNSET:
+            return self._none
+        if isinstance(identifier, str):
+            entry = self.lookup(identifier)
+            return entry() if self._instantiate else entry  # type: ignore[operator]
+        if callable(identifier):
+            return identifier
+        article = "an" if self.kind[0] in "aeiou" else "a"
+        accepted = "None, a name" if self._none is not _UNSET else "a name"
+        raise TypeError(
+            f"{article} {self.kind} must be {accepted} or a callable{self._callable_form}, got {identifier!r}"
+        )
+
+
+__all__ = ["Registry", "import_object", "to_snake_case"]
