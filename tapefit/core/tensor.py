@@ -106,6 +106,16 @@ class Tensor:
     def __str__(self) -> str:
         return f"tp.Tensor({self._value}, shape={self.shape}, dtype={self.dtype.name})"
 
+    def __format__(self, format_spec: str) -> str:
+        """``f"{loss:.4f}"`` formats the value of a one-element tensor, as TensorFlow's do."""
+        if not format_spec:
+            return str(self)
+        if self._value.size != 1:
+            raise TypeError(
+                f"format spec {format_spec!r} needs a tensor with exactly one element, got shape {self.shape}"
+            )
+        return format(self._value.reshape(())[()], format_spec)
+
     def __hash__(self) -> int:
         raise TypeError("Tensor is unhashable (== is elementwise); use id(tensor) as a key")
 

@@ -97,6 +97,17 @@ def test_repr_format():
     assert repr(v).startswith("<tp.Variable 'w' shape=(1,) dtype=float32")
 
 
+def test_format_spec_formats_the_value_as_tf_does():
+    # the training-loop idiom print(f"loss {loss:.4f}") must work on a tensor
+    assert f"{tp.constant(1.23456):.2f}" == "1.23"
+    assert f"{tp.Variable([[2.5]]):>6.1f}" == "   2.5"
+    assert f"{tp.constant(7):03d}" == "007"
+    x = tp.constant([1.0, 2.0])
+    assert f"{x}" == str(x)
+    with pytest.raises(TypeError, match=r"one element.*\(2,\)"):
+        f"{x:.2f}"
+
+
 def test_np_asarray_gives_the_values_read_only():
     t = tp.constant([1.0, 2.0])
     a = np.asarray(t)
