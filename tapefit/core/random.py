@@ -37,10 +37,13 @@ class _Generators:
 _generators = _Generators()
 
 
-def set_seed(seed: int) -> None:
-    """Sets the global seed: the same seed and program give the same numbers."""
-    _generators.seed = int(seed)
-    _generators.main = np.random.default_rng(int(seed))
+def set_seed(seed: int | None) -> None:
+    """Sets the global seed: the same seed and program give the same numbers.
+
+    ``None`` clears it (fresh, unrepeatable numbers), as in TensorFlow.
+    """
+    _generators.seed = None if seed is None else int(seed)
+    _generators.main = np.random.default_rng(_generators.seed)
     _generators.by_op_seed.clear()
 
 
@@ -85,6 +88,16 @@ def _param(value: Any, dtype: np.dtype, name: str, label: str) -> np.ndarray:
         raise TypeError(f"random.{name}: {label} must be a number or a tensor, got {value!r}") from None
 
 
+def _fitted(sample: np.ndarray, shape: tuple[int, ...], name: str, params: str) -> np.ndarray:
+    """``sample``, unless its parameters made it some other shape than the one asked for."""
+    if sample.shape != shape:
+        raise ValueError(
+            f"random.{name}: {params} must broadcast to the requested shape {shape}, "
+            f"which they would change to {sample.shape}"
+        )
+    return sample
+
+
 def _float_dtype(dtype: Any, name: str) -> np.dtype:
     dtype = _dt.float32 if dtype is None else _dt.as_dtype(dtype)
     if dtype.kind != "f":
@@ -101,7 +114,14 @@ def normal(
     work = np.float64 if dtype == _dt.float64 else np.float32
     mean, stddev = _param(mean, work, "normal", "mean"), _param(stddev, work, "normal", "stddev")
     draw = generator(seed).standard_normal(shape, dtype=work)
-    return _wrap((draw * stddev + mean).astype(dtype, copy=False))
+    try:
+        sample = draw * stddev + mean
+    except ValueError:
+        raise ValueError(
+            f"random.normal: mean (shape {mean.shape}) and stddev (shape {stddev.shape}) do not "
+            f"broadcast to the requested shape {shape}"
+        ) from None
+    return _wrap(_fitted(sample, shape, "normal", "mean and stddev").astype(dtype, copy=False))
 
 
 def uniform(
@@ -132,7 +152,14 @@ def uniform(
     low = _param(minval, work, "uniform", "minval")
     high = _param(1.0 if maxval is None else maxval, work, "uniform", "maxval")
     draw = generator(seed).random(shape, dtype=work)
-    return _wrap((draw * (high - low) + low).astype(dtype, copy=False))
+    try:
+        sample = draw * (high - low) + low
+    except ValueError:
+        raise ValueError(
+            f"random.uniform: minval (shape {low.shape}) and maxval (shape {high.shape}) do not "
+            f"broadcast to the requested shape {shape}"
+        ) from None
+    return _wrap(_fitted(sample, shape, "uniform", "minval and maxval").astype(dtype, copy=False))
 
 
 __all__ = ["generator", "get_global_generator", "get_state", "normal", "set_seed", "set_state", "uniform"]

@@ -111,6 +111,28 @@ def test_bad_arguments_are_clear_errors():
         tp.random.normal([2], mean="zero")
 
 
+def test_parameters_that_do_not_fit_the_shape_are_clear_errors():
+    for draw in (
+        lambda: tp.random.normal([2], mean=np.zeros(3)),
+        lambda: tp.random.normal([2], stddev=np.ones((2, 2))),  # would silently give shape (2, 2)
+        lambda: tp.random.uniform([2], maxval=np.ones(3)),
+    ):
+        with pytest.raises(ValueError, match=r"random\.(normal|uniform): .* shape \(2,\)"):
+            draw()
+    assert tp.random.normal([2, 3], mean=np.arange(3.0)).shape == (2, 3)  # broadcasting is fine
+
+
+def test_set_seed_none_clears_the_global_seed_as_tf():
+    tp.random.set_seed(None)
+    assert tp.random.get_state()["seed"] is None
+    assert tp.random.normal([2]).shape == (2,)
+    tp.random.set_seed(5)
+    first = tp.random.normal([3], seed=1).numpy()
+    tp.random.set_seed(None)
+    tp.random.set_seed(5)
+    np.testing.assert_array_equal(tp.random.normal([3], seed=1).numpy(), first)
+
+
 def test_get_state_set_state_round_trip():
     tp.random.set_seed(42)
     tp.random.normal([5])
