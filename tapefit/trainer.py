@@ -102,7 +102,16 @@ def _accepts_training(model: Any) -> bool:
     return any(p.name == "training" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
+def _not_a_class(value: Any, argument: str, what: str) -> None:
+    # A class is callable and has the methods, so it would only fail later, obscurely.
+    if isinstance(value, type):
+        raise TypeError(
+            f"{argument}: got the class {value.__name__}, not {what}; pass an instance: {value.__name__}(...)"
+        )
+
+
 def _resolve_loss(loss: Any) -> Any:
+    _not_a_class(loss, "loss", "a loss")
     if isinstance(loss, str):
         from tapefit import losses
 
@@ -115,6 +124,7 @@ def _resolve_loss(loss: Any) -> Any:
 
 
 def _resolve_optimizer(optimizer: Any) -> Any:
+    _not_a_class(optimizer, "optimizer", "an optimizer")
     if isinstance(optimizer, str):
         from tapefit import optimizers
 
@@ -134,6 +144,7 @@ def _resolve_metrics(metrics: Any, loss: Any) -> list[Any]:
         metrics = [metrics]
     resolved = []
     for metric in metrics:
+        _not_a_class(metric, "metrics", "a metric")
         if isinstance(metric, str):
             from tapefit import metrics as metrics_module
 

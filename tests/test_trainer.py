@@ -259,6 +259,23 @@ def test_bad_arguments_have_clear_errors():
         trainer.fit(x, y, resume_from="/nonexistent/ckpt.npz")
 
 
+def test_a_class_given_instead_of_an_object_is_a_clear_error():
+    model = make_trainer().model
+    with pytest.raises(
+        TypeError, match=r"optimizer: got the class Adam, not an optimizer; pass an instance: Adam\(\.\.\.\)"
+    ):
+        tp.Trainer(model, tp.optimizers.Adam, "mse")
+    with pytest.raises(
+        TypeError,
+        match=r"loss: got the class MeanSquaredError, not a loss; pass an instance: MeanSquaredError\(\.\.\.\)",
+    ):
+        tp.Trainer(model, "sgd", tp.losses.MeanSquaredError)
+    with pytest.raises(
+        TypeError, match=r"metrics: got the class MeanAbsoluteError, not a metric; pass an instance"
+    ):
+        tp.Trainer(model, "sgd", "mse", metrics=[tp.metrics.MeanAbsoluteError])
+
+
 class ExceptionWatcher:
     def __init__(self):
         self.exceptions = []
