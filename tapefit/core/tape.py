@@ -44,6 +44,8 @@ class _Node(NamedTuple):
     input_ids: tuple[int, ...]
     output_ids: tuple[int, ...]
     custom: bool  # has its own gradient function (``custom_gradient``)
+    input_dtypes: tuple[np.dtype, ...]  # gradients only enter floating inputs
+    output_dtypes: tuple[np.dtype, ...]
 
     @property
     def cut(self) -> bool:
@@ -55,7 +57,9 @@ class _Node(NamedTuple):
 
 
 def _node(op: Op) -> _Node:
-    return _Node(op.type, op.input_ids, op.output_ids, op.grad_fn is not None)
+    return _Node(
+        op.type, op.input_ids, op.output_ids, op.grad_fn is not None, op.input_dtypes, op.output_dtypes
+    )
 
 
 def _float(t: Tensor) -> bool:
@@ -160,7 +164,8 @@ class GradientTape:
         """Drops the recorded values; keeps the graph's shape for ``explain``."""
         # Plain tuples: cheap to make on every release; explain() turns them into _Nodes.
         self._skeleton = [
-            (op.type, op.input_ids, op.output_ids, op.grad_fn is not None) for op in self._entries
+            (op.type, op.input_ids, op.output_ids, op.grad_fn is not None, op.input_dtypes, op.output_dtypes)
+            for op in self._entries
         ]
         self._entries = []
         self._released = True
@@ -492,11 +497,28 @@ class GradientTape:
                 "through NumPy?)"
             )
         upstream_of_target = _backward_ids(nodes, target._id)
-        reachable = _forward(nodes, source._id, through_cuts=False)[0]
-        if target._id not in reachable:
+        uncut = _forward(nodes, source._id, through_cuts=False)[0]
+        if target._id not in uncut:
             names = sorted({n.type for n in cut_ops if any(o in upstream_of_target for o in n.output_ids)})
             described = ", ".join(_cut_name(n) for n in names)
             return f"every path from {what} to the target is cut by {described}"
+        # Gradients enter only floating inputs (op.needs_grad), so an integer tensor cuts a path too.
+        reachable = _forward(nodes, source._id, through_cuts=False, floating_only=True)[0]
+        if target._id not in reachable:
+            makers = sorted(
+                {
+                    n.type
+                    for n in nodes
+                    if any(i in reachable and d.kind == "f" for i, d in zip(n.input_ids, n.input_dtypes))
+                    and any(o in uncut and d.kind != "f" for o, d in zip(n.output_ids, n.output_dtypes))
+                    and not upstream_of_target.isdisjoint(n.output_ids)
+                }
+            )
+            made_by = f" (made by {', '.join(makers)})" if makers else ""
+            return (
+                f"every path from {what} to the target goes through an integer or bool tensor"
+                f"{made_by}; only floating-point tensors carry gradients"
+            )
         missing = sorted(
             {
                 n.type
@@ -559,12 +581,21 @@ def _cut_name(op_type: str) -> str:
     return f"the non-differentiable op '{op_type}'"
 
 
-def _forward(nodes: list[Any], start: int, through_cuts: bool = True) -> tuple[set[int], list[Any]]:
-    """Ids downstream of ``start``, and the cutting ops met on the way."""
+def _forward(
+    nodes: list[Any], start: int, through_cuts: bool = True, floating_only: bool = False
+) -> tuple[set[int], list[Any]]:
+    """Ids downstream of ``start``, and the cutting ops met on the way.
+
+    ``floating_only`` follows an op only from its floating inputs, as gradients do.
+    """
     reach = {start}
     cuts = []
     for n in nodes:
-        if any(i in reach for i in n.input_ids):
+        if floating_only:
+            entered = any(i in reach and d.kind == "f" for i, d in zip(n.input_ids, n.input_dtypes))
+        else:
+            entered = any(i in reach for i in n.input_ids)
+        if entered:
             if n.cut:
                 cuts.append(n)
                 if not through_cuts:

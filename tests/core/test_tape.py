@@ -704,6 +704,23 @@ def test_17_explain_item10_and_stop_gradient_name_the_cutting_op():
     assert tape.explain(u, x) is None  # one path is cut, the other is not
 
 
+@pytest.mark.parametrize("released", [False, True])
+def test_17_explain_names_a_path_through_integer_tensors(released):
+    x = tp.Variable([1.5, 2.5], name="x")
+    with tp.GradientTape(persistent=not released) as tape:
+        y = tp.cast(tp.cast(x, tp.int32) * 2, tp.float32)
+        z = tp.gather(tp.constant([1.0, 2.0, 3.0]), tp.cast(x, tp.int32))
+        both = y + x
+    assert tape.gradient([y, z], [x, x]) == [None, None]
+    expected = (
+        "every path from the Variable 'x' to the target goes through an integer or bool tensor "
+        "(made by Cast); only floating-point tensors carry gradients"
+    )
+    assert tape.explain(y, x) == expected
+    assert tape.explain(z, x) == expected
+    assert tape.explain(both, x) is None  # the direct path is floating
+
+
 def test_17_explain_matches_gradient_after_a_non_persistent_tape_released():
     x = tp.Variable(2.0, name="x")
     with tp.GradientTape() as tape:
