@@ -9,7 +9,7 @@ import numpy as np
 
 from tapefit.core.ops import nn as _nn
 from tapefit.core.tensor import Tensor
-from tapefit.layers import activations
+from tapefit.layers.core import _KernelLayer, _positive_int
 from tapefit.layers.module import Layer
 
 
@@ -44,7 +44,7 @@ def _check_images(x: Tensor, layer: str) -> None:
         )
 
 
-class Conv2D(Layer):
+class Conv2D(_KernelLayer):
     """2-D convolution over NHWC images: ``activation(conv2d(inputs, kernel) + bias)``.
 
     Builds on its first call: ``kernel`` has shape ``(kh, kw, in_channels, filters)``,
@@ -83,20 +83,13 @@ class Conv2D(Layer):
         trainable: bool = True,
     ) -> None:
         super().__init__(trainable=trainable, name=name, dtype=dtype)
-        if isinstance(filters, bool) or not isinstance(filters, (int, np.integer)) or filters <= 0:
-            raise ValueError(f"Conv2D: filters must be a positive integer, got {filters!r}")
-        self.filters = int(filters)
+        self.filters = _positive_int(filters, "filters", "Conv2D")
         self.kernel_size = _pair(kernel_size, "kernel_size", "Conv2D")
         self.strides = _pair(strides, "strides", "Conv2D")
         self.padding = _padding(padding, "Conv2D")
-        self.activation = activations.get(activation)
-        self.use_bias = bool(use_bias)
-        self.kernel_initializer = kernel_initializer
-        self.bias_initializer = bias_initializer
-        self.kernel = None
-        self.bias = None
-        self._add_regularizer("kernel", kernel_regularizer)
-        self._add_regularizer("bias", bias_regularizer)
+        self._init_kernel(
+            activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer
+        )
 
     def build(self, input_shape: Any) -> None:
         """Creates ``kernel`` (kh, kw, in_channels, filters) and ``bias`` (filters,)."""
@@ -104,10 +97,7 @@ class Conv2D(Layer):
             raise ValueError(
                 f"Conv2D '{self.name}' needs images of shape (batch, height, width, channels), got shape {input_shape}"
             )
-        shape = (*self.kernel_size, input_shape[-1], self.filters)
-        self.kernel = self.add_weight(shape, self.kernel_initializer, name="kernel")
-        if self.use_bias:
-            self.bias = self.add_weight((self.filters,), self.bias_initializer, name="bias")
+        self._build_kernel((*self.kernel_size, input_shape[-1], self.filters), self.filters)
 
     def call(self, inputs: Any) -> Tensor:
         """Applies the convolution."""
@@ -124,9 +114,7 @@ class Conv2D(Layer):
                 "with padding='valid'"
             )
         y = _nn.conv2d(x, self.kernel, strides=list(self.strides), padding=self.padding.upper())
-        if self.bias is not None:
-            y = y + self.bias
-        return self.activation(y)
+        return self._bias_and_activation(y)
 
 
 class _Pool2D(Layer):

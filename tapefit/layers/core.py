@@ -24,7 +24,41 @@ def _positive_int(value: Any, what: str, layer: str) -> int:
     return int(value)
 
 
-class Dense(Layer):
+class _KernelLayer(Layer):
+    """What Dense and Conv2D share: ``activation(op(inputs, kernel) + bias)``, with the weights'
+    initializers and regularizers, and ``kernel``/``bias`` made by ``build``."""
+
+    def _init_kernel(
+        self,
+        activation: str | Callable[..., Any] | None,
+        use_bias: bool,
+        kernel_initializer: Any,
+        bias_initializer: Any,
+        kernel_regularizer: Any,
+        bias_regularizer: Any,
+    ) -> None:
+        self.activation = activations.get(activation)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = kernel_initializer
+        self.bias_initializer = bias_initializer
+        self.kernel = None
+        self.bias = None
+        self._add_regularizer("kernel", kernel_regularizer)
+        self._add_regularizer("bias", bias_regularizer)
+
+    def _build_kernel(self, kernel_shape: tuple[int, ...], outputs: int) -> None:
+        """Creates ``kernel`` of ``kernel_shape`` and (with ``use_bias``) ``bias`` of ``(outputs,)``."""
+        self.kernel = self.add_weight(kernel_shape, self.kernel_initializer, name="kernel")
+        if self.use_bias:
+            self.bias = self.add_weight((outputs,), self.bias_initializer, name="bias")
+
+    def _bias_and_activation(self, y: Tensor) -> Tensor:
+        if self.bias is not None:
+            y = y + self.bias
+        return self.activation(y)
+
+
+class Dense(_KernelLayer):
     """``activation(inputs @ kernel + bias)`` over the last axis of ``inputs``.
 
     Builds on its first call: ``kernel`` has shape ``(input_dim, units)``, ``bias``
@@ -59,22 +93,15 @@ class Dense(Layer):
     ) -> None:
         super().__init__(trainable=trainable, name=name, dtype=dtype)
         self.units = _positive_int(units, "units", "Dense")
-        self.activation = activations.get(activation)
-        self.use_bias = bool(use_bias)
-        self.kernel_initializer = kernel_initializer
-        self.bias_initializer = bias_initializer
-        self.kernel = None
-        self.bias = None
-        self._add_regularizer("kernel", kernel_regularizer)
-        self._add_regularizer("bias", bias_regularizer)
+        self._init_kernel(
+            activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer
+        )
 
     def build(self, input_shape: Any) -> None:
         """Creates ``kernel`` (input_shape[-1], units) and ``bias`` (units,)."""
         if not isinstance(input_shape, tuple) or not input_shape:
             raise ValueError(f"Dense '{self.name}' needs inputs of rank >= 1, got shape {input_shape}")
-        self.kernel = self.add_weight((input_shape[-1], self.units), self.kernel_initializer, name="kernel")
-        if self.use_bias:
-            self.bias = self.add_weight((self.units,), self.bias_initializer, name="bias")
+        self._build_kernel((input_shape[-1], self.units), self.units)
 
     def call(self, inputs: Any) -> Tensor:
         """Applies the layer."""
@@ -91,9 +118,7 @@ class Dense(Layer):
             y = _shape.reshape(
                 matmul(_shape.reshape(x, (-1, in_dim)), self.kernel), x.shape[:-1] + (self.units,)
             )
-        if self.bias is not None:
-            y = y + self.bias
-        return self.activation(y)
+        return self._bias_and_activation(y)
 
 
 class Activation(Layer):
@@ -183,10 +208,7 @@ class Embedding(Layer):
                 f"Embedding '{self.name}': ids must lie in [0, {self.input_dim}), got values from "
                 f"{values.min()} to {values.max()}"
             )
-        gather = getattr(_shape, "gather", None)
-        if gather is not None:
-            return gather(self.embeddings, ids)
-        return _shape.getitem(self.embeddings, ids)
+        return _shape.gather(self.embeddings, ids)
 
 
 class Dropout(Layer):

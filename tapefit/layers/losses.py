@@ -47,6 +47,12 @@ def _same_rank(y_true: Tensor, y_pred: Tensor, loss: str) -> tuple[Tensor, Tenso
     return y_true, y_pred
 
 
+def _class_probabilities(y_pred: Tensor, axis: int) -> Tensor:
+    """``y_pred`` renormalized to sum to 1 over ``axis``, then clipped to ``[EPSILON, 1 - EPSILON]``
+    (Keras's categorical cross-entropies on probabilities)."""
+    return clip_by_value(y_pred / reduce_sum(y_pred, axis=axis, keepdims=True), EPSILON, 1.0 - EPSILON)
+
+
 def _mean_last(x: Tensor) -> Tensor:
     """The per-sample mean over the last axis (elementwise values for rank 0 and 1)."""
     return reduce_mean(x, axis=-1) if x.ndim >= 2 else x
@@ -115,29 +121,40 @@ class Loss:
         return f"{type(self).__name__}(name={self.name!r}, reduction={self.reduction!r})"
 
 
-class MeanSquaredError(Loss):
+class _MeanOfError(Loss):
+    """A loss of the error ``e = y_pred - y_true``: ``mean(of_error(e))`` over the last axis."""
+
+    def of_error(self, error: Tensor) -> Tensor:
+        """The loss of each element's error."""
+        raise NotImplementedError
+
+    def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
+        """The per-sample losses."""
+        y_true, y_pred = self._true(y_true, y_pred)
+        return _mean_last(self.of_error(y_pred - y_true))
+
+
+class MeanSquaredError(_MeanOfError):
     """``mean((y_true - y_pred) ** 2)`` over the last axis, then over the batch."""
 
     default_name = "mean_squared_error"
 
-    def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
-        """The per-sample losses."""
-        y_true, y_pred = self._true(y_true, y_pred)
-        return _mean_last(square(y_pred - y_true))
+    def of_error(self, error: Tensor) -> Tensor:
+        """``e ** 2``."""
+        return square(error)
 
 
-class MeanAbsoluteError(Loss):
+class MeanAbsoluteError(_MeanOfError):
     """``mean(|y_true - y_pred|)`` over the last axis, then over the batch."""
 
     default_name = "mean_absolute_error"
 
-    def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
-        """The per-sample losses."""
-        y_true, y_pred = self._true(y_true, y_pred)
-        return _mean_last(abs(y_pred - y_true))
+    def of_error(self, error: Tensor) -> Tensor:
+        """``|e|``."""
+        return abs(error)
 
 
-class Huber(Loss):
+class Huber(_MeanOfError):
     """``0.5 * e ** 2`` where ``|e| <= delta``, else ``delta * (|e| - 0.5 * delta)``, with ``e = y_pred - y_true``.
 
     Args:
@@ -156,13 +173,12 @@ class Huber(Loss):
             raise ValueError(f"Huber: delta must be positive, got {delta!r}")
         self.delta = float(delta)
 
-    def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
-        """The per-sample losses."""
-        y_true, y_pred = self._true(y_true, y_pred)
-        error = abs(y_pred - y_true)
+    def of_error(self, error: Tensor) -> Tensor:
+        """Quadratic within ``delta``, linear beyond."""
+        error = abs(error)
         quadratic = square(error) * 0.5
         linear = error * self.delta - 0.5 * self.delta**2
-        return _mean_last(where(error <= self.delta, quadratic, linear))
+        return where(error <= self.delta, quadratic, linear)
 
 
 class BinaryCrossentropy(Loss):
@@ -242,9 +258,7 @@ class CategoricalCrossentropy(Loss):
             y_true = y_true * (1.0 - self.label_smoothing) + self.label_smoothing / classes
         if self.from_logits:
             return _nn.softmax_cross_entropy_with_logits(labels=y_true, logits=y_pred, axis=self.axis)
-        p = y_pred / reduce_sum(y_pred, axis=self.axis, keepdims=True)
-        p = clip_by_value(p, EPSILON, 1.0 - EPSILON)
-        return -reduce_sum(y_true * log(p), axis=self.axis)
+        return -reduce_sum(y_true * log(_class_probabilities(y_pred, self.axis)), axis=self.axis)
 
 
 class SparseCategoricalCrossentropy(Loss):
@@ -275,10 +289,8 @@ class SparseCategoricalCrossentropy(Loss):
         labels = sparse_labels(y_true, y_pred, "SparseCategoricalCrossentropy")
         if self.from_logits:
             return _nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=y_pred)
-        p = y_pred / reduce_sum(y_pred, axis=-1, keepdims=True)
-        p = clip_by_value(p, EPSILON, 1.0 - EPSILON)
         one_hot = _wrap(np.eye(y_pred.shape[-1], dtype=y_pred.dtype)[labels.numpy()])
-        return -reduce_sum(one_hot * log(p), axis=-1)
+        return -reduce_sum(one_hot * log(_class_probabilities(y_pred, -1)), axis=-1)
 
 
 def sparse_labels(y_true: Any, y_pred: Tensor, what: str) -> Tensor:

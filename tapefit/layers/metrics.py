@@ -24,8 +24,10 @@ def _array(value: Any, what: str, metric: str) -> np.ndarray:
         raise TypeError(f"{metric}: cannot read {what} as an array ({error})") from None
 
 
-def _same_rank(y_true: np.ndarray, y_pred: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    """Drops a trailing size-1 axis from the one of higher rank (Keras's rule), then checks the shapes."""
+def _same_rank(y_true: Any, y_pred: Any, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """The arrays of ``y_true`` and ``y_pred``, with a trailing size-1 axis dropped from the one of
+    higher rank (Keras's rule); then checks the shapes."""
+    y_true, y_pred = _array(y_true, "y_true", metric), _array(y_pred, "y_pred", metric)
     if y_true.ndim == y_pred.ndim + 1 and y_true.shape[-1] == 1:
         y_true = y_true[..., 0]
     elif y_pred.ndim == y_true.ndim + 1 and y_pred.shape[-1] == 1:
@@ -126,9 +128,7 @@ class Accuracy(Metric):
 
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch."""
-        y_true, y_pred = _same_rank(
-            _array(y_true, "y_true", self.name), _array(y_pred, "y_pred", self.name), self.name
-        )
+        y_true, y_pred = _same_rank(y_true, y_pred, self.name)
         self._accumulate(y_true == y_pred, sample_weight)
 
 
@@ -148,9 +148,7 @@ class BinaryAccuracy(Metric):
 
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch."""
-        y_true, y_pred = _same_rank(
-            _array(y_true, "y_true", self.name), _array(y_pred, "y_pred", self.name), self.name
-        )
+        y_true, y_pred = _same_rank(y_true, y_pred, self.name)
         self._accumulate(y_true.astype(np.float64) == (y_pred > self.threshold), sample_weight)
 
 
@@ -197,9 +195,7 @@ class MeanSquaredError(Metric):
 
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch."""
-        y_true, y_pred = _same_rank(
-            _array(y_true, "y_true", self.name), _array(y_pred, "y_pred", self.name), self.name
-        )
+        y_true, y_pred = _same_rank(y_true, y_pred, self.name)
         self._accumulate(_per_sample(np.square(y_pred.astype(np.float64) - y_true)), sample_weight)
 
 
@@ -210,9 +206,7 @@ class MeanAbsoluteError(Metric):
 
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch."""
-        y_true, y_pred = _same_rank(
-            _array(y_true, "y_true", self.name), _array(y_pred, "y_pred", self.name), self.name
-        )
+        y_true, y_pred = _same_rank(y_true, y_pred, self.name)
         self._accumulate(_per_sample(np.abs(y_pred.astype(np.float64) - y_true)), sample_weight)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from tapefit.core.ops.math import sqrt, square
 from tapefit.core.ops.reduce import normalize_axes, reduce_mean
 from tapefit.core.ops.shape import reshape
-from tapefit.core.tensor import Tensor
+from tapefit.core.tensor import Tensor, Variable
 from tapefit.layers.module import Layer
 
 
@@ -27,7 +27,31 @@ def _param_shapes(
     return own, broadcast
 
 
-class LayerNormalization(Layer):
+class _Normalization(Layer):
+    """What both normalizations share: ``gamma`` and ``beta`` of the normalized axes' sizes,
+    applied as ``y * gamma + beta`` broadcast over the other axes."""
+
+    gamma: Variable | None
+    beta: Variable | None
+    _broadcast_shape: tuple[int, ...]
+
+    def _build_scale_and_shift(
+        self, own: tuple[int, ...], gamma_initializer: Any, beta_initializer: Any
+    ) -> None:
+        if self.scale:
+            self.gamma = self.add_weight(own, gamma_initializer, name="gamma")
+        if self.center:
+            self.beta = self.add_weight(own, beta_initializer, name="beta")
+
+    def _scale_and_shift(self, y: Tensor) -> Tensor:
+        if self.gamma is not None:
+            y = y * reshape(self.gamma, self._broadcast_shape)
+        if self.beta is not None:
+            y = y + reshape(self.beta, self._broadcast_shape)
+        return y
+
+
+class LayerNormalization(_Normalization):
     """Normalizes each example over ``axis`` to mean 0 and variance 1, then scales and shifts.
 
     ``out = gamma * (x - mean) / sqrt(variance + epsilon) + beta`` with the moments
@@ -72,10 +96,7 @@ class LayerNormalization(Layer):
         own, self._broadcast_shape = _param_shapes(tuple(input_shape), axes)
         self._axes = axes
         self._input_shape = tuple(input_shape)
-        if self.scale:
-            self.gamma = self.add_weight(own, self.gamma_initializer, name="gamma")
-        if self.center:
-            self.beta = self.add_weight(own, self.beta_initializer, name="beta")
+        self._build_scale_and_shift(own, self.gamma_initializer, self.beta_initializer)
 
     def call(self, inputs: Any) -> Tensor:
         """Normalizes the input."""
@@ -88,15 +109,10 @@ class LayerNormalization(Layer):
         mean = reduce_mean(x, axis=self._axes, keepdims=True)
         centered = x - mean
         variance = reduce_mean(square(centered), axis=self._axes, keepdims=True)
-        y = centered / sqrt(variance + self.epsilon)
-        if self.gamma is not None:
-            y = y * reshape(self.gamma, self._broadcast_shape)
-        if self.beta is not None:
-            y = y + reshape(self.beta, self._broadcast_shape)
-        return y
+        return self._scale_and_shift(centered / sqrt(variance + self.epsilon))
 
 
-class BatchNormalization(Layer):
+class BatchNormalization(_Normalization):
     """Normalizes with batch statistics in training and moving averages of them in inference.
 
     With ``training=True``: ``out = gamma * (x - mean) / sqrt(var + epsilon) + beta``
@@ -163,10 +179,7 @@ class BatchNormalization(Layer):
         self._feature_axis = axis
         self._reduce_axes = tuple(i for i in range(len(input_shape)) if i != axis)
         init = self.initializers
-        if self.scale:
-            self.gamma = self.add_weight(own, init["gamma"], name="gamma")
-        if self.center:
-            self.beta = self.add_weight(own, init["beta"], name="beta")
+        self._build_scale_and_shift(own, init["gamma"], init["beta"])
         self.moving_mean = self.add_weight(own, init["moving_mean"], trainable=False, name="moving_mean")
         self.moving_variance = self.add_weight(
             own, init["moving_variance"], trainable=False, name="moving_variance"
@@ -194,12 +207,7 @@ class BatchNormalization(Layer):
         else:
             centered = x - reshape(self.moving_mean, self._broadcast_shape)
             variance = reshape(self.moving_variance, self._broadcast_shape)
-        y = centered / sqrt(variance + self.epsilon)
-        if self.gamma is not None:
-            y = y * reshape(self.gamma, self._broadcast_shape)
-        if self.beta is not None:
-            y = y + reshape(self.beta, self._broadcast_shape)
-        return y
+        return self._scale_and_shift(centered / sqrt(variance + self.epsilon))
 
 
 __all__ = ["BatchNormalization", "LayerNormalization"]
