@@ -42,7 +42,31 @@ TOP_LEVEL_KEYS = ("name", "seed", "data", "model", "loss", "metrics", "optimizer
 
 
 class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading ``1e-3`` as a float as YAML 1.2 does (1.1 wants ``1.0e-3``)."""
+    """PyYAML's safe loader, reading ``1e-3`` as a float as YAML 1.2 does (1.1 wants ``1.0e-3``).
+
+    A key given twice in one mapping is an error (YAML forbids it; PyYAML would keep the
+    last one silently, so an edit to the first would do nothing).
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # "<<: *base" may be overridden by the keys next to it
+            key = self.construct_object(key_node, deep=True)
+            try:
+                seen = key in first_lines
+            except TypeError:  # an unhashable key: SafeConstructor reports it
+                continue
+            if seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"the key {key!r} appears twice (first at line {first_lines[key] + 1})",
+                    key_node.start_mark,
+                )
+            first_lines[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.add_implicit_resolver(

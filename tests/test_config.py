@@ -148,6 +148,19 @@ def test_yaml_and_toml_give_the_same_config(tmp_path):
         ("c.yaml", "a: [1, 2\nb: 3\n", r"not valid YAML at line \d+, column \d+"),
         ("c.toml", "a = \n", r"not valid TOML"),
         ("c.yaml", "- 1\n- 2\n", r"the config must be a mapping of keys .* got a list"),
+        # PyYAML keeps the last of two equal keys silently; a config must not.
+        (
+            "c.yaml",
+            "trainer: {epochs: 1}\nseed: 0\ntrainer: {epochs: 3}\n",
+            r"c\.yaml: not valid YAML at line 3, column 1: the key 'trainer' appears twice \(first at line 1\)",
+        ),
+        (
+            "c.yaml",
+            "model:\n  hidden_units: [8]\n  hidden_units: [16]\n",
+            r"at line 3, column 3: the key 'hidden_units' appears twice \(first at line 2\)",
+        ),
+        ("c.yaml", "trainer: {epochs: 1, epochs: 2}\n", r"line 1, column 22: the key 'epochs' appears twice"),
+        ("c.toml", "[trainer]\nepochs = 1\n[trainer]\nepochs = 2\n", r"not valid TOML"),
     ],
 )
 def test_unreadable_config_files(tmp_path, name, text, message):
@@ -161,6 +174,12 @@ def test_unreadable_config_files(tmp_path, name, text, message):
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match=r"config file '.*nope\.yaml' does not exist"):
         cfg.load_config_file(str(tmp_path / "nope.yaml"))
+
+
+def test_yaml_merge_keys_may_override(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("base: &b {epochs: 1, batch_size: 8}\ntrainer:\n  <<: *b\n  epochs: 3\n")
+    assert cfg.load_config_file(str(path))["trainer"] == {"epochs": 3, "batch_size": 8}
 
 
 def test_empty_file_is_an_empty_config(tmp_path):
