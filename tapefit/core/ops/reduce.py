@@ -74,7 +74,9 @@ def _mean(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
     if x.dtype.kind == "f":
         if 0 in x.shape:  # the mean of nothing is nan, as TF, without NumPy's warning
             return np.full(np.sum(x, axis=axis, keepdims=keepdims).shape, np.nan, x.dtype)
-        return np.mean(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+        # float16 accumulates in float32 (as TF's and Keras' means): its sum overflows at 65504
+        work = np.float32 if x.dtype == np.float16 else x.dtype
+        return np.mean(x, axis=axis, keepdims=keepdims, dtype=work).astype(x.dtype, copy=False)
     if x.dtype.kind == "b":
         raise TypeError("reduce_mean needs a numeric tensor, got bool; use tp.cast(x, tp.float32)")
     count = max(_pymath.prod(x.shape[a] for a in axis), 1)

@@ -111,6 +111,15 @@ def test_reducing_a_scalar_over_all_axes():
         assert out.shape == () and float(out) == pytest.approx(3.0)
 
 
+def test_float16_mean_does_not_overflow_where_the_mean_fits():
+    # float16 tops out at 65504: the sum overflows, the mean must not (as in TF and Keras)
+    x = tp.constant(np.full((300, 300), 1000.0, np.float16))
+    for axis in (None, [0, 1], 0):
+        out = tp.reduce_mean(x, axis=axis)
+        assert out.dtype == np.float16
+        np.testing.assert_array_equal(out.numpy(), np.full(out.shape, 1000.0, np.float16))
+
+
 def test_mean_of_empty_is_nan_without_warnings():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
