@@ -84,7 +84,10 @@ def _reshape_grad(op: Op, dy: Tensor) -> Tensor:
 def expand_dims(input: Any, axis: int) -> Tensor:
     """``input`` with a new axis of size 1 inserted at ``axis`` (negative counts from the end)."""
     x = convert_to_tensor(input)
-    axis = operator.index(axis)
+    try:
+        axis = operator.index(axis)
+    except TypeError:
+        raise TypeError(f"expand_dims: axis must be an int, got {axis!r}") from None
     if not -x.ndim - 1 <= axis <= x.ndim:
         raise ValueError(
             f"expand_dims: axis {axis} is out of range [{-x.ndim - 1}, {x.ndim}] for a tensor of shape {x.shape}"
@@ -103,7 +106,9 @@ def squeeze(input: Any, axis: Any = None) -> Tensor:
     if axis is None:
         axes = {i for i, n in enumerate(x.shape) if n == 1}
     else:
-        items = [axis] if isinstance(axis, (int, np.integer)) else list(axis)
+        items = [axis] if isinstance(axis, (int, np.integer)) else axis
+        if not isinstance(items, (list, tuple)):
+            raise TypeError(f"squeeze: axis must be None, an int or a list of ints, got {axis!r}")
         axes = {_axis(a, x.ndim, "squeeze") for a in items}
         bad = [a for a in sorted(axes) if x.shape[a] != 1]
         if bad:

@@ -54,6 +54,17 @@ def test_reshape_rejects_bad_shapes(shape):
         tp.reshape(_x(3, 4), shape)
 
 
+def test_expand_dims_and_squeeze_name_a_non_int_axis():
+    x = _x(2, 1)
+    with pytest.raises(TypeError, match=r"expand_dims: axis must be an int, got 1\.0"):
+        tp.expand_dims(x, 1.0)
+    with pytest.raises(TypeError, match=r"squeeze: axis must be None, an int or a list of ints, got 1\.0"):
+        tp.squeeze(x, 1.0)
+    with pytest.raises(TypeError, match=r"squeeze: axis must be an int, got 1\.0"):
+        tp.squeeze(x, [1.0])
+    assert tp.squeeze(x, (1,)).shape == (2,)
+
+
 def test_reshape_error_names_the_shapes():
     with pytest.raises(ValueError, match=re.escape("shape (3, 4) (12 elements) to [5]")):
         tp.reshape(_x(3, 4), [5])
