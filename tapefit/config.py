@@ -502,7 +502,11 @@ def find_target(kind: Kind, type_name: Any, key: str) -> Target:
         if type_name not in known:
             names = sorted(known)
             close = difflib.get_close_matches(type_name, names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            module, dot, attribute = type_name.rpartition(".")
+            if dot and module and attribute.isidentifier():
+                hint = f"; did you mean the import path '{module}:{attribute}'?"
+            else:
+                hint = f"; did you mean {close[0]!r}?" if close else "."
             raise ConfigError(
                 f"{key}: unknown {kind.label} type {type_name!r}{hint} Known types: {', '.join(names)}, "
                 "or an import path 'package.module:Name'",

@@ -424,8 +424,14 @@ def test_unknown_types_list_the_known_ones():
     )
     message, _ = error_of(base(plugins=["progress", "zzz"]))
     assert message == (
-        "plugins[1].type: unknown plugin type 'zzz' Known types: checkpoint, clip_gradients, progress, "
+        "plugins[1].type: unknown plugin type 'zzz'. Known types: checkpoint, clip_gradients, progress, "
         "or an import path 'package.module:Name'"
+    )
+    # A dotted path written without the colon gets the colon form suggested.
+    message, _ = error_of(base(data={"type": "mypackage.loaders.Points"}))
+    assert message.startswith(
+        "data.type: unknown data type 'mypackage.loaders.Points'; did you mean the import path "
+        "'mypackage.loaders:Points'? Known types: file, points, "
     )
     message, _ = error_of(base(data={"type": 3}))
     assert message == "data.type: expected a type name, got 3 (an integer)"
