@@ -227,7 +227,7 @@ class Module:
     def name(self) -> str:
         """The module's name."""
         if self._name is None:
-            self._name = unique_name(to_snake_case(type(self).__name__))
+            self._name = unique_name(_class_snake_name(type(self)))
         return self._name
 
     @property
@@ -302,6 +302,50 @@ class Module:
                     stack.append((children, module_path, f"{prefix}{key}/", trainable, depth, taken))
         return entries, modules, depths
 
+    def _reach(self) -> tuple[list[Variable], list[bool], list[Module]]:
+        """``_walk`` without paths or depths, for the hot properties (``trainable_variables`` and
+        ``losses`` are read at every training step): every reachable variable, whether every
+        module above it is trainable, and every submodule, in ``_walk``'s order.
+
+        Returns:
+            (variables, modules above each variable are trainable, submodules)
+        """
+        variables: list[Variable] = []
+        unfrozen: list[bool] = []
+        modules: list[Module] = []
+        seen: set[int] = {id(self)}
+        stack: list[tuple[Iterator[Any], bool]] = [(iter(self._own_values()), self._trainable)]
+        while stack:
+            values, trainable = stack[-1]
+            # Going down into a module or container leaves this loop by `break`; the frame's
+            # iterator resumes where it stopped once the child's frame is done.
+            for value in values:
+                if isinstance(value, Variable):
+                    if id(value) not in seen:
+                        seen.add(id(value))
+                        variables.append(value)
+                        unfrozen.append(trainable)
+                elif isinstance(value, Module):
+                    if id(value) not in seen:
+                        seen.add(id(value))
+                        modules.append(value)
+                        stack.append((iter(value._own_values()), trainable and value._trainable))
+                        break
+                elif isinstance(value, (dict, list, tuple)):
+                    if id(value) not in seen:
+                        seen.add(id(value))
+                        stack.append((iter(value.values() if isinstance(value, dict) else value), trainable))
+                        break
+            else:
+                stack.pop()
+        return variables, unfrozen, modules
+
+    def _own_values(self) -> list[Any]:
+        """The values of ``_own_items``, in the same order."""
+        values = [value for key, value in self.__dict__.items() if key not in _INTERNAL]
+        values.extend(self._added_weights)
+        return values
+
     def _path_segment(self, taken: set[str]) -> str:
         """This module's part of variable paths: its name if one was given, else the snake-case
         class name made unique among its siblings (``dense``, ``dense_1``), so that paths depend
@@ -309,7 +353,7 @@ class Module:
         if self._name_given:
             segment = self.name
         else:
-            base = to_snake_case(type(self).__name__)
+            base = _class_snake_name(type(self))
             segment, k = base, 0
             while segment in taken:
                 k += 1
@@ -329,17 +373,19 @@ class Module:
     @property
     def variables(self) -> list[Variable]:
         """Every Variable of this module and its submodules, each once, in assignment order."""
-        return [e.variable for e in self._walk()[0]]
+        return self._reach()[0]
 
     @property
     def trainable_variables(self) -> list[Variable]:
         """The trainable Variables not inside a frozen (``trainable = False``) module."""
-        return [e.variable for e in self._walk()[0] if e.variable.trainable and e.modules_trainable]
+        variables, unfrozen, _ = self._reach()
+        return [v for v, ok in zip(variables, unfrozen) if ok and v.trainable]
 
     @property
     def non_trainable_variables(self) -> list[Variable]:
         """The Variables that are not in ``trainable_variables``."""
-        return [e.variable for e in self._walk()[0] if not (e.variable.trainable and e.modules_trainable)]
+        variables, unfrozen, _ = self._reach()
+        return [v for v, ok in zip(variables, unfrozen) if not (ok and v.trainable)]
 
     @property
     def weights(self) -> list[Variable]:
@@ -359,7 +405,7 @@ class Module:
     @property
     def submodules(self) -> list[Module]:
         """Every Module below this one (not itself), each once, depth-first in assignment order."""
-        return self._walk()[1]
+        return self._reach()[2]
 
     @property
     def losses(self) -> list[Tensor]:
@@ -368,8 +414,8 @@ class Module:
         Read it inside the ``GradientTape`` so the penalties are differentiated:
         ``loss = loss_fn(y, model(x)) + tp.add_n(model.losses)``.
         """
-        result = []
-        for module in [self, *self.submodules]:
+        result = list(self._regularization_losses())
+        for module in self._reach()[2]:
             result.extend(module._regularization_losses())
         return result
 
@@ -612,6 +658,12 @@ class Layer(Module):
         if x.dtype != self.dtype:
             x = cast(x, self.dtype)
         return x
+
+
+@functools.cache
+def _class_snake_name(cls: type) -> str:
+    """``to_snake_case`` of a class's name, worked out once per class (paths need it on every walk)."""
+    return to_snake_case(cls.__name__)
 
 
 def _format_shape(shape: Any, batch: bool = True) -> str:

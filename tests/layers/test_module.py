@@ -67,6 +67,32 @@ def test_cyclic_structures_terminate():
     assert m.variables == [m.v]
 
 
+def test_the_fast_walk_and_the_path_walk_find_the_same_variables_in_the_same_order():
+    # variables/trainable_variables/submodules/losses use a walk without paths (they are read at
+    # every step); state_dict/summary use the one with paths. Both must agree on every structure.
+    inner = Sequential([Dense(2, name="shared"), tp.layers.BatchNormalization()])
+    frozen = Dense(3, kernel_regularizer="l2")
+    frozen.trainable = False
+    m = tp.Module(name="root")
+    m.first = {"b": [tp.Variable(1.0), (inner, {"x": tp.Variable(2.0, trainable=False)})], "a": frozen}
+    m.again = [inner, m.first, m]
+    m.lone = m.add_weight((2,), "ones", name="lone")
+    m.add_weight((1,), "zeros", name="hidden")
+    m.tail = tp.Variable([3.0])
+    inner(tp.ones((4, 3)), training=True)
+    frozen(tp.ones((1, 2)))
+    walked = [v for _, v in m.named_variables()]
+    assert [id(v) for v in m.variables] == [id(v) for v in walked]
+    assert len(walked) == 1 + 2 + 4 + 1 + 2 + 1 + 1 + 1  # nothing found twice
+    trainable = {id(v) for v in m.trainable_variables}
+    expected = [v for v in walked if v.trainable and not any(v is w for w in frozen.variables)]
+    assert [id(v) for v in m.trainable_variables] == [id(v) for v in expected]
+    assert trainable.isdisjoint(id(v) for v in m.non_trainable_variables)
+    assert len(m.trainable_variables) + len(m.non_trainable_variables) == len(walked)
+    assert [id(x) for x in m.submodules] == [id(inner), id(inner.layers[0]), id(inner.layers[1]), id(frozen)]
+    assert len(m.losses) == 1
+
+
 def test_later_additions_and_replacements_are_seen():
     m = tp.Module()
     m.layers = []
