@@ -216,8 +216,14 @@ class GradientTape:
         target: Any,
         sources: Any,
         unconnected_gradients: UnconnectedGradients | str = UnconnectedGradients.NONE,
+        parallel_iterations: int | None = None,
+        experimental_use_pfor: bool = True,
     ) -> Any:
-        """The full Jacobian of ``target``: shape ``target.shape + source.shape`` per source."""
+        """The full Jacobian of ``target``: shape ``target.shape + source.shape`` per source.
+
+        ``parallel_iterations`` and ``experimental_use_pfor`` are accepted for TensorFlow
+        code and change nothing: the rows are computed one after the other.
+        """
         unconnected = UnconnectedGradients(unconnected_gradients)
         (target,) = self._check_targets([_single(target, "target", "jacobian")])
         flat_sources = self._check_sources(sources)
@@ -242,10 +248,14 @@ class GradientTape:
         target: Tensor,
         source: Tensor,
         unconnected_gradients: UnconnectedGradients | str = UnconnectedGradients.NONE,
+        parallel_iterations: int | None = None,
+        experimental_use_pfor: bool = True,
     ) -> Tensor | None:
         """Per-example Jacobians: shape ``(batch,) + target.shape[1:] + source.shape[1:]``.
 
         Assumes, as TensorFlow does, that row ``i`` of ``target`` depends only on row ``i`` of ``source``.
+        ``parallel_iterations`` and ``experimental_use_pfor`` are accepted for TensorFlow code
+        and change nothing.
         """
         unconnected = UnconnectedGradients(unconnected_gradients)
         (target,) = self._check_targets([_single(target, "target", "batch_jacobian")])

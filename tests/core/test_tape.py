@@ -543,6 +543,18 @@ def test_16_jacobian_unconnected_shapes():
     assert zero.shape == (4, 3, 5) and not zero.numpy().any()
 
 
+def test_jacobians_accept_tensorflows_pfor_keywords():
+    x = tp.Variable([1.0, 2.0])
+    with tp.GradientTape(persistent=True) as tape:
+        y = x * x
+        column = tp.reshape(x, [2, 1])
+        rows = column * 3.0
+    j = tape.jacobian(y, x, parallel_iterations=4, experimental_use_pfor=False)
+    np.testing.assert_array_equal(j.numpy(), [[2.0, 0.0], [0.0, 4.0]])
+    b = tape.batch_jacobian(rows, column, parallel_iterations=2, experimental_use_pfor=False)
+    np.testing.assert_array_equal(b.numpy(), [[[3.0]], [[3.0]]])
+
+
 def test_jacobians_take_one_target_tensor():
     x = tp.constant([1.0, 2.0])
     with tp.GradientTape(persistent=True) as tape:
