@@ -477,8 +477,16 @@ class GradientTape:
         gradient) the sentence says so instead.
 
         The answer is read off what the tape recorded, so it works before and after a
-        non-persistent tape has answered its ``gradient`` call.
+        non-persistent tape has answered its ``gradient`` call. A nested ``target`` is
+        differentiated as the sum of its tensors, as in ``gradient``: ``None`` if any of
+        them has a gradient, else the first one's reason.
         """
+        if nest.is_nested(target):
+            leaves = nest.flatten(target)
+            if not leaves:
+                return f"the target is an empty {type(target).__name__}: there is nothing to differentiate"
+            reasons = [self.explain(leaf, source) for leaf in leaves]
+            return None if None in reasons else reasons[0]
         if self._released and self._skeleton is not None:
             nodes = [_Node(*fields) for fields in self._skeleton]
         else:

@@ -733,6 +733,18 @@ def test_17_explain_names_a_path_through_integer_tensors(released):
     assert tape.explain(both, x) is None  # the direct path is floating
 
 
+def test_17_explain_takes_the_nested_targets_gradient_takes():
+    x = tp.Variable(2.0, name="x")
+    with tp.GradientTape() as tape:
+        cut = tp.stop_gradient(x) * 3.0
+        live = x * x
+    assert tape.explain({"a": cut, "b": [live]}, x) is None  # the sum depends on x
+    assert tape.explain([cut], x) == (
+        "every path from the Variable 'x' to the target is cut by tp.stop_gradient (StopGradient)"
+    )
+    assert tape.explain([], x) == "the target is an empty list: there is nothing to differentiate"
+
+
 def test_17_explain_matches_gradient_after_a_non_persistent_tape_released():
     x = tp.Variable(2.0, name="x")
     with tp.GradientTape() as tape:
