@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.core import nest
 from tapefit.core import random as _random
 from tapefit.core.ops import add_n
 from tapefit.core.tape import GradientTape
@@ -492,14 +493,24 @@ class Trainer:
             self._set_metric_states(saved_states)
             self._loss_sum, self._loss_count = saved_loss
 
-    def predict(self, x: Any, batch_size: int = 32) -> np.ndarray:
-        """The model's outputs for ``x`` (``training=False``), batch by batch, as one ndarray."""
+    def predict(self, x: Any, batch_size: int = 32) -> Any:
+        """The model's outputs for ``x`` (``training=False``), batch by batch, as one ndarray.
+
+        A model with several outputs (a tuple, list or dict of tensors) gets the same
+        structure back with one ndarray per output, as Keras's ``predict``.
+        """
         loader = BatchLoader(_float32_inputs(x), None, batch_size=batch_size, shuffle=False)
-        outputs = [
-            np.asarray(self._call(_to_tensors(loader.batch(None, i)), training=False))
-            for i in range(len(loader))
-        ]
-        return np.concatenate(outputs, axis=0)
+        structure: Any = None
+        columns: list[list[np.ndarray]] = []
+        for i in range(len(loader)):
+            outputs = self._call(_to_tensors(loader.batch(None, i)), training=False)
+            leaves = nest.flatten(outputs)
+            if structure is None:
+                structure, columns = outputs, [[] for _ in leaves]
+            for column, leaf in zip(columns, leaves):
+                column.append(np.asarray(leaf))
+        arrays = [np.concatenate(column, axis=0) for column in columns]
+        return nest.pack_sequence_as(structure, arrays) if nest.is_nested(structure) else arrays[0]
 
     # -- checkpoints ---------------------------------------------------------------
 

@@ -215,6 +215,28 @@ def test_predict_and_evaluate_match_the_model():
     assert result["accuracy"] == pytest.approx(accuracy)
 
 
+def test_predict_keeps_the_structure_of_a_multi_output_model():
+    class TwoHeads(tp.Module):
+        def __init__(self):
+            super().__init__()
+            self.classes = tp.layers.Dense(2)
+            self.value = tp.layers.Dense(1)
+
+        def call(self, x):
+            return {"classes": self.classes(x), "value": (self.value(x), self.value(x) * 2.0)}
+
+    x, _ = make_data(10)
+    model = TwoHeads()
+    trainer = tp.Trainer(model, "sgd", "mse")
+    predictions = trainer.predict(x, batch_size=4)
+    expected = model(x)
+    assert set(predictions) == {"classes", "value"} and isinstance(predictions["value"], tuple)
+    # Batches of 4 against one of 10: BLAS may round the last bit differently.
+    np.testing.assert_allclose(predictions["classes"], expected["classes"].numpy(), rtol=1e-6)
+    np.testing.assert_allclose(predictions["value"][1], expected["value"][1].numpy(), rtol=1e-6)
+    assert predictions["value"][0].shape == (10, 1)
+
+
 def test_float64_inputs_train_as_float32():
     x, y = make_data(10)
     history = make_trainer(metrics=()).fit(x.astype(np.float64), y, epochs=1, batch_size=5)
