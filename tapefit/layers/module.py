@@ -517,7 +517,7 @@ class Module:
         Nothing is assigned unless every entry matches.
 
         Raises:
-            ValueError: naming every missing, unexpected and mis-shaped entry.
+            ValueError: naming every missing, unexpected, mis-shaped and non-numeric entry.
         """
         if not isinstance(state_dict, dict):
             raise TypeError(f"load_state_dict needs a dict of arrays, got {type(state_dict).__name__}")
@@ -532,6 +532,9 @@ class Module:
                 value = np.asarray(state_dict[key])
             except (TypeError, ValueError) as error:
                 problems.append(f"entry '{key}' is not an array ({error})")
+                continue
+            if value.dtype.kind not in "biuf":
+                problems.append(f"entry '{key}' is not a number array (dtype {value.dtype})")
                 continue
             if value.shape != entry.variable.shape:
                 shown = key if key == entry.path else f"{key}' (for '{entry.path})"

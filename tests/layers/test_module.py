@@ -432,6 +432,19 @@ def test_load_state_dict_names_every_problem_and_assigns_nothing():
         model.load_state_dict([1, 2])
 
 
+def test_load_state_dict_rejects_non_numeric_entries_before_assigning_anything():
+    m = tp.Module(name="m")
+    m.a = tp.Variable(1.0)
+    m.b = tp.Variable(2.0)
+    m.c = tp.Variable(3.0)
+    with pytest.raises(ValueError) as info:
+        m.load_state_dict({"m/a": 5.0, "m/b": "abc", "m/c": None})
+    message = str(info.value)
+    assert "entry 'm/b' is not a number array (dtype <U3)" in message
+    assert "entry 'm/c' is not a number array (dtype object)" in message
+    assert [float(v) for v in m.variables] == [1.0, 2.0, 3.0]
+
+
 def test_summary_table():
     model = Sequential(
         [
