@@ -131,6 +131,24 @@ def check_same_dtype(name: str, tensors: tuple[Tensor, ...] | list[Tensor]) -> N
             raise _dt.mix_error(name, [first, t._value.dtype])
 
 
+def same_dtype_tensors(name: str, values: Any) -> tuple[Tensor, ...]:
+    """``values`` as Tensors of one dtype, for ops taking a list (concat, stack, add_n).
+
+    Python numbers and lists are weakly typed and adopt the first Tensor's dtype, as
+    in binary ops; ndarrays and Tensors keep theirs and must match.
+    """
+    strong = (Tensor, np.ndarray, np.generic)
+    like = next((v for v in values if isinstance(v, Tensor)), None)
+    tensors = tuple(
+        [
+            convert_to_tensor(v) if like is None or isinstance(v, strong) else weak_operand(v, like, name)
+            for v in values
+        ]
+    )
+    check_same_dtype(name, tensors)  # names the dtypes in the order given
+    return tensors
+
+
 _FLOATS = frozenset([_dt.float16, _dt.float32, _dt.float64])
 _NUMERIC = _FLOATS | frozenset(np.dtype(t) for t in "bBhHiIlLqQ")  # every int, no bool
 _ALLOWED = {"float": _FLOATS, "numeric": _NUMERIC, "any": None}

@@ -17,10 +17,10 @@ from tapefit.core.registry import (
     OpDef,
     binary,
     binary_operands,
-    check_same_dtype,
     execute,
     not_differentiable,
     register_gradient,
+    same_dtype_tensors,
     unary,
 )
 from tapefit.core.tensor import Tensor, convert_to_tensor
@@ -330,12 +330,11 @@ def add_n(inputs: list[Any]) -> Tensor:
     """The elementwise sum of a list of tensors of one shape and dtype."""
     if not inputs:
         raise ValueError("add_n needs at least one tensor")
-    tensors = [convert_to_tensor(t) for t in inputs]
-    check_same_dtype("AddN", tensors)
+    tensors = same_dtype_tensors("AddN", inputs)
     shapes = {t.shape for t in tensors}
     if len(shapes) > 1:
         raise ValueError(f"add_n needs tensors of one shape, got shapes {sorted(shapes)}")
-    return execute(_ADD_N, tuple(tensors))
+    return execute(_ADD_N, tensors)
 
 
 @register_gradient("AddN")

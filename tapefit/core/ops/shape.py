@@ -16,7 +16,7 @@ import numpy as np
 
 from tapefit.core import dtypes as _dt
 from tapefit.core.record import Op
-from tapefit.core.registry import OpDef, check_same_dtype, execute, not_differentiable, register_gradient
+from tapefit.core.registry import OpDef, execute, not_differentiable, register_gradient, same_dtype_tensors
 from tapefit.core.tensor import Tensor, convert_to_tensor, to_array
 
 
@@ -175,9 +175,7 @@ def _broadcast_to_grad(op: Op, dy: Tensor) -> Tensor:
 def _tensors(values: Any, name: str) -> tuple[Tensor, ...]:
     if isinstance(values, (Tensor, np.ndarray)) or not values:
         raise ValueError(f"{name} needs a non-empty list of tensors")
-    tensors = tuple(convert_to_tensor(v) for v in values)
-    check_same_dtype(name, tensors)
-    return tensors
+    return same_dtype_tensors(name, values)
 
 
 _CONCAT = OpDef("ConcatV2", lambda *xs, axis: np.concatenate(xs, axis=axis), save="")

@@ -201,6 +201,15 @@ def test_log_of_sigmoid_keeps_its_value_for_negative_inputs():
 # -- cast, where, clip, identity, stop_gradient, add_n ----------------------------------
 
 
+def test_add_n_takes_python_data_in_the_tensors_dtype():
+    x = tp.constant([1.0, 2.0], tp.float16)
+    out = tp.add_n([x, [1.0, 1.0], x])
+    assert out.dtype == np.float16
+    np.testing.assert_array_equal(out.numpy(), [3.0, 5.0])
+    with pytest.raises(TypeError, match="int32"):
+        tp.add_n([tp.constant([1, 2]), [0.5, 0.5]])
+
+
 def test_cast_values():
     x = tp.constant([-1.7, 0.0, 2.9])
     np.testing.assert_array_equal(tp.cast(x, tp.int32).numpy(), [-1, 0, 2])

@@ -65,6 +65,20 @@ def test_expand_dims_and_squeeze_name_a_non_int_axis():
     assert tp.squeeze(x, (1,)).shape == (2,)
 
 
+def test_concat_and_stack_take_python_data_in_the_tensors_dtype():
+    # weak typing, as in binary ops: the list adopts float64 instead of clashing as float32
+    x = tp.constant([[1.0, 2.0]], tp.float64)
+    for out in (
+        tp.concat([x, [[3.0, 4.0]]], 0),
+        tp.concat([[[3.0, 4.0]], x], 0),
+        tp.stack([x, [[3.0, 4.0]]]),
+    ):
+        assert out.dtype == np.float64
+    np.testing.assert_array_equal(tp.concat([[[0.0, 0.0]], x], 0).numpy(), [[0.0, 0.0], [1.0, 2.0]])
+    with pytest.raises(TypeError, match=r"float64.*float32"):
+        tp.concat([x, np.zeros((1, 2), np.float32)], 0)  # arrays keep their dtype
+
+
 def test_reshape_error_names_the_shapes():
     with pytest.raises(ValueError, match=re.escape("shape (3, 4) (12 elements) to [5]")):
         tp.reshape(_x(3, 4), [5])
