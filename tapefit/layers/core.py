@@ -14,7 +14,7 @@ from tapefit.core.ops import shape as _shape
 from tapefit.core.ops.linalg import matmul
 from tapefit.core.ops.math import cast
 from tapefit.core.tensor import Tensor, convert_to_tensor
-from tapefit.layers import activations
+from tapefit.layers import activations, initializers
 from tapefit.layers.module import Layer, Module
 
 
@@ -39,8 +39,9 @@ class _KernelLayer(Layer):
     ) -> None:
         self.activation = activations.get(activation)
         self.use_bias = bool(use_bias)
-        self.kernel_initializer = kernel_initializer
-        self.bias_initializer = bias_initializer
+        # Resolved now, as Keras does, so that a misspelt name fails where the layer is made.
+        self.kernel_initializer = initializers.get(kernel_initializer)
+        self.bias_initializer = initializers.get(bias_initializer)
         self.kernel = None
         self.bias = None
         self._add_regularizer("kernel", kernel_regularizer)

@@ -8,6 +8,7 @@ from tapefit.core.ops.math import sqrt, square
 from tapefit.core.ops.reduce import normalize_axes, reduce_mean
 from tapefit.core.ops.shape import reshape
 from tapefit.core.tensor import Tensor, Variable
+from tapefit.layers import initializers
 from tapefit.layers.module import Layer
 
 
@@ -85,7 +86,8 @@ class LayerNormalization(_Normalization):
         self.axis = axis
         self.epsilon = float(epsilon)
         self.center, self.scale = bool(center), bool(scale)
-        self.beta_initializer, self.gamma_initializer = beta_initializer, gamma_initializer
+        self.beta_initializer = initializers.get(beta_initializer)
+        self.gamma_initializer = initializers.get(gamma_initializer)
         self.gamma = None
         self.beta = None
         self._broadcast_shape: tuple[int, ...] = ()
@@ -160,10 +162,10 @@ class BatchNormalization(_Normalization):
         self.epsilon = float(epsilon)
         self.center, self.scale = bool(center), bool(scale)
         self.initializers = {
-            "gamma": gamma_initializer,
-            "beta": beta_initializer,
-            "moving_mean": moving_mean_initializer,
-            "moving_variance": moving_variance_initializer,
+            "gamma": initializers.get(gamma_initializer),
+            "beta": initializers.get(beta_initializer),
+            "moving_mean": initializers.get(moving_mean_initializer),
+            "moving_variance": initializers.get(moving_variance_initializer),
         }
         self.gamma = None
         self.beta = None

@@ -180,3 +180,8 @@ def test_small_cnn_learns_bars():
     assert before < 0.75 and after >= 0.95, (before, after)
     assert float(loss) < 0.1
     assert model.layers[0].kernel.shape == (3, 3, 1, 8) and model.layers[3].kernel.shape == (72, 2)
+
+
+def test_conv2d_rejects_an_unknown_initializer_when_constructed():
+    with pytest.raises(ValueError, match="unknown initializer 'he'"):
+        tp.layers.Conv2D(2, 3, kernel_initializer="he")

@@ -219,3 +219,11 @@ def test_dense_positional_arguments_follow_the_api_contract():
     layer = Dense(2, "relu", False, "ones", "zeros", "contract")
     assert layer.name == "contract" and not layer.use_bias
     assert layer(tp.constant([[1.0, -3.0]])).numpy().tolist() == [[0.0, 0.0]]
+
+
+def test_dense_rejects_an_unknown_initializer_when_constructed():
+    # As Keras: the name is checked when the layer is made, not at its first call.
+    with pytest.raises(ValueError, match="unknown initializer 'glorot'"):
+        Dense(2, kernel_initializer="glorot")
+    with pytest.raises(ValueError, match="unknown initializer 'zero'"):
+        Dense(2, bias_initializer="zero")

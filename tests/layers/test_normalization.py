@@ -117,3 +117,15 @@ def test_batch_normalization_errors():
         layer(tp.ones((2, 4)))
     with pytest.raises(ValueError, match="momentum"):
         BatchNormalization(momentum=1.5)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: tp.layers.LayerNormalization(gamma_initializer="one"),
+        lambda: tp.layers.BatchNormalization(moving_variance_initializer="one"),
+    ],
+)
+def test_normalizations_reject_an_unknown_initializer_when_constructed(make):
+    with pytest.raises(ValueError, match="unknown initializer 'one'"):
+        make()
