@@ -11,6 +11,7 @@ training, 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import math
 import shutil
@@ -381,6 +382,39 @@ def build_plugins(entries: list[dict[str, Any]]) -> list[Any]:
     return built
 
 
+def check_monitors(plugins: list[Any], metrics: list[Any], data: Data) -> None:
+    """Checks that every built-in plugin's ``monitor`` names a key the epoch logs will have.
+
+    The keys are ``loss``, the metrics' names, their ``val_`` twins when there is validation
+    data, and ``learning_rate`` with ``reduce_lr_on_plateau``. A user's plugin may add keys of
+    its own, so with one in the run a missing key stays a warning at the first epoch's end.
+    """
+    from tapefit.plugins import manager
+    from tapefit.plugins.reduce_lr_on_plateau import ReduceLROnPlateau
+
+    builtin = tuple(manager.resolve_plugin(name) for name in manager.BUILTIN_PLUGINS)
+    if not all(isinstance(plugin, builtin) for plugin in plugins):
+        return
+    keys = ["loss", *(m.name for m in metrics)]
+    if data.validation is not None:
+        keys += [f"val_{k}" for k in keys]
+    if any(isinstance(plugin, ReduceLROnPlateau) for plugin in plugins):
+        keys.append("learning_rate")
+    for i, plugin in enumerate(plugins):
+        monitor = getattr(plugin, "monitor", None)
+        if not isinstance(monitor, str) or monitor in keys:
+            continue
+        why = ""
+        if monitor.startswith("val_") and data.validation is None:
+            why = " (there is no validation data: data.validation_split is 0)"
+        close = difflib.get_close_matches(monitor, keys, n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]!r}?" if close else "."
+        _fail(
+            f"plugins[{i}].monitor",
+            f"{monitor!r} is not a key of this run's epoch logs{why}{hint} The keys are: {', '.join(keys)}",
+        )
+
+
 def check_model_on_data(model: Any, loss: Any, loss_type: str, data: Data) -> None:
     """Runs the model and the loss on two samples, so a mismatch is a config error, not a crash."""
     from tapefit.core.tensor import convert_to_tensor
@@ -488,6 +522,7 @@ def prepare(args: argparse.Namespace) -> Run:
     metrics = build_metrics(config["metrics"], schema, loss)
     optimizer = build_optimizer(config["optimizer"])
     plugins = build_plugins(config["plugins"])
+    check_monitors(plugins, metrics, data)
     check_model_on_data(model, loss, config["loss"]["type"], data)
     output_dir = Path(config["trainer"]["output_dir"] or Path("runs") / config["name"])
     resume_from, resume_epoch = None, 0

@@ -237,6 +237,52 @@ def test_problems_found_while_building_are_config_errors(workdir, capsys):
     assert "needs a monitor" in err
 
 
+def test_a_monitor_that_is_not_a_log_key_is_a_config_error(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "plugins[0]={type: early_stopping, monitor: val_acc}"],
+        f"train: error: {config}: plugins[0].monitor: 'val_acc' is not a key of this run's epoch logs; "
+        "did you mean 'val_accuracy'? The keys are: loss, accuracy, val_loss, val_accuracy",
+    )
+    assert_config_error(
+        workdir,
+        capsys,
+        [
+            "--config",
+            config,
+            "--set",
+            "data.validation_split=0",
+            "--set",
+            "plugins[0]={type: checkpoint, monitor: val_loss, save_best_only: true}",
+        ],
+        f"train: error: {config}: plugins[0].monitor: 'val_loss' is not a key of this run's epoch logs "
+        "(there is no validation data: data.validation_split is 0); did you mean 'loss'? The keys are: "
+        "loss, accuracy",
+    )
+    # learning_rate is there when reduce_lr_on_plateau adds it; and a user's plugin may add any key.
+    write(
+        workdir / "addkey.py",
+        """\
+        import tapefit as tp
+
+        class AddKey:
+            @tp.hookimpl
+            def on_epoch_end(self, logs):
+                logs["mine"] = 1.0
+        """,
+    )
+    for plugins in (
+        "[reduce_lr_on_plateau, {type: checkpoint, monitor: learning_rate}]",
+        "[{type: 'addkey:AddKey'}, {type: early_stopping, monitor: mine}]",
+    ):
+        status, _, err = run_main(
+            ["--config", config, "--set", f"plugins={plugins}", "--print-config"], capsys
+        )
+        assert status == 0, err
+
+
 def test_a_user_model_that_fails_to_build(workdir, capsys):
     write(
         workdir / "usermodels.py",
