@@ -577,7 +577,7 @@ class Module:
                 if id(variable) not in counted:
                     counted.add(id(variable))
                     n += variable.size
-            unbuilt = not n and not module._built and type(module).build is not Module.build
+            unbuilt = not n and any(_awaits_build(m) for m in [module, *module.submodules])
             params = "0 (unbuilt)" if unbuilt else str(n)
             rows.append(
                 (f"{module.name} ({type(module).__name__})", _format_shape(module._output_shape), params)
@@ -661,6 +661,11 @@ class Layer(Module):
         if x.dtype != self.dtype:
             x = cast(x, self.dtype)
         return x
+
+
+def _awaits_build(module: Module) -> bool:
+    """Whether ``module`` defines ``build`` and has not run it yet (its variables may be missing)."""
+    return not module._built and type(module).build is not Module.build
 
 
 @functools.cache

@@ -474,6 +474,15 @@ def test_summary_table():
     )
 
 
+def test_summary_marks_a_nested_model_of_unbuilt_layers_unbuilt():
+    model = Sequential([Sequential([Dense(4)], name="block"), tp.layers.Flatten(name="flat")], name="outer")
+    lines = []
+    model.summary(print_fn=lines.append)
+    rows = {line.split()[0]: line for line in lines if line.split() and line.split()[0] in ("block", "flat")}
+    assert rows["block"].endswith("0 (unbuilt)")
+    assert rows["flat"].split()[-1] == "0"  # nothing to build: no parameters, not "unbuilt"
+
+
 def test_summary_prints_by_default_and_lists_own_variables(capsys):
     model = TwoDense(name="netsum")
     model(tp.ones((1, 3)))
