@@ -670,6 +670,22 @@ def _print_outputs(run: Run, out: Any) -> None:
         print(f"  last checkpoint {last} (continue with --resume auto)", file=out)
 
 
+def _what_was_saved(run: Run) -> str:
+    """Where an interrupted run can continue from, in words."""
+    from tapefit.plugins.checkpoint import Checkpoint, latest_checkpoint
+
+    plugin = next((p for p in run.plugins if isinstance(p, Checkpoint)), None)
+    if plugin is None:
+        return "no checkpoint was saved (the run has no checkpoint plugin)"
+    if plugin.interrupted_path is not None:
+        return f"the state was saved to {plugin.interrupted_path} (continue with --resume auto)"
+    folder = _checkpoint_folder(run.plugins, run.output_dir)
+    last = latest_checkpoint(folder) if folder is not None else None
+    if last is None:
+        return "no checkpoint was saved yet"
+    return f"the newest checkpoint is {last} (continue from it with --resume auto)"
+
+
 # --------------------------------------------------------------------------- the command line
 
 
@@ -754,9 +770,7 @@ def _main(args: argparse.Namespace, prog: str) -> int:
     try:
         return train(run, args, sys.stdout)
     except KeyboardInterrupt:
-        last = _checkpoint_folder(run.plugins, run.output_dir)
-        saved = f"; the state was saved under {last}" if last is not None and last.is_dir() else ""
-        print(f"\n{prog}: interrupted{saved} (continue with --resume auto)", file=sys.stderr)
+        print(f"\n{prog}: interrupted; {_what_was_saved(run)}", file=sys.stderr)
         return 130
     except Exception as e:
         if args.debug:

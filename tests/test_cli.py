@@ -856,6 +856,42 @@ def test_interrupt_exits_130_after_saving_and_resumes(tmp_path):
     assert "resuming from runs/sp/checkpoints/interrupted.npz" in resumed.stdout
 
 
+def test_interrupt_message_says_exactly_what_was_saved(workdir, capsys):
+    write(
+        workdir / "interrupt.py",
+        """\
+        import tapefit as tp
+
+        class Interrupt:
+            @tp.hookimpl
+            def on_train_batch_start(self, step):
+                if step == 6:
+                    raise KeyboardInterrupt
+        """,
+    )
+    config = write(workdir / "c.yaml", SPIRALS)
+    plugins = "plugins=[{type: 'interrupt:Interrupt'}, {type: checkpoint, save_on_exception: %s}]"
+    status, _, err = run_main(["--config", config, "--set", "name=a", "--set", plugins % "true"], capsys)
+    assert status == 130
+    assert err.splitlines()[-1] == (
+        "train: interrupted; the state was saved to runs/a/checkpoints/interrupted.npz (continue with --resume auto)"
+    )
+    status, _, err = run_main(["--config", config, "--set", "name=b", "--set", plugins % "false"], capsys)
+    assert status == 130
+    assert err.splitlines()[-1] == (
+        "train: interrupted; the newest checkpoint is runs/b/checkpoints/epoch0000-step00000004.npz "
+        "(continue from it with --resume auto)"
+    )
+    status, _, err = run_main(
+        ["--config", config, "--set", "name=c", "--set", "plugins=[{type: 'interrupt:Interrupt'}]"], capsys
+    )
+    assert status == 130
+    assert (
+        err.splitlines()[-1]
+        == "train: interrupted; no checkpoint was saved (the run has no checkpoint plugin)"
+    )
+
+
 def test_training_result_matches_a_python_trainer(tmp_path):
     """The command builds what the config says: the same run through tp.Trainer gives the same weights."""
     import tapefit as tp

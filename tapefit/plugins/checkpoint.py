@@ -351,6 +351,10 @@ class Checkpoint:
         save_on_fit_end: when ``fit`` ends after a step that was not saved (for example
             stopped in the middle of an epoch), save it; not with ``save_best_only``.
 
+    Attributes:
+        interrupted_path: the ``interrupted.npz`` written when an exception ended the
+            last fit, else ``None``.
+
     A state whose model weights are not finite is never saved (a warning says so), so
     after a NaN the last good checkpoint stays the newest.
     """
@@ -394,6 +398,7 @@ class Checkpoint:
         self.best_name: str | None = None
         self._last_saved: tuple[int, int, bool] | None = None
         self._warned_missing = False
+        self.interrupted_path: Path | None = None
 
     # -- state -------------------------------------------------------------
 
@@ -479,6 +484,7 @@ class Checkpoint:
             return
         path = self._write(trainer, self.folder / INTERRUPTED_NAME)
         if path is not None:
+            self.interrupted_path = path
             write_pointer(self.folder, LAST_POINTER, path.name)
             logger.warning("checkpoint: saved %s after %s", path, type(exception).__name__)
 
