@@ -63,30 +63,45 @@ class _CallContext(threading.local):
 
 
 _context = _CallContext()
-_accepts_training: dict[Callable[..., Any], bool] = {}
+_training_params: dict[Callable[..., Any], tuple[bool, int | None]] = {}
 
 
-def _call_accepts_training(call: Callable[..., Any]) -> bool:
-    accepts = _accepts_training.get(call)
-    if accepts is None:
-        params = inspect.signature(call).parameters.values()
+def _training_param(call: Callable[..., Any]) -> tuple[bool, int | None]:
+    """Whether ``call`` (a function taking ``self`` first) takes ``training``, and the index among
+    the positional arguments after ``self`` where it may be given, if it may."""
+    found = _training_params.get(call)
+    if found is None:
+        params = list(inspect.signature(call).parameters.values())
         accepts = any(p.name == "training" or p.kind is p.VAR_KEYWORD for p in params)
-        _accepts_training[call] = accepts
-    return accepts
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        index = next((i - 1 for i, p in enumerate(positional) if p.name == "training" and i > 0), None)
+        found = _training_params[call] = (accepts, index)
+    return found
 
 
-def _resolve_training(kwargs: dict[str, Any], fn: Callable[..., Any]) -> bool | None:
-    """The ``training`` value of a call (given, else the enclosing call's), put into or taken
-    out of ``kwargs`` depending on whether ``fn`` takes it."""
+def _resolve_training(
+    args: tuple[Any, ...], kwargs: dict[str, Any], fn: Callable[..., Any]
+) -> tuple[tuple[Any, ...], bool | None]:
+    """The arguments and ``training`` value of a call: the value given (by keyword or by position),
+    else the enclosing call's. It is put into or taken out of ``kwargs`` depending on whether
+    ``fn`` takes it; a value given by position stays there (``None`` is then replaced)."""
+    accepts, index = _training_param(fn)
+    inherited = _context.training[-1] if _context.training else None
+    if index is not None and len(args) > index:
+        training = args[index]
+        if training is None and inherited is not None:
+            training = inherited
+            args = (*args[:index], training, *args[index + 1 :])
+        return args, training
     training = kwargs.get("training")
-    if training is None and _context.training:
-        training = _context.training[-1]
-    if _call_accepts_training(fn):
+    if training is None:
+        training = inherited
+    if accepts:
         if training is not None:
             kwargs["training"] = training
     else:
         kwargs.pop("training", None)
-    return training
+    return args, training
 
 
 def _call_override(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -96,7 +111,7 @@ def _call_override(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def __call__(self: Module, *args: Any, **kwargs: Any) -> Any:
-        training = _resolve_training(kwargs, fn)
+        args, training = _resolve_training(args, kwargs, fn)
         _context.training.append(training)
         try:
             outputs = fn(self, *args, **kwargs)
@@ -473,11 +488,12 @@ class Module:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Builds the module on its first call, then runs ``call``.
 
-        ``training`` resolves as in Keras: the value passed here; else the value
-        the enclosing module's call received; else it is not passed (``call``'s
-        default applies). It is passed only to a ``call`` that takes it.
+        ``training`` resolves as in Keras: the value passed here (by keyword, or
+        by position where ``call`` declares it); else the value the enclosing
+        module's call received; else it is not passed (``call``'s default
+        applies). It is passed only to a ``call`` that takes it.
         """
-        training = _resolve_training(kwargs, type(self).call)
+        args, training = _resolve_training(args, kwargs, type(self).call)
         _context.training.append(training)
         try:
             if not self._built:

@@ -314,6 +314,38 @@ def test_explicit_training_wins_and_unsupported_training_is_dropped():
     assert NoTraining()(2.0, training=True) == 2.0
 
 
+def test_training_given_positionally_is_used_and_not_passed_twice():
+    inner = Recorder()
+
+    class Outer(tp.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = inner
+
+        def call(self, x, training=None):
+            self.inner(x, False)  # positional, inside a call that has training=True
+            return self.inner(
+                x, None
+            )  # None given positionally: the enclosing call's value, as a keyword would
+
+    Outer()(1.0, training=True)
+    assert inner.seen == [False, True]
+
+    class Dunder(tp.Module):
+        def __call__(self, x, training=False):
+            return training
+
+    class Caller(tp.Module):
+        def __init__(self):
+            super().__init__()
+            self.dunder = Dunder()
+
+        def call(self, x):
+            return self.dunder(x, False)
+
+    assert Caller()(1.0, training=True) is False
+
+
 def test_sequential_passes_training_to_its_layers():
     rec = Recorder()
     model = Sequential([NoTraining(), rec])
