@@ -174,7 +174,8 @@ def apply_overrides(config: Mapping[str, Any], overrides: Sequence[str]) -> dict
     ``VALUE`` is parsed as YAML (``3`` an int, ``1e-3`` a float, ``true`` a bool, ``null``
     None, ``[64, 64]`` a list, anything else a string). Missing mappings on the way are
     created; a section written as a bare type name (``optimizer: adam``) becomes
-    ``{type: adam}`` first, so ``--set optimizer.learning_rate=0.01`` works on it.
+    ``{type: adam}`` first, so ``--set optimizer.learning_rate=0.01`` works on it. An index
+    one past the end of a list appends (``--set plugins[2]=tensorboard`` on two plugins).
 
     Raises:
         ConfigError: If an override is not ``KEY=VALUE``, its value is not valid YAML, or its
@@ -199,10 +200,13 @@ def apply_overrides(config: Mapping[str, Any], overrides: Sequence[str]) -> dict
             if isinstance(node, list):
                 if not isinstance(part, int):
                     raise ConfigError(f"--set {item!r}: {format_key_path(parts[:depth])} is a list; index it")
+                if part == len(node):
+                    node.append(None)  # one past the end adds an entry
                 if not -len(node) <= part < len(node):
+                    listed = format_key_path(parts[:depth])
                     raise ConfigError(
-                        f"--set {item!r}: {format_key_path(parts[:depth])} has {len(node)} entries, "
-                        f"there is no [{part}]"
+                        f"--set {item!r}: {listed} has {len(node)} entries, there is no [{part}] "
+                        f"({listed}[{len(node)}]=... adds one at the end)"
                     )
             elif isinstance(node, dict):
                 part = str(part)
@@ -213,7 +217,7 @@ def apply_overrides(config: Mapping[str, Any], overrides: Sequence[str]) -> dict
                 break
             child = node[part] if isinstance(node, list) or part in node else None
             if child is None:
-                child = {}
+                child = [] if isinstance(parts[depth + 1], int) else {}
             elif isinstance(child, str) and not isinstance(parts[depth + 1], int):
                 child = {"type": child}  # a bare type name becomes a mapping to add keys to
             elif not isinstance(child, (dict, list)):

@@ -223,12 +223,26 @@ def test_overrides_parse_yaml_scalars_and_create_keys():
     assert config["trainer"]["epochs"] == 20  # the original is untouched
 
 
+def test_overrides_one_past_the_end_of_a_list_append():
+    config = {"plugins": ["progress"], "metrics": ["accuracy"]}
+    result = cfg.apply_overrides(
+        config,
+        ["plugins[1]=tensorboard", "plugins[2].type=checkpoint", "plugins[2].keep_last=2", "data.x[0]=5"],
+    )
+    assert result["plugins"] == ["progress", "tensorboard", {"type": "checkpoint", "keep_last": 2}]
+    assert result["data"] == {"x": [5]}  # a missing list indexed at 0 is made
+    assert cfg.apply_overrides({}, ["plugins[0]=progress"]) == {"plugins": ["progress"]}
+
+
 @pytest.mark.parametrize(
     "override, message",
     [
         ("trainer.epochs", r"--set 'trainer.epochs': expected KEY=VALUE"),
         ("=3", r"expected KEY=VALUE"),
-        ("plugins[5].x=1", r"plugins has 2 entries, there is no \[5\]"),
+        (
+            "plugins[5].x=1",
+            r"plugins has 2 entries, there is no \[5\] \(plugins\[2\]=\.\.\. adds one at the end\)",
+        ),
         ("plugins.x=1", r"plugins is a list; index it"),
         ("trainer.epochs.x=1", r"trainer\.epochs is an integer, not a mapping"),
         ("trainer.epochs=[1", r"the value is not valid YAML"),
