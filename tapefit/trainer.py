@@ -377,6 +377,10 @@ class Trainer:
         )
         if validation_data is not None:
             validation_data = (_float32_inputs(validation_data[0]), _float32_inputs(validation_data[1]))
+            try:  # checked now rather than after the first epoch's training
+                BatchLoader(*validation_data, batch_size=loader.batch_size, shuffle=False)
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"validation_data: {error}") from None
         self._loader = loader
         self.epochs = int(epochs)
         self.batch_size = loader.batch_size

@@ -271,6 +271,11 @@ def test_bad_arguments_have_clear_errors():
         trainer.fit(x, y, epochs=-1)
     with pytest.raises(ValueError, match="validation_data must be a tuple"):
         trainer.fit(x, y, validation_data=x)
+    counter = HookCounter()
+    trainer.plugins.register(counter)
+    with pytest.raises(ValueError, match=r"validation_data: x and y must have the same number of samples"):
+        trainer.fit(x, y, validation_data=(x, y[:5]))
+    assert counter.calls == []  # found before any training
     with pytest.raises(TypeError, match="loss must be a loss name"):
         tp.Trainer(trainer.model, "sgd", 3)
     with pytest.raises(TypeError, match="optimizer must be an optimizer name"):
