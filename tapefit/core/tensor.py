@@ -335,17 +335,60 @@ def constant(value: Any, dtype: _dt.DTypeLike = None) -> Tensor:
 def convert_to_tensor(value: Any, dtype: _dt.DTypeLike = None) -> Tensor:
     """Returns ``value`` as a Tensor; Tensors and Variables are returned as they are.
 
+    A (nested) list or tuple holding Tensors is packed with recorded ops (``stack``), as
+    TensorFlow's autopacking does, so ``tp.reduce_sum([loss_a, loss_b])`` keeps its
+    gradients; it takes its tensors' dtype, which Python numbers in it adopt. (``constant``
+    stays a constant.) Ops convert their inputs with this function.
+
     Raises:
-        TypeError: ``value`` is a Tensor of another dtype than ``dtype``.
+        TypeError: ``value`` is a Tensor (or a packed list) of another dtype than ``dtype``.
     """
     if isinstance(value, Tensor):
-        if dtype is not None and _dt.as_dtype(dtype) != value._value.dtype:
-            raise TypeError(
-                f"convert_to_tensor: requested dtype {_dt.as_dtype(dtype).name} for a tensor of "
-                f"dtype {value.dtype.name}; use tp.cast"
-            )
-        return value
+        return _checked_dtype(value, dtype)
+    if isinstance(value, (list, tuple)) and _first_tensor(value) is not None:
+        return _checked_dtype(_pack(value), dtype)
     return Tensor(value, dtype)
+
+
+def _checked_dtype(t: Tensor, dtype: _dt.DTypeLike) -> Tensor:
+    if dtype is not None and _dt.as_dtype(dtype) != t._value.dtype:
+        raise TypeError(
+            f"convert_to_tensor: requested dtype {_dt.as_dtype(dtype).name} for a tensor of "
+            f"dtype {t.dtype.name}; use tp.cast"
+        )
+    return t
+
+
+def _first_tensor(value: list | tuple) -> Tensor | None:
+    """The first Tensor in a nested list or tuple, or ``None`` (one pass, no recursion)."""
+    stack = [value]
+    while stack:
+        for item in stack.pop():
+            if item.__class__ is float or item.__class__ is int:
+                continue  # the bulk of list data: keep the scan cheap
+            if isinstance(item, Tensor):
+                return item
+            if isinstance(item, (list, tuple)):
+                stack.append(item)
+    return None
+
+
+def _pack(value: list | tuple) -> Tensor:
+    """A nested list holding Tensors as one Tensor, built with ``stack`` so tapes record it."""
+    from tapefit.core.ops.shape import stack  # the ops import this module
+
+    like = _first_tensor(value)
+
+    def pack(node: list | tuple) -> Tensor:  # recursion only as deep as the list nesting
+        if _first_tensor(node) is None:
+            return weak_operand(node, like, "pack")  # type: ignore[arg-type]
+        parts = [
+            pack(item) if isinstance(item, (list, tuple)) else weak_operand(item, like, "pack")  # type: ignore[arg-type]
+            for item in node
+        ]
+        return stack(parts, axis=0)
+
+    return pack(value)
 
 
 def weak_operand(value: Any, like: Tensor, op_name: str) -> Tensor:
@@ -365,6 +408,8 @@ def weak_operand(value: Any, like: Tensor, op_name: str) -> Tensor:
         return _wrap(_owned(array, value))
     if isinstance(value, (int, float)) and target.kind == "f":
         return _wrap(np.array(value, target))
+    if isinstance(value, (list, tuple)) and _first_tensor(value) is not None:
+        return _pack(value)  # its tensors' dtype, which the op then checks against like's
     array = to_array(value)
     if array.dtype.kind == "f" and target.kind != "f":
         raise TypeError(

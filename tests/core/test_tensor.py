@@ -307,6 +307,39 @@ def test_ragged_lists_are_a_value_error():
         tp.constant([[1.0], [1.0, 2.0]])
 
 
+def test_lists_holding_tensors_are_packed_with_recorded_ops_as_tf_autopacking():
+    # tp.reduce_sum([loss_a, loss_b]) must keep the gradient, as tf.reduce_sum does
+    w = tp.Variable([1.0, 2.0])
+    b = tp.Variable(3.0)
+    with tp.GradientTape(persistent=True) as tape:
+        total = tp.reduce_sum([tp.reduce_sum(w * w), b * b])
+        packed = tp.convert_to_tensor([[b, 1.0], [2.0, b * 2.0]])
+        scaled = w * [b, 2.0]
+    assert total.numpy() == 14.0
+    gw, gb = tape.gradient(total, [w, b])
+    np.testing.assert_array_equal(gw.numpy(), [2.0, 4.0])
+    assert gb.numpy() == 6.0
+    assert packed.dtype == np.float32 and packed.shape == (2, 2)
+    np.testing.assert_array_equal(packed.numpy(), [[3.0, 1.0], [2.0, 6.0]])
+    assert tape.gradient(packed, b).numpy() == 3.0
+    np.testing.assert_array_equal(scaled.numpy(), [3.0, 4.0])
+    assert tape.gradient(scaled, b).numpy() == 1.0
+
+
+def test_packed_lists_take_their_tensors_dtype_and_constant_stays_a_constant():
+    x = tp.constant(1.5, tp.float64)
+    assert tp.convert_to_tensor([x, 2.0]).dtype == np.float64
+    with pytest.raises(TypeError, match=r"float64.*float32|float32.*float64"):
+        tp.convert_to_tensor([x, tp.constant(1.0)])
+    with pytest.raises(TypeError, match="requested dtype float32"):
+        tp.convert_to_tensor([x], dtype=tp.float32)
+    v = tp.Variable(2.0)
+    with tp.GradientTape() as tape:
+        c = tp.constant([v, v])  # tf.constant is a constant: no gradient flows through it
+        y = tp.reduce_sum(c * v)
+    assert tape.gradient(y, v).numpy() == 4.0
+
+
 def test_dtype_names_are_numpy_dtypes():
     for name, want in [
         ("float16", np.float16),
