@@ -649,6 +649,12 @@ class Layer(Module):
             are cast to it, as Keras autocasts (integer inputs of ``Dense`` included).
     """
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Layer:
+        # As Module.__new__: a subclass that forgets super().__init__() gets the defaults.
+        self = super().__new__(cls, *args, **kwargs)
+        self.__dict__.update(dtype=_dt.float32, _regularizers={})
+        return self  # type: ignore[return-value]
+
     def __init__(self, trainable: bool = True, name: str | None = None, dtype: Any = None) -> None:
         super().__init__(name=name)
         dtype = _dt.float32 if dtype is None else _dt.as_dtype(dtype)

@@ -261,6 +261,18 @@ def test_subclass_forgetting_super_init_still_works():
     m = NoInit()
     assert m.variables == [m.v] and m.name.startswith("no_init")
 
+    class LayerNoInit(tp.layers.Layer):
+        def __init__(self):
+            self.w = tp.Variable([2.0])
+
+        def call(self, x):
+            return self._cast_input(x) * self.w
+
+    layer = LayerNoInit()
+    model = Sequential([layer, Dense(1, kernel_regularizer="l2")])
+    assert model(tp.constant([[1, 2]])).dtype == np.float32
+    assert len(model.losses) == 1 and layer.losses == []
+
 
 class Recorder(tp.Module):
     def __init__(self):
