@@ -10,6 +10,7 @@ differentiated again; where a gradient is itself an op (``ReluGrad``,
 from __future__ import annotations
 
 import math as _pymath
+import operator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -101,7 +102,11 @@ _LEAKY_RELU_GRAD = OpDef("LeakyReluGrad", _leaky_relu_backprop, save="y")
 def leaky_relu(features: Any, alpha: float = 0.2) -> Tensor:
     """``features`` where positive, else ``alpha * features``."""
     x = _float_tensor(features, "leaky_relu", "features")
-    return execute(_LEAKY_RELU, (x,), {"alpha": float(alpha)})
+    try:
+        alpha = float(alpha)
+    except (TypeError, ValueError):
+        raise TypeError(f"leaky_relu: alpha must be a number, got {alpha!r}") from None
+    return execute(_LEAKY_RELU, (x,), {"alpha": alpha})
 
 
 @register_gradient("LeakyRelu")
@@ -534,7 +539,7 @@ def _hw(value: Any, fn: str, arg: str) -> tuple[int, int]:
         value = value.numpy().tolist()
     items = [value] if isinstance(value, (int, np.integer)) else value
     try:
-        items = [int(v) for v in items]
+        items = [operator.index(v) for v in items]  # 1.5 is an error, never truncated to 1
     except (TypeError, ValueError):
         raise TypeError(f"{fn}: {arg} must be an int or a list of 1, 2 or 4 ints, got {value!r}") from None
     if len(items) == 4:

@@ -379,6 +379,11 @@ def test_dropout_rejects_bad_rates(rate):
         tp.nn.dropout(np.ones(3), rate)
 
 
+def test_leaky_relu_rejects_a_non_number_alpha():
+    with pytest.raises(TypeError, match="leaky_relu: alpha must be a number, got 'a'"):
+        tp.nn.leaky_relu(tp.constant([1.0]), "a")
+
+
 def test_dropout_rejects_bad_input():
     with pytest.raises(TypeError, match=r"dropout: x must be a floating tensor, got int32"):
         tp.nn.dropout(tp.constant([1, 2]), 0.5)
@@ -550,6 +555,9 @@ def test_conv2d_float32():
         ),
         ((1, 4, 4, 1), (2, 2, 1, 2), {"padding": "VALID", "dilations": 4}, ValueError, "window height 5"),
         ((1, 4, 4, 1), (3, 3, 1, 2), {"strides": "x"}, TypeError, "strides must be an int or a list"),
+        # never truncated to 1 in silence
+        ((1, 4, 4, 1), (3, 3, 1, 2), {"strides": [1.5, 2]}, TypeError, "got [1.5, 2]"),
+        ((1, 4, 4, 1), (3, 3, 1, 2), {"dilations": 1.5}, TypeError, "dilations must be an int"),
     ],
 )
 def test_conv2d_rejects_bad_input(x_shape, w_shape, kwargs, error, message):
