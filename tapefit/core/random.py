@@ -6,6 +6,7 @@ its own generator derived from (global seed, op seed), as in TensorFlow.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ class _Generators:
     def get(self, seed: int | None) -> np.random.Generator:
         if seed is None:
             return self.main
-        seed = int(seed)
+        seed = _seed(seed, "seed")
         generator = self.by_op_seed.get(seed)
         if generator is None:
             base = _DEFAULT_GLOBAL_SEED if self.seed is None else self.seed
@@ -37,12 +38,23 @@ class _Generators:
 _generators = _Generators()
 
 
+def _seed(seed: Any, what: str) -> int:
+    """``seed`` as a non-negative int: 1.5 or "1" are errors, never truncated or parsed in silence."""
+    if isinstance(seed, Tensor):
+        seed = seed._value.item() if seed.size == 1 else seed
+    try:
+        value = operator.index(seed)
+    except TypeError:
+        raise TypeError(f"random: {what} must be an int, got {seed!r}") from None
+    return value % 2**64  # TensorFlow's seeds are int64; NumPy takes non-negative ones
+
+
 def set_seed(seed: int | None) -> None:
     """Sets the global seed: the same seed and program give the same numbers.
 
     ``None`` clears it (fresh, unrepeatable numbers), as in TensorFlow.
     """
-    _generators.seed = None if seed is None else int(seed)
+    _generators.seed = None if seed is None else _seed(seed, "set_seed")
     _generators.main = np.random.default_rng(_generators.seed)
     _generators.by_op_seed.clear()
 

@@ -133,6 +133,22 @@ def test_set_seed_none_clears_the_global_seed_as_tf():
     np.testing.assert_array_equal(tp.random.normal([3], seed=1).numpy(), first)
 
 
+def test_seeds_must_be_ints():
+    for bad in (1.5, "1"):
+        with pytest.raises(TypeError, match="seed must be an int"):
+            tp.random.set_seed(bad)
+        with pytest.raises(TypeError, match="seed must be an int"):
+            tp.random.normal([2], seed=bad)
+        with pytest.raises(TypeError, match="seed must be an int"):
+            tp.nn.dropout(tp.ones([2]), 0.5, seed=bad)
+    tp.random.set_seed(-7)  # int64 seeds, negative ones too, as in TF
+    first = tp.random.uniform([2], seed=-1).numpy()
+    tp.random.set_seed(-7)
+    np.testing.assert_array_equal(tp.random.uniform([2], seed=-1).numpy(), first)
+    tp.random.set_seed(np.int64(3))
+    assert tp.random.normal([2], seed=tp.constant(4)).shape == (2,)
+
+
 def test_get_state_set_state_round_trip():
     tp.random.set_seed(42)
     tp.random.normal([5])
