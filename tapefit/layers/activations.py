@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tapefit.core.naming import Registry
 from tapefit.core.ops import math as _math
 from tapefit.core.ops import nn as _nn
 from tapefit.core.tensor import Tensor
-from tapefit.layers._registry import Registry
 
 
 def linear(x: Any) -> Any:

@@ -16,8 +16,8 @@ import numpy as np
 
 from tapefit.core import dtypes as _dt
 from tapefit.core import random as _random
+from tapefit.core.naming import Registry
 from tapefit.core.tensor import Tensor, _wrap
-from tapefit.layers._registry import Registry
 
 
 def compute_fans(shape: tuple[int, ...]) -> tuple[int, int]:

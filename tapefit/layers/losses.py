@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 
 from tapefit.core import dtypes as _dt
+from tapefit.core.naming import Registry
 from tapefit.core.ops import nn as _nn
 from tapefit.core.ops.math import abs, cast, clip_by_value, log, square, where
 from tapefit.core.ops.reduce import reduce_mean, reduce_sum
 from tapefit.core.ops.shape import squeeze
 from tapefit.core.tensor import Tensor, _wrap, convert_to_tensor
-from tapefit.layers._registry import Registry
 
 EPSILON = 1e-7
 _REDUCTIONS = ("sum_over_batch_size", "sum", "none")

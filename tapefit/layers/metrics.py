@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.core.naming import Registry
 from tapefit.core.tensor import Tensor, _wrap
 from tapefit.layers import losses as _losses
-from tapefit.layers._registry import Registry
 
 
 def _array(value: Any, what: str, metric: str) -> np.ndarray:

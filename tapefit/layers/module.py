@@ -25,10 +25,10 @@ import numpy as np
 
 from tapefit.core import dtypes as _dt
 from tapefit.core import nest
+from tapefit.core.naming import to_snake_case
 from tapefit.core.ops.math import cast
 from tapefit.core.tensor import Tensor, Variable, convert_to_tensor
 from tapefit.layers import initializers, regularizers
-from tapefit.layers._registry import to_snake_case
 
 # Attributes of Module itself that hold no user state and are not walked.
 _INTERNAL = frozenset(

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tapefit.core.naming import Registry
 from tapefit.core.ops.math import abs, square
 from tapefit.core.ops.reduce import reduce_sum
 from tapefit.core.tensor import Tensor
-from tapefit.layers._registry import Registry
 
 
 class Regularizer:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tapefit.layers._registry import Registry
+from tapefit.core.naming import Registry
 from tapefit.optimizers import _config, schedules
 from tapefit.optimizers.adagrad import Adagrad
 from tapefit.optimizers.adam import Adam

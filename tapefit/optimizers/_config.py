@@ -8,7 +8,7 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tapefit.layers._registry import Registry
+from tapefit.core.naming import Registry
 
 
 def build(config: Mapping[str, Any], registry: Registry[type]) -> Any:

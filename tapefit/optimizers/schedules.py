@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tapefit.layers._registry import Registry
+from tapefit.core.naming import Registry
 from tapefit.optimizers import _config
 
 __all__ = [

@@ -4,8 +4,8 @@ Activations, initializers, regularizers, losses, metrics, optimizers and schedul
 one ``Registry``: the same lookup rules, the same error for an unknown name, and a public
 list of the names (``tp.losses.registry.names()``) for configs and the command line.
 
-It uses nothing from tapefit, so every package can share it; it lives here because the
-layers hold most of the tables.
+It uses nothing from tapefit, so it sits at the bottom of the package ladder, where layers
+and optimizers can both import it.
 """
 
 from __future__ import annotations

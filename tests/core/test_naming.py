@@ -1,10 +1,10 @@
-"""The name tables (``tapefit/layers/_registry.py``) and the public registries built on them."""
+"""The name tables (``tapefit/core/naming.py``) and the public registries built on them."""
 
 import pytest
 
 import tapefit as tp
+from tapefit.core.naming import Registry, to_snake_case
 from tapefit.layers import activations, initializers, losses, metrics, regularizers
-from tapefit.layers._registry import Registry, to_snake_case
 from tapefit.optimizers import schedules
 
 
