@@ -395,13 +395,16 @@ def weak_operand(value: Any, like: Tensor, op_name: str) -> Tensor:
     """Converts the non-tensor side of a binary op.
 
     Python numbers and lists are weakly typed and take ``like``'s dtype (a
-    float into an integer tensor is an error, never a silent truncation);
-    ndarrays and NumPy scalars keep their own dtype and must match.
+    float into an integer tensor is an error, never a silent truncation). NumPy
+    scalars count as the numbers they hold (``x * np.sqrt(2.0)`` works on float32
+    ``x``, as in TensorFlow); ndarrays keep their own dtype and must match.
     """
     if isinstance(value, Tensor):
         return value
     target = like._value.dtype
-    if isinstance(value, (np.ndarray, np.generic)):
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, np.ndarray):
         array = np.asarray(value)
         if array.dtype != target:
             raise _dt.mix_error(op_name, [target, array.dtype])

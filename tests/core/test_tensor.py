@@ -514,3 +514,14 @@ def test_variable_dtype_argument_converts():
     assert tp.Variable([1, 2], dtype=tp.float32).dtype == np.float32
     assert tp.Variable(lambda: [1, 2], dtype=tp.float64).dtype == np.float64
     assert tp.Variable(np.zeros(2), dtype=tp.float32).dtype == np.float32
+
+
+def test_numpy_scalars_are_weak_like_the_python_numbers_they_hold():
+    x = tp.constant([1.0, 2.0])
+    assert (x * np.sqrt(2.0)).dtype == np.float32  # np.float64 scalar
+    assert (np.float64(2.0) * x).dtype == np.float32
+    assert (tp.constant([1, 2]) + np.int64(3)).dtype == np.int32
+    with pytest.raises(TypeError, match="int32"):
+        tp.constant([1, 2]) * np.float64(0.5)
+    with pytest.raises(TypeError, match=r"float64.*float32|float32.*float64"):
+        x * np.array([2.0, 3.0])  # arrays keep their dtype
