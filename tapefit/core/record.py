@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tapefit.core.tensor import Tensor
+from tapefit.core.tensor import Tensor, _next_id
 
 if TYPE_CHECKING:
     from tapefit.core.tape import GradientTape
@@ -114,7 +114,7 @@ def _snapshot(t: Tensor) -> Tensor:
     """A Variable's current value under the Variable's id: later assigns do not change it."""
     s = Tensor.__new__(Tensor)
     s._value = t._value
-    s._id = t._id
+    s._tid = t._id
     return s
 
 
@@ -143,6 +143,8 @@ def record_op(
         if found:
             hit.append(tape)
     if hit:
+        for t in outputs:
+            t._tid = _next_id()  # outputs are fresh: give their ids here, not through the property
         op = Op(name, inputs, outputs, attrs, save_inputs, save_outputs, tuple(needs), grad_fn)
         for tape in hit:
             tape._push(op)

@@ -18,7 +18,7 @@ import numpy as np
 
 from tapefit.core import dtypes as _dt
 from tapefit.core.record import _NO_ATTRS, active_tapes, record_op
-from tapefit.core.tensor import Tensor, _next_id, _wrap, convert_to_tensor, weak_operand
+from tapefit.core.tensor import Tensor, _wrap, convert_to_tensor, weak_operand
 
 F = TypeVar("F", bound=Callable[..., Any])
 GradFn = Callable[..., Any]
@@ -183,7 +183,6 @@ def unary(
         result = forward(value)
         out = _new(Tensor)
         out._value = result if result.__class__ is _ndarray else _asarray(result)
-        out._id = _next_id()
         if active_tapes:
             record_op(name, (x,), (out,), _NO_ATTRS, save_inputs, save_outputs)
         return out
@@ -233,7 +232,6 @@ def binary(
             raise _op_error(name, (x, y), error) from error
         out = _new(Tensor)
         out._value = result if result.__class__ is _ndarray else _asarray(result)
-        out._id = _next_id()
         if active_tapes:
             record_op(name, (x, y), (out,), _NO_ATTRS, save_inputs, save_outputs)
         return out

@@ -26,14 +26,23 @@ class Tensor:
     and ``np.asarray(tensor)`` gives its value.
     """
 
-    __slots__ = ("_value", "_id", "__weakref__")
+    __slots__ = ("_value", "_tid", "__weakref__")
     # Higher than ndarray's, so NumPy calls our reflected operators.
     __array_priority__ = 100
     _is_variable = False
 
     def __init__(self, value: Any, dtype: _dt.DTypeLike = None) -> None:
         self._value = to_array(value, dtype)
-        self._id = _next_id()
+
+    @property
+    def _id(self) -> int:
+        """The id tapes know this tensor by, given on first use: most tensors never need one,
+        and an op with no tape active then costs one counter step less."""
+        try:
+            return self._tid
+        except AttributeError:
+            self._tid = tid = _next_id()
+            return tid
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -127,7 +136,6 @@ def _wrap(value: np.ndarray) -> Tensor:
     """A new Tensor around an ndarray the caller gives up (no checks, no copy)."""
     t = Tensor.__new__(Tensor)
     t._value = value if value.__class__ is np.ndarray else np.asarray(value)
-    t._id = _next_id()
     return t
 
 
@@ -163,7 +171,7 @@ class Variable(Tensor):
         if value is initial_value:
             value = value.copy()  # never alias the caller's array
         self._value = value
-        self._id = _next_id()
+        self._tid = _next_id()
         self._trainable = builtins_bool(trainable)
         self._name = "Variable" if name is None else str(name)
 
