@@ -113,7 +113,8 @@ class Tensor:
         return f"<tp.Tensor shape={self.shape} dtype={self.dtype.name} numpy={self._value!r}>"
 
     def __str__(self) -> str:
-        return f"tp.Tensor({self._value}, shape={self.shape}, dtype={self.dtype.name})"
+        # str(), not an f-string: a 0-d float32 array formats with float32's precision then.
+        return f"tp.Tensor({self._value!s}, shape={self.shape}, dtype={self.dtype.name})"
 
     def __format__(self, format_spec: str) -> str:
         """``f"{loss:.4f}"`` formats the value of a one-element tensor, as TensorFlow's do."""
@@ -252,6 +253,9 @@ class Variable(Tensor):
         else:
             self._value = self._value - delta
         return self
+
+    def __str__(self) -> str:
+        return repr(self)  # as TensorFlow prints a Variable
 
     def __hash__(self) -> int:
         return id(self)  # a Variable is state with an identity, usable as a dict key

@@ -525,3 +525,8 @@ def test_numpy_scalars_are_weak_like_the_python_numbers_they_hold():
         tp.constant([1, 2]) * np.float64(0.5)
     with pytest.raises(TypeError, match=r"float64.*float32|float32.*float64"):
         x * np.array([2.0, 3.0])  # arrays keep their dtype
+
+
+def test_str_shows_float32_precision_and_variables_as_variables():
+    assert str(tp.constant(0.5204999)) == "tp.Tensor(0.5204999, shape=(), dtype=float32)"
+    assert str(tp.Variable(1.5, name="v")).startswith("<tp.Variable 'v' shape=() dtype=float32")
