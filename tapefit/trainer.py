@@ -16,6 +16,8 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +208,48 @@ def _load_metric_state(metric: Any, state: dict[str, Any]) -> None:
         _load_metric_state(sub, sub_state)
 
 
+class _InterruptGuard:
+    """During ``fit``, holds back a Ctrl-C (SIGINT) that arrives inside a critical section.
+
+    Installed for a whole fit, and only over Python's own handler in the main thread (a
+    program with its own SIGINT handler keeps it). Outside ``hold`` it raises
+    ``KeyboardInterrupt`` at once, as Python's handler does; inside, the interrupt waits for
+    ``release``. Setting a flag per step costs nothing next to swapping handlers per step.
+    """
+
+    def __init__(self) -> None:
+        self.hold = False
+        self.held = False
+        self._previous: Any = None
+
+    def __enter__(self) -> _InterruptGuard:
+        if (
+            signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            and threading.current_thread() is threading.main_thread()
+        ):
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.hold:
+            self.held = True
+        else:
+            raise KeyboardInterrupt
+
+    def release(self) -> None:
+        """Ends a critical section; raises the interrupt that arrived inside it, if any."""
+        self.hold = False
+        if self.held:
+            self.held = False
+            raise KeyboardInterrupt
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> None:
+        self.hold = self.held = False
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+
 def _prefixed(logs: dict[str, float], prefix: str) -> dict[str, float]:
     return {prefix + k: v for k, v in logs.items()}
 
@@ -278,6 +322,7 @@ class Trainer:
         self._records: list[tuple[int, dict[str, float], bool]] = []  # (epoch, logs, complete)
         self._pending_logs: dict[str, float] | None = None  # epoch logs while on_epoch_end runs
         self._epoch_ended = False
+        self._interrupts = _InterruptGuard()
 
     # -- small helpers ---------------------------------------------------------
 
@@ -401,17 +446,18 @@ class Trainer:
         if checkpoint is not None:
             self._restore(checkpoint, loader, resume_from)  # type: ignore[arg-type]
         hooks = self.plugins.hook
-        try:
-            hooks.on_fit_start(trainer=self)
-            if checkpoint is not None:
-                self.plugins.load_state_dicts(checkpoint.get("plugins", {}))
-                hooks.on_load_checkpoint(trainer=self, checkpoint=checkpoint)
-            self._fit_epochs(loader, validation_data)
-            hooks.on_fit_end(trainer=self)
-        except BaseException as exception:
-            self.plugins.call_each("on_exception", trainer=self, exception=exception)
-            self.update_in_progress = False
-            raise
+        with self._interrupts:
+            try:
+                hooks.on_fit_start(trainer=self)
+                if checkpoint is not None:
+                    self.plugins.load_state_dicts(checkpoint.get("plugins", {}))
+                    hooks.on_load_checkpoint(trainer=self, checkpoint=checkpoint)
+                self._fit_epochs(loader, validation_data)
+                hooks.on_fit_end(trainer=self)
+            except BaseException as exception:
+                self.plugins.call_each("on_exception", trainer=self, exception=exception)
+                self.update_in_progress = False
+                raise
         return self.history
 
     def _fit_epochs(self, loader: BatchLoader, validation_data: tuple[Any, Any] | None) -> None:
@@ -457,16 +503,23 @@ class Trainer:
         loss_value = float(loss)
         logs = {"loss": loss_value}
         pairs = self.plugins.transform_gradients(self, step, list(zip(grads, variables)), logs)
-        self.update_in_progress = True
-        self.optimizer.apply_gradients(pairs)
-        self.update_in_progress = False
-        self.step += 1
-        self.batch_in_epoch += 1
-        n = _batch_len(y)
-        self._loss_sum += loss_value * n
-        self._loss_count += n
+        # From the first variable updated to the step's bookkeeping, the state is inconsistent:
+        # a Ctrl-C waits until it is whole again, so the interrupted checkpoint can be saved.
+        self._interrupts.hold = True
+        try:
+            self.update_in_progress = True
+            self.optimizer.apply_gradients(pairs)
+            self.update_in_progress = False
+            self.step += 1
+            self.batch_in_epoch += 1
+            n = _batch_len(y)
+            self._loss_sum += loss_value * n
+            self._loss_count += n
+            for metric in self.metrics:
+                metric.update_state(y, y_pred)
+        finally:
+            self._interrupts.release()
         for metric in self.metrics:
-            metric.update_state(y, y_pred)
             logs[metric.name] = float(metric.result())
         return logs
 

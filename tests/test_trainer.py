@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -301,6 +303,34 @@ def test_a_class_given_instead_of_an_object_is_a_clear_error():
         TypeError, match=r"metrics: got the class MeanAbsoluteError, not a metric; pass an instance"
     ):
         tp.Trainer(model, "sgd", "mse", metrics=[tp.metrics.MeanAbsoluteError])
+
+
+def test_ctrl_c_during_the_optimizer_update_waits_for_it_and_the_state_resumes_exactly(tmp_path):
+    x, y = make_data(10)
+    reference = make_trainer(metrics=("accuracy",))
+    reference.fit(x, y, epochs=3, batch_size=4)
+
+    trainer = make_trainer([{"type": "checkpoint", "dirpath": str(tmp_path)}])
+    apply = trainer.optimizer.apply_gradients
+    calls = []
+
+    def apply_with_ctrl_c(pairs):
+        calls.append(1)
+        if len(calls) == 5:  # the second batch of the second epoch
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C arriving as the update starts
+        return apply(pairs)
+
+    trainer.optimizer.apply_gradients = apply_with_ctrl_c
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit(x, y, epochs=3, batch_size=4)
+    assert len(calls) == 5 and trainer.step == 5 and not trainer.update_in_progress
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # The update was completed and saved, so resuming ends exactly where the full run did.
+    resumed = make_trainer(seed=123)
+    history = resumed.fit(x, y, epochs=3, batch_size=4, resume_from=tmp_path / "interrupted.npz")
+    for key, value in reference.model.state_dict().items():
+        np.testing.assert_array_equal(resumed.model.state_dict()[key], value)
+    assert history.history == reference.history.history
 
 
 class ExceptionWatcher:
