@@ -275,6 +275,33 @@ def _output_defaults(loss: dict[str, Any], y: np.ndarray) -> tuple[int, str | No
     return width, None
 
 
+_PROBABILITIES = {
+    "sparse_categorical_crossentropy": "softmax",
+    "categorical_crossentropy": "softmax",
+    "binary_crossentropy": "sigmoid",
+}
+
+
+def _check_output_activation(activation: Any, loss: dict[str, Any]) -> None:
+    """A built-in model's output activation must agree with the cross-entropy's ``from_logits``."""
+    squash = _PROBABILITIES.get(loss["type"])
+    if squash is None:
+        return
+    from_logits = bool(loss.get("from_logits", False))
+    if from_logits and activation in ("softmax", "sigmoid"):
+        _fail(
+            "model.output_activation",
+            f"{activation!r} gives probabilities, but loss.from_logits is true, so the loss would apply "
+            f"{squash} a second time; leave output_activation out (or null)",
+        )
+    if not from_logits and activation in (None, "linear"):
+        _fail(
+            "model.output_activation",
+            f"{_config._show(activation)} gives logits, but loss.from_logits is false, so the loss would "
+            "read them as probabilities; set loss.from_logits: true, or leave output_activation out",
+        )
+
+
 def build_model(config: dict[str, Any], schema: Schema, data: Data) -> Any:
     """Builds the model of ``config["model"]``; fills a built-in model's output layer from the data."""
     from tapefit import layers
@@ -287,6 +314,7 @@ def build_model(config: dict[str, Any], schema: Schema, data: Data) -> Any:
             section["output_units"] = units
         if section.get("output_activation") == "auto":
             section["output_activation"] = activation
+        _check_output_activation(section["output_activation"], config["loss"])
         if section["type"] == "cnn" and data.x_train.ndim != 4:
             _fail(
                 "model.type",

@@ -283,6 +283,37 @@ def test_a_monitor_that_is_not_a_log_key_is_a_config_error(workdir, capsys):
         assert status == 0, err
 
 
+@pytest.mark.parametrize(
+    "loss, activation, message",
+    [
+        (
+            "{type: sparse_categorical_crossentropy, from_logits: true}",
+            "softmax",
+            "model.output_activation: 'softmax' gives probabilities, but loss.from_logits is true, so the "
+            "loss would apply softmax a second time; leave output_activation out (or null)",
+        ),
+        (
+            "sparse_categorical_crossentropy",
+            "null",
+            "model.output_activation: null gives logits, but loss.from_logits is false, so the loss would "
+            "read them as probabilities; set loss.from_logits: true, or leave output_activation out",
+        ),
+        (
+            "{type: binary_crossentropy, from_logits: true}",
+            "sigmoid",
+            "model.output_activation: 'sigmoid' gives probabilities, but loss.from_logits is true, so the "
+            "loss would apply sigmoid a second time; leave output_activation out (or null)",
+        ),
+    ],
+)
+def test_an_output_activation_that_contradicts_from_logits(workdir, capsys, loss, activation, message):
+    config = write(workdir / "c.yaml", SPIRALS)
+    args = ["--config", config, "--set", f"loss={loss}", "--set", f"model.output_activation={activation}"]
+    if "binary" in loss:
+        args += ["--set", "model.output_units=1", "--set", "metrics=[]"]
+    assert_config_error(workdir, capsys, args, f"train: error: {config}: {message}")
+
+
 def test_a_user_model_that_fails_to_build(workdir, capsys):
     write(
         workdir / "usermodels.py",
