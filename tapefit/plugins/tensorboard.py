@@ -36,11 +36,23 @@ _HISTOGRAM_LIMIT = 1e20
 
 def _global_norm(grads: list[Any]) -> float:
     total = 0.0
-    for g in grads:
-        if g is not None:
-            a = np.asarray(g)
-            total += float(np.dot(a.ravel(), a.ravel()).astype(np.float64))
+    # float64 holds the squares of any float32 gradient; a diverging run's inf or NaN norm is
+    # logged as it is, without NumPy's overflow warnings.
+    with np.errstate(over="ignore", invalid="ignore"):
+        for g in grads:
+            if g is not None:
+                a = np.asarray(g, dtype=np.float64).ravel()
+                total += float(np.dot(a, a))
     return math.sqrt(total)
+
+
+def _drop_unnamed_nan_notice(record: logging.LogRecord) -> bool:
+    # tensorboardX warns "NaN or Inf found in input tensor." for every such value it writes,
+    # without saying which; terminate_on_nan and the histogram skip above name them instead.
+    return record.getMessage() != "NaN or Inf found in input tensor."
+
+
+logging.getLogger("tensorboardX.x2num").addFilter(_drop_unnamed_nan_notice)
 
 
 def _flatten_config(config: Any, prefix: str = "") -> dict[str, bool | str | float | int]:
