@@ -99,8 +99,15 @@ def _loss_types() -> dict[str, Callable[..., Any]]:
     return dict(losses.registry)
 
 
-def named_metric(name: str | None = None) -> None:
-    """Stands for a built-in metric name in configs: such a metric takes only ``name``."""
+class named_metric:  # lower case: it stands in the tables where functions stand
+    """Stands for a built-in metric name in configs: such a metric takes only ``name``.
+
+    A class, so the config's checks read ``name`` from its signature (a function in the
+    metric section is a user's ``(y_true, y_pred)`` and takes no keys).
+    """
+
+    def __init__(self, name: str | None = None) -> None:
+        self.name = name
 
 
 def _metric_types() -> dict[str, Callable[..., Any]]:
@@ -133,7 +140,7 @@ def default_schema() -> Schema:
         "data": Kind("data", _data_types, common=dict(_config.DATA_COMMON)),
         "model": Kind("model", _model_types),
         "loss": Kind("loss", _loss_types, call_functions=False),
-        "metric": Kind("metric", _metric_types, call_functions=False),
+        "metric": Kind("metric", _metric_types, call_functions=False, fill_defaults=False),
         "optimizer": Kind("optimizer", _optimizer_types, nested={"learning_rate": "schedule"}),
         "schedule": Kind("schedule", _schedule_types),
         "plugin": Kind("plugin", _plugin_types),
@@ -552,6 +559,13 @@ def prepare(args: argparse.Namespace) -> Run:
     plugins = build_plugins(config["plugins"])
     check_monitors(plugins, metrics, data)
     check_model_on_data(model, loss, config["loss"]["type"], data)
+    settings = config["trainer"]
+    if settings["drop_last"] and settings["batch_size"] > len(data.x_train):
+        _fail(
+            "trainer.batch_size",
+            f"{settings['batch_size']} is more than the {len(data.x_train)} training samples, and "
+            "trainer.drop_last is true, so there would be no batch",
+        )
     output_dir = Path(config["trainer"]["output_dir"] or Path("runs") / config["name"])
     resume_from, resume_epoch = None, 0
     if args.resume is not None:

@@ -237,6 +237,25 @@ def test_problems_found_while_building_are_config_errors(workdir, capsys):
     assert "needs a monitor" in err
 
 
+def test_drop_last_with_a_batch_larger_than_the_data_is_a_config_error(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "trainer.batch_size=500", "--set", "trainer.drop_last=true"],
+        f"train: error: {config}: trainer.batch_size: 500 is more than the 160 training samples, and "
+        "trainer.drop_last is true, so there would be no batch",
+    )
+
+
+def test_a_built_in_metric_may_be_renamed(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    metrics = "metrics=[accuracy, {type: accuracy, name: acc2}]"
+    status, out, err = run_main(["--config", config, "--set", "name=two", "--set", metrics], capsys)
+    assert status == 0, err
+    assert "accuracy " in out and "acc2 " in out and "val_acc2 " in out
+
+
 def test_a_monitor_that_is_not_a_log_key_is_a_config_error(workdir, capsys):
     config = write(workdir / "c.yaml", SPIRALS)
     assert_config_error(
