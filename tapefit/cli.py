@@ -411,9 +411,14 @@ def build_plugins(entries: list[dict[str, Any]]) -> list[Any]:
     built = []
     for i, entry in enumerate(entries):
         try:
-            built.append(manager.create_plugin(dict(entry)))
+            plugin = manager.create_plugin(dict(entry))
         except Exception as e:
             _fail(f"plugins[{i}]", f"{entry['type']!r} could not be built: {_error_text(e)}")
+        try:  # a misspelt or unmarked hook is found here, and named with its entry
+            manager.PluginManager().register(plugin)
+        except manager.PluginValidationError as e:
+            _fail(f"plugins[{i}]", str(e).strip().splitlines()[0])
+        built.append(plugin)
     return built
 
 

@@ -464,8 +464,8 @@ def test_a_users_plugin_by_import_path(workdir, capsys):
     assert_config_error(
         workdir,
         capsys,
-        ["--config", config, "--set", "name=p", "--set", "plugins[0]={type: 'myplugins:Misspelt'}"],
-        f"train: error: {config}: plugins: PluginValidationError: plugin 'misspelt' implements unknown hook(s) "
+        ["--config", config, "--set", "name=p", "--set", "plugins=[progress, {type: 'myplugins:Misspelt'}]"],
+        f"train: error: {config}: plugins[1]: plugin 'misspelt' implements unknown hook(s) "
         "'on_epoch_ends' (did you mean 'on_epoch_end'?); tapefit's hooks are: "
         + ", ".join(__import__("tapefit.plugins.hookspecs").plugins.hookspecs.HOOK_NAMES),
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.metadata
+import inspect
 import logging
 import re
 import types
@@ -179,6 +180,7 @@ class PluginManager(pluggy.PluginManager):
             plugin = create_plugin(plugin)
         name = self._unique_name(default_plugin_name(plugin) if name is None else name)
         self._check_unmarked(plugin, name)
+        self._check_arguments(plugin, name)
         registered = super().register(plugin, name)
         try:
             self.check_pending()
@@ -214,6 +216,28 @@ class PluginManager(pluggy.PluginManager):
                 raise PluginValidationError(
                     plugin,
                     f"plugin {name!r}: {hook_name} is not marked as a hook; decorate it with @tp.hookimpl",
+                )
+
+    def _check_arguments(self, plugin: Any, name: str) -> None:
+        # pluggy checks this too, in three lines; one naming the plugin and the hook's arguments
+        # is what a user needs.
+        for hook_name in hookspecs.HOOK_NAMES:
+            method = getattr(plugin, hook_name, None)
+            if not callable(method) or self.parse_hookimpl_opts(plugin, hook_name) is None:
+                continue
+            spec = getattr(self.hook, hook_name).spec
+            try:
+                parameters = inspect.signature(method).parameters.values()
+            except (TypeError, ValueError):
+                continue
+            positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+            takes = [p.name for p in parameters if p.kind in positional and p.default is p.empty]
+            extra = [arg for arg in takes if arg not in spec.argnames]
+            if extra:
+                raise PluginValidationError(
+                    plugin,
+                    f"plugin {name!r}: its {hook_name} takes {', '.join(map(repr, extra))}, which the hook "
+                    f"does not pass; {hook_name} passes: {', '.join(spec.argnames)}",
                 )
 
     def _unknown_hook_error(self, plugin: Any) -> PluginValidationError:

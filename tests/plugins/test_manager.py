@@ -58,8 +58,12 @@ def test_hookimpl_with_an_unknown_argument_is_an_error_naming_the_plugin():
         def on_epoch_end(self, trainer, epoch, metrics):
             pass
 
-    with pytest.raises(PluginValidationError, match="wrong_args"):
+    with pytest.raises(PluginValidationError) as info:
         PluginManager().register(WrongArgs())
+    assert str(info.value) == (
+        "plugin 'wrong_args': its on_epoch_end takes 'metrics', which the hook does not pass; "
+        "on_epoch_end passes: trainer, epoch, logs"
+    )
 
 
 def test_trainer_rejects_a_misspelt_hook():
