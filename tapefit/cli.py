@@ -783,6 +783,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "train") -> int:
     try:
         args = parser.parse_args(argv)
         args.prog = prog
+        if args.overwrite and args.resume is not None:
+            parser.error("--overwrite deletes the run that --resume would continue; give one of them")
     except SystemExit as e:  # --help, --version and usage errors
         return e.code if isinstance(e.code, int) else 2
     # tapefit's warnings (a plugin that failed to clean up, ...) go to stderr while train runs;

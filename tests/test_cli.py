@@ -204,6 +204,13 @@ def test_missing_config_file_and_bad_command_lines(workdir, capsys):
         ["--config", config, "--set", "trainer.epochs"],
         "train: error: --set 'trainer.epochs': expected KEY=VALUE, for example --set trainer.epochs=3",
     )
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--resume", "auto", "--overwrite"],
+        "train: error: --overwrite deletes the run that --resume would continue; give one of them "
+        "(see train --help)",
+    )
     assert snapshot(workdir / "runs") == before
 
 
