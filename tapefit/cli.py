@@ -11,6 +11,7 @@ training, 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import copy
 import difflib
 import logging
 import math
@@ -542,6 +543,14 @@ def _check_resume_fits(path: Path, model: Any, config: dict[str, Any], data: Dat
             f"--resume: {path} holds a different model than the config builds (variables differ: "
             f"{', '.join(diff[:4])}{' ...' if len(diff) > 4 else ''})"
         )
+    scratch = build_optimizer(copy.deepcopy(config["optimizer"]))
+    try:  # a fresh optimizer of the config's kind takes the saved state, or says why not
+        scratch.set_state(contents.get("optimizer", {}))
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError(
+            f"--resume: {path} holds the state of another optimizer than the config's "
+            f"({str(e).strip().splitlines()[0]})"
+        ) from e
     return int(state.get("epoch", 0))
 
 

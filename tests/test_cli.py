@@ -429,6 +429,32 @@ def test_resume_from_a_file_that_is_not_a_checkpoint(workdir, capsys):
     )
 
 
+def test_resume_with_another_optimizer_is_a_config_error(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    status, _, err = run_main(["--config", config, "--set", "name=r"], capsys)
+    assert status == 0, err
+    status, _, err = run_main(
+        [
+            "--config",
+            config,
+            "--set",
+            "name=r",
+            "--resume",
+            "auto",
+            "--set",
+            "optimizer={type: sgd, momentum: 0.9}",
+        ],
+        capsys,
+    )
+    assert status == 2
+    assert err.startswith(
+        "train: error: --resume: runs/r/checkpoints/epoch0001-step00000008.npz holds the state of another "
+        "optimizer than the config's (set_state: unexpected entries ['velocity/0'"
+    )
+    assert len(err.strip().splitlines()) == 1
+    assert parse_yaml((workdir / "runs/r/config.yaml").read_text())["optimizer"]["type"] == "adam"
+
+
 def test_overwrite_replaces_an_earlier_run(workdir, capsys):
     config = write(workdir / "c.yaml", SPIRALS)
     status, out, err = run_main(
