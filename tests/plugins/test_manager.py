@@ -66,6 +66,20 @@ def test_hookimpl_with_an_unknown_argument_is_an_error_naming_the_plugin():
     )
 
 
+@pytest.mark.parametrize("option", ["wrapper", "hookwrapper"])
+def test_a_wrapper_around_transform_gradients_is_refused(option):
+    class Wraps:
+        @tp.hookimpl(**{option: True})
+        def transform_gradients(self, grads_and_vars):
+            return (yield)
+
+    with pytest.raises(
+        PluginValidationError,
+        match=r"plugin 'wraps': transform_gradients cannot be a wrapper; return the new pairs instead",
+    ):
+        PluginManager().register(Wraps())
+
+
 def test_trainer_rejects_a_misspelt_hook():
     class Typo:
         @tp.hookimpl
