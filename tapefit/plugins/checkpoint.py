@@ -33,6 +33,7 @@ import numpy as np
 
 from tapefit.core.tensor import Tensor
 from tapefit.plugins.hookspecs import hookimpl
+from tapefit.plugins.monitor import Monitor
 
 logger = logging.getLogger("tapefit")
 
@@ -311,15 +312,6 @@ def write_pointer(folder: str | os.PathLike[str], name: str, target: str) -> Pat
 # ---------------------------------------------------------------------------
 
 
-def _infer_mode(monitor: str, mode: str) -> str:
-    if mode not in ("auto", "min", "max"):
-        raise ValueError(f"mode must be 'auto', 'min' or 'max', got {mode!r}")
-    if mode != "auto":
-        return mode
-    name = monitor.removeprefix("val_")
-    return "max" if name.startswith(("acc", "auc")) or name.endswith(("accuracy", "auc")) else "min"
-
-
 def _all_finite(state: Any) -> bool:
     arrays = state.values() if isinstance(state, dict) else state
     return all(np.isfinite(a).all() for a in arrays if a.dtype.kind == "f")
@@ -385,7 +377,8 @@ class Checkpoint:
         self.every_n_steps = every_n_steps or 0
         self.keep_last = keep_last
         self.monitor = monitor
-        self.mode = _infer_mode(monitor, mode) if monitor else mode
+        self._monitor = Monitor("checkpoint", monitor, mode) if monitor else None
+        self.mode = self._monitor.mode if self._monitor else mode
         self.save_best_only = bool(save_best_only)
         self.save_on_exception = bool(save_on_exception)
         self.save_on_fit_end = bool(save_on_fit_end)
@@ -397,7 +390,8 @@ class Checkpoint:
         self.best_value: float | None = None
         self.best_name: str | None = None
         self._last_saved: tuple[int, int, bool] | None = None
-        self._warned_missing = False
+        if self._monitor is not None:
+            self._monitor.reset()
         self.interrupted_path: Path | None = None
 
     # -- state -------------------------------------------------------------
@@ -437,21 +431,11 @@ class Checkpoint:
         if not self.every_n_epochs or (epoch + 1) % self.every_n_epochs:
             return
         improved = False
-        if self.monitor is not None:
-            value = logs.get(self.monitor)
-            if value is None:
-                if not self._warned_missing:
-                    logger.warning(
-                        "checkpoint: monitor %r is not in the epoch logs (keys: %s)",
-                        self.monitor,
-                        ", ".join(sorted(logs)),
-                    )
-                    self._warned_missing = True
-            elif math.isfinite(value) and (
-                self.best_value is None
-                or (value < self.best_value if self.mode == "min" else value > self.best_value)
-            ):
-                improved = True
+        if self._monitor is not None:
+            value = self._monitor.read(logs)
+            improved = (
+                value is not None and math.isfinite(value) and self._monitor.improved(value, self.best_value)
+            )
         if self.save_best_only and not improved:
             return
         previous = self.best_value, self.best_name

@@ -8,18 +8,9 @@ from typing import Any
 import numpy as np
 
 from tapefit.plugins.hookspecs import hookimpl
+from tapefit.plugins.monitor import Monitor
 
 logger = logging.getLogger("tapefit")
-
-
-def infer_mode(monitor: str, mode: str) -> str:
-    """``"min"`` or ``"max"``; ``"auto"`` is max for accuracy/AUC keys, else min (as Keras)."""
-    if mode not in ("auto", "min", "max"):
-        raise ValueError(f"mode must be 'auto', 'min' or 'max', got {mode!r}")
-    if mode != "auto":
-        return mode
-    name = monitor.removeprefix("val_")
-    return "max" if name.startswith(("acc", "auc")) or name.endswith(("accuracy", "auc")) else "min"
 
 
 class EarlyStopping:
@@ -58,8 +49,8 @@ class EarlyStopping:
             raise ValueError(f"patience must be a non-negative integer, got {patience!r}")
         self.monitor = monitor
         self.patience = patience
-        self.mode = infer_mode(monitor, mode)
-        self.min_delta = abs(float(min_delta))
+        self._monitor = Monitor("early_stopping", monitor, mode, min_delta, "; it never stops training")
+        self.mode, self.min_delta = self._monitor.mode, self._monitor.min_delta
         self.restore_best_weights = bool(restore_best_weights)
         self.baseline = baseline
         self.start_from_epoch = int(start_from_epoch)
@@ -71,14 +62,7 @@ class EarlyStopping:
         self.best_epoch: int | None = None
         self.best_weights: dict[str, np.ndarray] | None = None
         self.stopped_epoch: int | None = None
-        self._warned = False
-
-    def _improved(self, value: float, reference: float | None) -> bool:
-        if reference is None:
-            return True
-        if self.mode == "min":
-            return value < reference - self.min_delta
-        return value > reference + self.min_delta
+        self._monitor.reset()
 
     @hookimpl
     def on_fit_start(self) -> None:
@@ -86,26 +70,19 @@ class EarlyStopping:
 
     @hookimpl
     def on_epoch_end(self, trainer: Any, epoch: int, logs: dict[str, float]) -> None:
-        value = logs.get(self.monitor)
+        value = self._monitor.read(logs)
         if value is None:
-            if not self._warned:
-                logger.warning(
-                    "early_stopping: monitor %r is not in the epoch logs (keys: %s); it never stops training",
-                    self.monitor,
-                    ", ".join(sorted(logs)),
-                )
-                self._warned = True
             return
         if epoch < self.start_from_epoch:
             return
         self.wait += 1
-        if self._improved(value, self.best):
+        if self._monitor.improved(value, self.best):
             self.best = float(value)
             self.best_epoch = epoch
             if self.restore_best_weights:
                 self.best_weights = trainer.model.state_dict()
             # A baseline must be beaten before the wait restarts (Keras's rule).
-            if self.baseline is None or self._improved(value, self.baseline):
+            if self.baseline is None or self._monitor.improved(value, self.baseline):
                 self.wait = 0
             return
         if self.wait >= self.patience and epoch > 0:

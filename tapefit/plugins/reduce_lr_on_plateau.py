@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tapefit.plugins.early_stopping import infer_mode
 from tapefit.plugins.hookspecs import hookimpl
+from tapefit.plugins.monitor import Monitor
 
 logger = logging.getLogger("tapefit")
 
@@ -48,8 +48,8 @@ class ReduceLROnPlateau:
         self.monitor = monitor
         self.factor = float(factor)
         self.patience = patience
-        self.mode = infer_mode(monitor, mode)
-        self.min_delta = abs(float(min_delta))
+        self._monitor = Monitor("reduce_lr_on_plateau", monitor, mode, min_delta)
+        self.mode, self.min_delta = self._monitor.mode, self._monitor.min_delta
         self.cooldown = int(cooldown)
         self.min_lr = float(min_lr)
         self._reset()
@@ -58,7 +58,7 @@ class ReduceLROnPlateau:
         self.wait = 0
         self.cooldown_counter = 0
         self.best: float | None = None
-        self._warned = False
+        self._monitor.reset()
 
     @hookimpl
     def on_fit_start(self) -> None:
@@ -67,25 +67,12 @@ class ReduceLROnPlateau:
     # tryfirst: the new rate is in the logs before loggers and checkpoints see them.
     @hookimpl(tryfirst=True)
     def on_epoch_end(self, trainer: Any, epoch: int, logs: dict[str, float]) -> None:
-        value = logs.get(self.monitor)
-        if value is None:
-            if not self._warned:
-                logger.warning(
-                    "reduce_lr_on_plateau: monitor %r is not in the epoch logs (keys: %s)",
-                    self.monitor,
-                    ", ".join(sorted(logs)),
-                )
-                self._warned = True
-        else:
+        value = self._monitor.read(logs)
+        if value is not None:
             if self.cooldown_counter > 0:
                 self.cooldown_counter -= 1
                 self.wait = 0
-            better = self.best is None or (
-                value < self.best - self.min_delta
-                if self.mode == "min"
-                else value > self.best + self.min_delta
-            )
-            if better:
+            if self._monitor.improved(value, self.best):
                 self.best = float(value)
                 self.wait = 0
             elif self.cooldown_counter <= 0:

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import tapefit as tp
-from tapefit.plugins.early_stopping import EarlyStopping, infer_mode
+from tapefit.plugins.early_stopping import EarlyStopping
+from tapefit.plugins.monitor import infer_mode
 
 
 def scripted(values):

@@ -1,0 +1,66 @@
+"""A watched epoch-log value: the one mechanism behind ``checkpoint``'s best-only saving,
+``early_stopping`` and ``reduce_lr_on_plateau``."""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger("tapefit")
+
+
+def infer_mode(monitor: str, mode: str) -> str:
+    """``"min"`` or ``"max"``; ``"auto"`` is max for accuracy/AUC keys, else min (as Keras)."""
+    if mode not in ("auto", "min", "max"):
+        raise ValueError(f"mode must be 'auto', 'min' or 'max', got {mode!r}")
+    if mode != "auto":
+        return mode
+    name = monitor.removeprefix("val_")
+    return "max" if name.startswith(("acc", "auc")) or name.endswith(("accuracy", "auc")) else "min"
+
+
+class Monitor:
+    """Reads one key of the epoch logs and says whether a value improves on another.
+
+    Args:
+        plugin: the plugin's name, for the warning.
+        key: the epoch log key, such as ``"val_loss"``.
+        mode: ``"min"``, ``"max"`` or ``"auto"`` (see ``infer_mode``).
+        min_delta: the smallest change that counts as an improvement.
+        missing_note: added to the warning when the key is missing from the logs.
+    """
+
+    def __init__(
+        self, plugin: str, key: str, mode: str, min_delta: float = 0.0, missing_note: str = ""
+    ) -> None:
+        self.plugin = plugin
+        self.key = key
+        self.mode = infer_mode(key, mode)
+        self.min_delta = abs(float(min_delta))
+        self.missing_note = missing_note
+        self.reset()
+
+    def reset(self) -> None:
+        """Forgets that the missing key was warned about (once per fit)."""
+        self._warned = False
+
+    def read(self, logs: dict[str, float]) -> float | None:
+        """The value in ``logs``, or ``None`` with one warning per fit naming the keys there."""
+        value = logs.get(self.key)
+        if value is None and not self._warned:
+            logger.warning(
+                "%s: monitor %r is not in the epoch logs (keys: %s)%s",
+                self.plugin,
+                self.key,
+                ", ".join(sorted(logs)),
+                self.missing_note,
+            )
+            self._warned = True
+        return value
+
+    def improved(self, value: float, reference: float | None) -> bool:
+        """Whether ``value`` beats ``reference`` by more than ``min_delta`` (any value beats ``None``)."""
+        if reference is None:
+            return True
+        if self.mode == "min":
+            return value < reference - self.min_delta
+        return value > reference + self.min_delta
