@@ -18,6 +18,7 @@ import itertools
 import logging
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,12 @@ from tapefit.plugins.hookspecs import hookimpl
 logger = logging.getLogger("tapefit")
 
 _writer_numbers = itertools.count()
+
+
+def _unique_suffix() -> str:
+    """Fixed-width, so names sort in creation order (a bare counter put 10 before 9)."""
+    return f".{time.time_ns():020d}.{os.getpid()}.{next(_writer_numbers):06d}"
+
 
 # tensorboardX bins histograms as TensorFlow does, with edges up to about +-1e20; a value past
 # them is left out of every bin, and a tensor with none inside raises "The histogram is empty".
@@ -132,13 +139,14 @@ class TensorBoard:
             from tensorboardX import SummaryWriter  # slow to import: only when used
 
             assert self.folder is not None
-            # Event file names carry the time in seconds only: a unique suffix keeps a fit that
-            # resumes within the same second from overwriting the previous file.
+            # Event file names carry the time in seconds only: a suffix in nanoseconds keeps a fit
+            # that resumes within the same second (in this process or another) from overwriting
+            # the previous file, and sorts after it, so TensorBoard applies the purge step.
             writer = SummaryWriter(
                 str(self.folder / run),
                 purge_step=self._purge_step,
                 flush_secs=self.flush_secs,
-                filename_suffix=f".{os.getpid()}.{next(_writer_numbers)}",
+                filename_suffix=_unique_suffix(),
             )
             self._writers[run] = writer
         return writer
@@ -242,7 +250,7 @@ class TensorBoard:
         assert self.folder is not None
         metrics = {f"hparam/{k}": float(v) for k, v in self._last_logs.items()}
         experiment, start, end = hparams(self.hparams(trainer), metrics)
-        suffix = f".{os.getpid()}.{next(_writer_numbers)}"
+        suffix = _unique_suffix()
         with SummaryWriter(str(self.folder / "hparams"), filename_suffix=suffix) as writer:
             writer.file_writer.add_summary(experiment)
             writer.file_writer.add_summary(start)
