@@ -492,18 +492,22 @@ class Checkpoint:
 
     def _save(self, trainer: Any) -> Path | None:
         name = self._name(trainer)
+        # The list is settled before the contents are gathered, so the checkpoint's own state
+        # names it: a fit resumed from it then deletes it in turn under keep_last.
+        previous = self.saved
+        saved = [n for n in self.saved if n != name] + [name]
+        drop: list[str] = []
+        if self.keep_last is not None:
+            keep = set(saved[-self.keep_last :])
+            drop = [n for n in saved if n not in keep and n != self.best_name]
+        self.saved = [n for n in saved if n not in drop]
         path = self._write(trainer, self.folder / name)
         if path is None:
+            self.saved = previous
             return None
         self._last_saved = trainer.position_key()
         write_pointer(self.folder, LAST_POINTER, name)
-        if name in self.saved:
-            self.saved.remove(name)
-        self.saved.append(name)
-        if self.keep_last is not None:
-            keep = set(self.saved[-self.keep_last :])
-            for old in [n for n in self.saved if n not in keep and n != self.best_name]:
-                self.saved.remove(old)
-                with contextlib.suppress(FileNotFoundError):
-                    (self.folder / old).unlink()
+        for old in drop:
+            with contextlib.suppress(FileNotFoundError):
+                (self.folder / old).unlink()
         return path

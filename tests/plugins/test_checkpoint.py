@@ -407,6 +407,21 @@ def test_keep_last_deletes_the_oldest(tmp_path):
     assert (folder / "last").read_text().strip() == "epoch0003-step00000020.npz"
 
 
+def test_keep_last_holds_across_a_resume(tmp_path):
+    folder = tmp_path / "ckpt"
+    fit(build([Checkpoint(dirpath=str(folder), keep_last=2)]), 2)
+    # The checkpoint lists itself among the files saved, so the resumed fit deletes it in turn.
+    assert load_checkpoint(folder)["plugins"]["checkpoint"]["saved"] == [
+        "epoch0000-step00000005.npz",
+        "epoch0001-step00000010.npz",
+    ]
+    fit(build([Checkpoint(dirpath=str(folder), keep_last=2)]), 4, resume_from=folder)
+    assert sorted(p.name for p in folder.glob("*.npz")) == [
+        "epoch0002-step00000015.npz",
+        "epoch0003-step00000020.npz",
+    ]
+
+
 @pytest.mark.parametrize("mode", ["min", "max"])
 def test_best_only_on_a_monitored_key(tmp_path, mode):
     folder = tmp_path / "ckpt"
