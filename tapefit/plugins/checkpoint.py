@@ -339,7 +339,8 @@ class Checkpoint:
         mode: ``"min"``, ``"max"`` or ``"auto"`` (max for accuracy/AUC, else min), as Keras.
         save_best_only: with ``monitor``, save at an epoch end only when it improved.
         save_on_exception: save ``interrupted.npz`` when an exception (also
-            ``KeyboardInterrupt``) ends the fit, and point ``last`` at it.
+            ``KeyboardInterrupt``) ends the fit after its first epoch started, and point
+            ``last`` at it.
         save_on_fit_end: when ``fit`` ends after a step that was not saved (for example
             stopped in the middle of an epoch), save it; not with ``save_best_only``.
 
@@ -411,13 +412,19 @@ class Checkpoint:
     @hookimpl
     def on_fit_start(self, trainer: Any) -> None:
         self._reset()
-        self._fitting = True
         self.folder = self.dirpath if self.dirpath is not None else Path(trainer.output_dir) / "checkpoints"
         self.folder.mkdir(parents=True, exist_ok=True)
         for tmp in remove_stale_temporaries(self.folder):
             logger.info("removed %s, left by an interrupted checkpoint write", tmp)
         # Resuming from a step counts as saved, so fit end does not save it again.
         self._last_saved = trainer.position_key()
+
+    @hookimpl
+    def on_epoch_start(self) -> None:
+        # Not at fit start: the plugins' states are loaded after on_fit_start, so a failure
+        # before here would save fresh states over the resumed ones; and the state has not
+        # moved since the start or the checkpoint resumed from.
+        self._fitting = True
 
     @hookimpl(trylast=True)
     def on_train_batch_end(self, trainer: Any) -> None:
@@ -458,7 +465,7 @@ class Checkpoint:
     def on_exception(self, trainer: Any, exception: BaseException) -> None:
         fitting, self._fitting = self._fitting, False
         if not self.save_on_exception or not fitting:
-            return  # the fit had not started (or this plugin's own start failed)
+            return  # no epoch had started: nothing new to save
         if trainer.update_in_progress:
             logger.warning(
                 "checkpoint: %s arrived while the optimizer was updating the variables; "

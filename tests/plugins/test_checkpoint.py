@@ -535,3 +535,29 @@ def test_no_interrupted_checkpoint_when_the_fit_never_started(tmp_path):
         fit(build([FailAtStart(), plugin]), 2)
     assert not (folder / "interrupted.npz").exists()
     assert (folder / "last").read_text().strip() == "epoch0000-step00000005.npz"
+
+
+@pytest.mark.parametrize("hook", ["on_fit_start", "on_load_checkpoint"])
+def test_a_resume_that_fails_to_start_keeps_last_and_the_plugin_states(tmp_path, hook):
+    folder = tmp_path / "ckpt"
+    stopper = {"type": "early_stopping", "monitor": "val_loss", "patience": 5}
+    fit(build([Checkpoint(dirpath=str(folder)), stopper]), 2)
+    saved = load_checkpoint(folder)["plugins"]
+
+    class FailLate:
+        # Runs after the checkpoint plugin started, before the plugins' states are loaded.
+        @tp.hookimpl(trylast=True)
+        def on_fit_start(self):
+            if hook == "on_fit_start":
+                raise RuntimeError("cannot start")
+
+        @tp.hookimpl
+        def on_load_checkpoint(self):
+            if hook == "on_load_checkpoint":
+                raise RuntimeError("cannot start")
+
+    with pytest.raises(RuntimeError, match="cannot start"):
+        fit(build([Checkpoint(dirpath=str(folder)), stopper, FailLate()]), 4, resume_from=folder)
+    assert not (folder / "interrupted.npz").exists()
+    assert (folder / "last").read_text().strip() == "epoch0001-step00000010.npz"
+    assert load_checkpoint(folder)["plugins"] == saved
