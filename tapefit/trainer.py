@@ -625,7 +625,12 @@ class Trainer:
 
     def _restore(self, checkpoint: dict[str, Any], loader: BatchLoader, source: Any) -> None:
         state = checkpoint["trainer"]
-        ours = {"batch_size": loader.batch_size, "num_samples": loader.num_samples, "shuffle": loader.shuffle}
+        ours = {
+            "batch_size": loader.batch_size,
+            "num_samples": loader.num_samples,
+            "shuffle": loader.shuffle,
+            "drop_last": loader.drop_last,
+        }
         theirs = {key: state[key] for key in ours}
         if theirs != ours:
             raise ValueError(

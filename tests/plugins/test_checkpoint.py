@@ -203,6 +203,14 @@ def test_resume_with_a_different_batch_size_is_refused(tmp_path):
         trainer.fit(ns["X"], ns["Y"], epochs=2, batch_size=4, resume_from=folder)
 
 
+def test_resume_with_a_different_drop_last_is_refused(tmp_path):
+    folder = tmp_path / "ckpt"
+    fit(build([Checkpoint(dirpath=str(folder))]), 1)
+    trainer = build()
+    with pytest.raises(ValueError, match=r"cannot resume.*'drop_last': False.*'drop_last': True"):
+        trainer.fit(ns["X"], ns["Y"], epochs=2, batch_size=5, resume_from=folder, drop_last=True)
+
+
 def test_resume_past_the_last_epoch_trains_nothing(tmp_path):
     folder = tmp_path / "ckpt"
     first = build([Checkpoint(dirpath=str(folder))])
