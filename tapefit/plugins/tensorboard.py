@@ -130,6 +130,7 @@ class TensorBoard:
         self.folder: Path | None = None
         self._writers: dict[str, Any] = {}
         self._purge_step: int | None = None
+        self._step_learning_rate = float("nan")
         self._last_logs: dict[str, float] = {}
         self.skipped_histograms = 0
 
@@ -191,8 +192,11 @@ class TensorBoard:
         self, trainer: Any, step: int, grads_and_vars: list[Any], logs: dict[str, float]
     ) -> None:
         # tryfirst: sees the gradients before clipping; changes nothing.
-        if self.log_grad_norm and self._logs_step(step):
-            logs["grad_global_norm"] = _global_norm([g for g, _ in grads_and_vars])
+        if self._logs_step(step):
+            # Read before the update: afterwards the optimizer reports the next step's rate.
+            self._step_learning_rate = trainer.learning_rate
+            if self.log_grad_norm:
+                logs["grad_global_norm"] = _global_norm([g for g, _ in grads_and_vars])
         if self._histogram_step(step):
             for path, grad in zip(self._paths(trainer, grads_and_vars), (g for g, _ in grads_and_vars)):
                 if grad is not None:
@@ -211,7 +215,7 @@ class TensorBoard:
         writer = self._writer("train")
         if self._logs_step(step):
             writer.add_scalar("step/loss", logs["loss"], step)
-            writer.add_scalar("step/learning_rate", trainer.learning_rate, step)
+            writer.add_scalar("step/learning_rate", self._step_learning_rate, step)
             if "grad_global_norm" in logs:
                 writer.add_scalar("step/grad_global_norm", logs["grad_global_norm"], step)
         if self._histogram_step(step):

@@ -90,6 +90,27 @@ def test_log_every_n_steps_and_no_histograms_by_default(tmp_path, make_trainer, 
     assert train.Tags()["histograms"] == []
 
 
+def test_learning_rate_is_the_one_each_step_used(tmp_path, make_data):
+    x, y = make_data(12)
+    used = []
+
+    class Spy:
+        @tp.hookimpl
+        def on_train_batch_start(self, trainer):
+            used.append(trainer.learning_rate)
+
+    schedule = tp.optimizers.schedules.PiecewiseConstantDecay([1, 2], [0.5, 0.25, 0.125])
+    model = tp.layers.Sequential([tp.layers.Dense(3)])
+    board = TensorBoard(log_dir=str(tmp_path / "tb"))
+    trainer = tp.Trainer(
+        model, tp.optimizers.SGD(schedule), "sparse_categorical_crossentropy", plugins=[Spy(), board]
+    )
+    trainer.fit(x, y, epochs=1, batch_size=3)
+    assert used == [0.5, 0.5, 0.25, 0.125]
+    logged = [e.value for e in read(tmp_path / "tb" / "train").Scalars("step/learning_rate")]
+    assert logged == used
+
+
 def test_closed_on_exception_and_readable(tmp_path, make_trainer, make_data):
     x, y = make_data(N)
 
