@@ -250,6 +250,12 @@ class _InterruptGuard:
             self._previous = None
 
 
+def _require_targets(y: Any, where: str) -> None:
+    # The loader takes y=None for inputs only; the loop would then unpack a batch of x as (x, y).
+    if y is None:
+        raise ValueError(f"{where}: y is None; the loss needs targets (predict(x) takes inputs alone)")
+
+
 def _prefixed(logs: dict[str, float], prefix: str) -> dict[str, float]:
     return {prefix + k: v for k, v in logs.items()}
 
@@ -412,6 +418,9 @@ class Trainer:
             not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2
         ):
             raise ValueError("validation_data must be a tuple (x_val, y_val)")
+        _require_targets(y, "fit")
+        if validation_data is not None:
+            _require_targets(validation_data[1], "validation_data")
         checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
         loader = BatchLoader(
             _float32_inputs(x),
@@ -531,6 +540,7 @@ class Trainer:
         The metrics' running training state is kept, so this can be called in the
         middle of a fit.
         """
+        _require_targets(y, "evaluate")
         loader = BatchLoader(_float32_inputs(x), _float32_inputs(y), batch_size=batch_size, shuffle=False)
         saved_states = self._metric_states()
         saved_loss = self._loss_sum, self._loss_count

@@ -273,6 +273,13 @@ def test_bad_arguments_have_clear_errors():
         trainer.fit(x, y, epochs=-1)
     with pytest.raises(ValueError, match="validation_data must be a tuple"):
         trainer.fit(x, y, validation_data=x)
+    # Without targets, a batch of x was unpacked as (x, y): a shape error, or silently wrong.
+    with pytest.raises(ValueError, match="fit: y is None"):
+        trainer.fit(x, None, batch_size=2)
+    with pytest.raises(ValueError, match="validation_data: y is None"):
+        trainer.fit(x, y, validation_data=(x, None))
+    with pytest.raises(ValueError, match="evaluate: y is None"):
+        trainer.evaluate(x, None)
     counter = HookCounter()
     trainer.plugins.register(counter)
     with pytest.raises(ValueError, match=r"validation_data: x and y must have the same number of samples"):
