@@ -508,9 +508,13 @@ class Checkpoint:
             keep = set(saved[-self.keep_last :])
             drop = [n for n in saved if n not in keep and n != self.best_name]
         self.saved = [n for n in saved if n not in drop]
-        path = self._write(trainer, self.folder / name)
+        path = None
+        try:
+            path = self._write(trainer, self.folder / name)
+        finally:
+            if path is None:  # not saved (non-finite weights) or the write failed
+                self.saved = previous
         if path is None:
-            self.saved = previous
             return None
         self._last_saved = trainer.position_key()
         write_pointer(self.folder, LAST_POINTER, name)

@@ -569,3 +569,20 @@ def test_a_resume_that_fails_to_start_keeps_last_and_the_plugin_states(tmp_path,
     assert not (folder / "interrupted.npz").exists()
     assert (folder / "last").read_text().strip() == "epoch0001-step00000010.npz"
     assert load_checkpoint(folder)["plugins"] == saved
+
+
+def test_a_failed_write_leaves_the_saved_list_as_it_was(tmp_path, monkeypatch):
+    plugin = Checkpoint(dirpath=str(tmp_path / "ckpt"), every_n_steps=1, every_n_epochs=None)
+
+    class DiskFullFromTheThirdStep:
+        @tp.hookimpl
+        def on_train_batch_start(self, step):
+            if step == 2:
+                monkeypatch.setattr(
+                    "tapefit.plugins.checkpoint.save_checkpoint",
+                    lambda *a: (_ for _ in ()).throw(OSError("disk full")),
+                )
+
+    with pytest.raises(OSError, match="disk full"):
+        fit(build([DiskFullFromTheThirdStep(), plugin]), 1)
+    assert plugin.saved == ["epoch0000-step00000001.npz", "epoch0000-step00000002.npz"]
