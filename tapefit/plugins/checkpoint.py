@@ -23,7 +23,7 @@ import json
 import logging
 import math
 import os
-import tempfile
+import secrets
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -67,6 +67,19 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
+def _create_temporary(path: Path) -> tuple[int, str]:
+    # Not tempfile.mkstemp: its files are 0600, and the rename would carry that over; 0666
+    # through the umask gives what a plain open() gives.
+    while True:
+        name = str(path.parent / f".{path.name}.{secrets.token_hex(6)}{_TMP_SUFFIX}")
+        try:
+            return os.open(
+                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666
+            ), name
+        except FileExistsError:
+            continue
+
+
 def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None]) -> Path:
     """Writes a file so that it is either complete or absent, never half-written.
 
@@ -78,7 +91,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None
         The path written.
     """
     path = Path(path)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=_TMP_SUFFIX, dir=path.parent)
+    fd, tmp_name = _create_temporary(path)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)

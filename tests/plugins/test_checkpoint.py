@@ -323,6 +323,17 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["f.bin"]
 
 
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+def test_atomic_write_gives_the_permissions_of_a_plain_write(tmp_path):
+    old = os.umask(0o022)
+    try:
+        atomic_write(tmp_path / "new.bin", lambda f: f.write(b"new"))
+    finally:
+        os.umask(old)
+    # mkstemp's 0600 made checkpoints, pointers and a rewritten history.csv private to the owner.
+    assert (tmp_path / "new.bin").stat().st_mode & 0o777 == 0o644
+
+
 KILL_SCRIPT = COMMON + textwrap.dedent(
     """
     import sys, time
