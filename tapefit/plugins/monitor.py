@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 logger = logging.getLogger("tapefit")
 
@@ -58,7 +59,12 @@ class Monitor:
         return value
 
     def improved(self, value: float, reference: float | None) -> bool:
-        """Whether ``value`` beats ``reference`` by more than ``min_delta`` (any value beats ``None``)."""
+        """Whether ``value`` beats ``reference`` by more than ``min_delta``.
+
+        Any value but NaN beats ``None``; a NaN never improves (as the best, nothing would beat it).
+        """
+        if math.isnan(value):
+            return False
         if reference is None:
             return True
         if self.mode == "min":

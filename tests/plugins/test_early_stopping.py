@@ -59,6 +59,15 @@ def test_min_delta_and_baseline(make_trainer, make_data):
     assert plugin.stopped_epoch == 1
 
 
+def test_a_nan_is_never_the_best(make_trainer, make_data):
+    # A NaN first epoch became the best, which nothing beats: training stopped while the value
+    # improved, and restore_best_weights went back to the NaN epoch.
+    plugin = EarlyStopping(monitor="score", patience=1, restore_best_weights=True)
+    _, history = run(make_trainer, make_data, [float("nan"), 3, 2, 1], plugin)
+    assert plugin.stopped_epoch is None and history.epoch == [0, 1, 2, 3]
+    assert (plugin.best, plugin.best_epoch) == (1, 3)
+
+
 def test_restore_best_weights(make_trainer, make_data):
     weights = []
 
