@@ -33,7 +33,7 @@ import numpy as np
 
 from tapefit.core.tensor import Tensor
 from tapefit.plugins.hookspecs import hookimpl
-from tapefit.plugins.monitor import Monitor
+from tapefit.plugins.monitor import Monitor, infer_mode
 
 logger = logging.getLogger("tapefit")
 
@@ -361,8 +361,9 @@ class Checkpoint:
         interrupted_path: the ``interrupted.npz`` written when an exception ended the
             last fit, else ``None``.
 
-    A state whose model weights are not finite is never saved (a warning says so), so
-    after a NaN the last good checkpoint stays the newest.
+    A state whose model weights are not finite, or that the last step reached from a
+    non-finite loss, is never saved (a warning says so), so after a NaN the last good
+    checkpoint stays the newest.
     """
 
     plugin_name = "checkpoint"
@@ -393,6 +394,7 @@ class Checkpoint:
         self.monitor = monitor
         self._monitor = Monitor("checkpoint", monitor, mode) if monitor else None
         self.mode = self._monitor.mode if self._monitor else mode
+        infer_mode("", self.mode)  # refuses a bad mode even without a monitor
         self.save_best_only = bool(save_best_only)
         self.save_on_exception = bool(save_on_exception)
         self.save_on_fit_end = bool(save_on_fit_end)
@@ -404,6 +406,7 @@ class Checkpoint:
         self.best_value: float | None = None
         self.best_name: str | None = None
         self._last_saved: tuple[int, int, bool] | None = None
+        self._bad_loss: tuple[int, float] | None = None
         if self._monitor is not None:
             self._monitor.reset()
         self.interrupted_path: Path | None = None
@@ -440,7 +443,9 @@ class Checkpoint:
         self._fitting = True
 
     @hookimpl(trylast=True)
-    def on_train_batch_end(self, trainer: Any) -> None:
+    def on_train_batch_end(self, trainer: Any, step: int, logs: dict[str, float]) -> None:
+        loss = logs.get("loss")
+        self._bad_loss = None if loss is None or math.isfinite(loss) else (step, loss)
         if self.every_n_steps and trainer.step % self.every_n_steps == 0:
             self._save(trainer)
 
@@ -495,6 +500,14 @@ class Checkpoint:
     # -- saving --------------------------------------------------------------
 
     def _write(self, trainer: Any, path: Path) -> Path | None:
+        if self._bad_loss is not None:
+            # The step's update came from a non-finite loss, even if the weights look finite.
+            logger.warning(
+                "checkpoint: not saving %s: the loss of step %d was %s; the last good checkpoint stays",
+                path.name,
+                *self._bad_loss,
+            )
+            return None
         contents = trainer.checkpoint_contents()
         if not _all_finite(contents["model"]):
             logger.warning(

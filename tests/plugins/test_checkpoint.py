@@ -25,6 +25,7 @@ from tapefit.plugins.checkpoint import (
     resolve_checkpoint,
     save_checkpoint,
 )
+from tapefit.plugins.terminate_on_nan import TerminateOnNaN
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -493,6 +494,31 @@ def test_non_finite_weights_are_never_saved(tmp_path, caplog):
     assert "the last good checkpoint stays" in caplog.text
 
 
+def test_a_state_after_a_non_finite_loss_is_never_saved(tmp_path, caplog):
+    folder = tmp_path / "ckpt"
+
+    class InfiniteLoss:
+        # The loss log says inf at step 7 (index 6) while the weights stay finite.
+        @tp.hookimpl(tryfirst=True)
+        def on_train_batch_end(self, step, logs):
+            if step == 6:
+                logs["loss"] = float("inf")
+
+    trainer = build(
+        [
+            InfiniteLoss(),
+            TerminateOnNaN(),
+            Checkpoint(dirpath=str(folder), every_n_steps=4, every_n_epochs=None),
+        ]
+    )
+    fit(trainer, 3)
+    assert trainer.step == 7
+    assert all(np.isfinite(v.numpy()).all() for v in trainer.model.variables)
+    assert (folder / "last").read_text().strip() == "epoch0000-step00000004.npz"
+    assert sorted(p.name for p in folder.glob("*.npz")) == ["epoch0000-step00000004.npz"]
+    assert "the loss of step 6 was inf" in caplog.text
+
+
 def test_argument_errors():
     with pytest.raises(ValueError, match="save_best_only=True needs a monitor"):
         Checkpoint(save_best_only=True)
@@ -500,6 +526,8 @@ def test_argument_errors():
         Checkpoint(keep_last=0)
     with pytest.raises(ValueError, match="mode must be"):
         Checkpoint(monitor="val_loss", mode="lowest")
+    with pytest.raises(ValueError, match="mode must be"):
+        Checkpoint(mode="lowest")
 
 
 def test_default_folder_is_under_output_dir(tmp_path):
