@@ -68,6 +68,11 @@ class CSVLogger:
             raise ValueError(f"{self.path}: cannot append, it does not start with an 'epoch' header row")
         header = rows[0]
         if keep_before is not None:
+            for number, row in enumerate(rows[1:], start=2):
+                if row and not row[0].isdigit():
+                    raise ValueError(
+                        f"{self.path}: cannot append, row {number} has the epoch {row[0]!r} (not an integer)"
+                    )
             kept = [row for row in rows[1:] if row and int(row[0]) < keep_before]
             if len(kept) != len(rows) - 1:
                 text = io.StringIO()

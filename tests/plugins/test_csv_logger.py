@@ -50,6 +50,22 @@ def test_resume_appends_and_drops_rows_the_resumed_fit_runs_again(tmp_path, make
     assert [float(r[loss_column]) for r in rows[1:]] == history.history["loss"]
 
 
+def test_resume_onto_a_file_with_a_non_integer_epoch_names_the_file_and_row(
+    tmp_path, make_trainer, make_data
+):
+    x, y = make_data(12)
+    path, folder = tmp_path / "log.csv", tmp_path / "ckpt"
+    make_trainer([CSVLogger(str(path)), {"type": "checkpoint", "dirpath": str(folder)}]).fit(
+        x, y, epochs=2, batch_size=6
+    )
+    text = path.read_text().splitlines()
+    path.write_text("\n".join([text[0], "zero" + text[1][1:], *text[2:]]) + "\n")
+    before = path.read_text()
+    with pytest.raises(ValueError, match=r"log\.csv: cannot append, row 2 has the epoch 'zero'"):
+        make_trainer([CSVLogger(str(path))]).fit(x, y, epochs=3, batch_size=6, resume_from=folder)
+    assert path.read_text() == before
+
+
 def test_new_keys_after_the_header_are_warned_about(tmp_path, make_trainer, make_data, caplog):
     x, y = make_data(12)
 
