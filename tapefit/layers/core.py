@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -235,7 +236,7 @@ class Dropout(Layer):
         dtype: Any = None,
     ) -> None:
         super().__init__(name=name, dtype=dtype)
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+        if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not 0 <= rate < 1:
             raise ValueError(f"Dropout: rate must be a number in [0, 1), got {rate!r}")
         self.rate = float(rate)
         self.noise_shape = noise_shape

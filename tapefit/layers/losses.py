@@ -3,7 +3,8 @@
 As in Keras: each loss computes one value per sample (reducing the last axis),
 then ``reduction="sum_over_batch_size"`` (the default) sums them, weighted by
 ``sample_weight``, and divides by their number. Cross-entropies on
-probabilities clip them to ``[1e-7, 1 - 1e-7]``; with ``from_logits=True`` they
+probabilities clip them to ``[1e-7, 1 - 1e-7]`` (binary cross-entropy in float16 to
+``[eps, 1 - eps]`` with ``eps = 2**-11``, as ``1 - 1e-7`` rounds to 1 there); with ``from_logits=True`` they
 use the fused, stable ``tp.nn`` forms (finite at logits of 1000).
 """
 
@@ -51,6 +52,11 @@ def _class_probabilities(y_pred: Tensor, axis: int) -> Tensor:
     """``y_pred`` renormalized to sum to 1 over ``axis``, then clipped to ``[EPSILON, 1 - EPSILON]``
     (Keras's categorical cross-entropies on probabilities)."""
     return clip_by_value(y_pred / reduce_sum(y_pred, axis=axis, keepdims=True), EPSILON, 1.0 - EPSILON)
+
+
+def _clip_epsilon(dtype: np.dtype) -> float:
+    """``EPSILON``, or the gap below 1 of ``dtype`` where ``1 - EPSILON`` would round to 1 (float16)."""
+    return max(EPSILON, float(np.finfo(dtype).epsneg))
 
 
 def _mean_last(x: Tensor) -> Tensor:
@@ -211,7 +217,8 @@ class BinaryCrossentropy(Loss):
             y_true = y_true * (1.0 - self.label_smoothing) + 0.5 * self.label_smoothing
         if self.from_logits:
             return _mean_last(_nn.sigmoid_cross_entropy_with_logits(labels=y_true, logits=y_pred))
-        p = clip_by_value(y_pred, EPSILON, 1.0 - EPSILON)
+        eps = _clip_epsilon(y_pred.dtype)
+        p = clip_by_value(y_pred, eps, 1.0 - eps)
         return _mean_last(-(y_true * log(p) + (1.0 - y_true) * log(1.0 - p)))
 
 

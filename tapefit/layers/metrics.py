@@ -280,11 +280,14 @@ registry: Registry[Callable[[str], Metric]] = Registry(
 """The metrics by config name (``registry.names()``), loss names included; each entry takes the
 metric's name."""
 
-# "accuracy" follows the loss, as Keras's compile does.
-_ACCURACY_FOR_LOSS: dict[type, Callable[[str], Metric]] = {
-    _losses.SparseCategoricalCrossentropy: SparseCategoricalAccuracy,
-    _losses.CategoricalCrossentropy: CategoricalAccuracy,
-    _losses.BinaryCrossentropy: BinaryAccuracy,
+# "accuracy" follows the loss, as Keras's compile does. Unlike Keras, a binary loss on logits
+# gets the threshold 0 (a logit > 0 is a probability > 0.5), not 0.5 (tensorflow#41413).
+_ACCURACY_FOR_LOSS: dict[type, Callable[[str, Any], Metric]] = {
+    _losses.SparseCategoricalCrossentropy: lambda name, loss: SparseCategoricalAccuracy(name),
+    _losses.CategoricalCrossentropy: lambda name, loss: CategoricalAccuracy(name),
+    _losses.BinaryCrossentropy: lambda name, loss: BinaryAccuracy(
+        name, threshold=0.0 if loss.from_logits else 0.5
+    ),
 }
 
 
@@ -292,7 +295,8 @@ def get(identifier: str | Metric | Callable[..., Any], loss: Any = None) -> Metr
     """A metric from a name, a Metric, or a function ``fn(y_true, y_pred) -> values``.
 
     ``"accuracy"`` (or ``"acc"``) picks the right kind for ``loss`` (a loss object or
-    name): sparse categorical, categorical or binary accuracy; without a known loss it
+    name): sparse categorical, categorical or binary accuracy (thresholding at 0 for a
+    binary loss with ``from_logits=True``); without a known loss it
     decides by the shapes of the first batch, as Keras does. Other spellings of it
     (``"Accuracy"``) give Keras's ``Accuracy`` class (exact equality). Loss names
     (``"sparse_categorical_crossentropy"``, ...) give the mean of that loss. A metric
@@ -312,7 +316,7 @@ def get(identifier: str | Metric | Callable[..., Any], loss: Any = None) -> Metr
             loss_obj = _losses.get(loss) if isinstance(loss, str) else loss
             for loss_type, make_for_loss in _ACCURACY_FOR_LOSS.items():
                 if isinstance(loss_obj, loss_type):
-                    return make_for_loss(identifier)
+                    return make_for_loss(identifier, loss_obj)
         return make(identifier)
     if callable(identifier):
         return MeanMetricWrapper(identifier)

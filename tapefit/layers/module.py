@@ -533,7 +533,8 @@ class Module:
         Nothing is assigned unless every entry matches.
 
         Raises:
-            ValueError: naming every missing, unexpected, mis-shaped and non-numeric entry.
+            ValueError: naming every missing, unexpected, mis-shaped and non-numeric entry,
+                and every non-integral one for an integer variable.
         """
         if not isinstance(state_dict, dict):
             raise TypeError(f"load_state_dict needs a dict of arrays, got {type(state_dict).__name__}")
@@ -557,6 +558,10 @@ class Module:
                 problems.append(
                     f"entry '{shown}' has shape {value.shape}, the variable has {entry.variable.shape}"
                 )
+            dtype = entry.variable.dtype
+            # The cast below would truncate 2.7 to 2 (and NaN to some integer) without a word.
+            if dtype.kind in "iub" and value.dtype.kind == "f" and not np.all(np.mod(value, 1) == 0):
+                problems.append(f"entry '{key}' has non-integral values for a variable of dtype {dtype.name}")
             values.append((entry.variable, value))
         if missing:
             problems.append("missing: " + ", ".join(missing))

@@ -121,7 +121,7 @@ class BatchNormalization(_Normalization):
     with the (biased) moments over every axis but ``axis``, and the non-trainable
     ``moving_mean``/``moving_variance`` are updated with ``assign`` to
     ``moving * momentum + batch * (1 - momentum)``. Otherwise (``training`` false or
-    not given) the moving statistics are used. A frozen layer
+    not given), and for an empty batch, the moving statistics are used. A frozen layer
     (``trainable = False``) always runs in inference mode, as in Keras 3.
 
     Args:
@@ -196,7 +196,8 @@ class BatchNormalization(_Normalization):
                 f"BatchNormalization '{self.name}' was built for rank-{len(self._broadcast_shape)} inputs with "
                 f"{features} features on axis {self._feature_axis}, got shape {x.shape}"
             )
-        if training and self.trainable:
+        # An empty batch has no moments (NaN) to fold into the moving ones; its output is empty anyway.
+        if training and self.trainable and x.size:
             mean = reduce_mean(x, axis=self._reduce_axes, keepdims=True)
             centered = x - mean
             variance = reduce_mean(square(centered), axis=self._reduce_axes, keepdims=True)

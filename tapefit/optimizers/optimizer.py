@@ -89,9 +89,10 @@ class Optimizer:
     ``iterations``. The learning rate of a step is a float, or a schedule called with
     ``iterations`` before the increment (0 for the first step).
 
-    Slot variables (Adam's moments, ...) are created the first time a variable is updated,
-    in the variable's dtype. ``get_state`` numbers variables in the order the optimizer
-    first saw them, and ``set_state`` matches slots to variables by that order.
+    Slot variables (Adam's moments, ...) are created the first time a variable is passed
+    (with a gradient or ``None``), in the variable's dtype. ``get_state`` numbers variables
+    in the order the optimizer first saw them, and ``set_state`` matches slots to variables
+    by that order.
 
     Subclasses define ``slot_initial_values()`` and ``update_step``, and extend
     ``get_config``.
@@ -241,9 +242,11 @@ class Optimizer:
             TypeError: an entry is not a pair, a variable is not a floating ``tp.Variable``, or a
                 gradient is not floating.
         """
-        grads, variables = self._checked_pairs(grads_and_vars)
-        if any(id(v) not in self._positions for v in variables):
-            self._register(variables)
+        grads, variables, every = self._checked_pairs(grads_and_vars)
+        # Variables without a gradient get their positions too (Keras 3 builds on them all), so
+        # positions follow the order of the pairs, not which gradients happened to be None.
+        if any(id(v) not in self._positions for v in every):
+            self._register(every)
         with recording_paused():
             lr = self._learning_rate_at(int(self._iterations))
             grads = self._clip(grads)
@@ -402,7 +405,8 @@ class Optimizer:
 
     def _checked_pairs(
         self, grads_and_vars: Iterable[tuple[Any, Variable]]
-    ) -> tuple[list[np.ndarray], list[Variable]]:
+    ) -> tuple[list[np.ndarray], list[Variable], list[Variable]]:
+        """The gradients and their variables without the ``None`` pairs, and every variable in order."""
         try:
             items = list(grads_and_vars)
         except TypeError:
@@ -415,13 +419,14 @@ class Optimizer:
         grads: list[np.ndarray] = []
         variables: list[Variable] = []
         missing: list[Variable] = []
+        every: list[Variable] = []
         for i, item in enumerate(items):
             if not isinstance(item, (tuple, list)) or len(item) != 2:
                 raise TypeError(
                     f"apply_gradients: entry {i} is not a (gradient, variable) pair: {type(item).__name__}"
                 )
             grad, variable = item
-            _check_variable(variable, i)
+            every.append(_check_variable(variable, i))
             if grad is None:
                 missing.append(variable)
                 continue
@@ -441,7 +446,7 @@ class Optimizer:
                 "Gradients do not exist for variables %s when minimizing the loss; they are not updated",
                 [v.name for v in unwarned],
             )
-        return grads, variables
+        return grads, variables, every
 
     def _register(self, variables: list[Variable]) -> None:
         """Gives new variables their positions and slots (restored ones if set_state left some)."""

@@ -166,6 +166,15 @@ def test_dropout_only_in_training_and_seeded():
         Dropout(1.0)
 
 
+def test_dropout_takes_a_numpy_rate():
+    # A rate computed with NumPy (np.float32 is no Python float) is still a number in [0, 1).
+    layer = Dropout(np.float32(0.25))
+    assert type(layer.rate) is float and layer.rate == 0.25
+    for bad in (np.float32(1.0), True, "0.5"):
+        with pytest.raises(ValueError, match=r"rate must be a number in \[0, 1\)"):
+            Dropout(bad)
+
+
 def test_dropout_gradient_is_the_mask():
     layer = Dropout(0.5, seed=1)
     x = tp.Variable(np.ones((4, 6), np.float32))

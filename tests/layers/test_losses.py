@@ -160,3 +160,15 @@ def test_get_by_name_and_errors():
     with pytest.raises(TypeError, match="a loss must be"):
         losses.get(3)
     assert tp.losses is losses and losses.get("mse").name == "mean_squared_error"
+
+
+def test_binary_crossentropy_on_float16_probabilities_of_0_and_1_stays_finite():
+    # 1 - 1e-7 rounds to 1 in float16, so clipping there left log(1 - p) = -inf for p = 1.
+    y_true = np.array([[0.0, 1.0]], np.float16)
+    p = tp.Variable(np.array([[1.0, 0.0]], np.float16))
+    with tp.GradientTape() as tape:
+        value = losses.BinaryCrossentropy()(y_true, p)
+    assert value.dtype == tp.float16
+    eps = np.finfo(np.float16).epsneg  # the largest float16 below 1 is 1 - eps
+    assert float(value) == pytest.approx(-np.log(eps), rel=1e-3)
+    assert np.all(np.isfinite(tape.gradient(value, p).numpy()))

@@ -99,6 +99,15 @@ def test_get_accuracy_follows_the_loss():
     assert metrics.get("acc", loss="binary_crossentropy").name == "acc"
 
 
+def test_accuracy_for_a_binary_loss_on_logits_thresholds_at_zero():
+    # A logit of 0.3 means p = 0.57 (class 1), -0.2 means p = 0.45 (class 0): the 0.5 threshold
+    # meant for probabilities would call both class 0 (tensorflow/tensorflow#41413).
+    m = metrics.get("accuracy", loss=tp.losses.BinaryCrossentropy(from_logits=True))
+    m.update_state([[1.0], [0.0]], [[0.3], [-0.2]])
+    assert type(m) is metrics.BinaryAccuracy and m.threshold == 0.0 and _value(m) == 1.0
+    assert metrics.get("accuracy", loss=tp.losses.BinaryCrossentropy()).threshold == 0.5
+
+
 def test_get_accuracy_without_a_loss_decides_by_shapes_like_keras():
     sparse = metrics.get("accuracy")
     sparse.update_state([2, 1], [[0.1, 0.6, 0.3], [0.05, 0.95, 0]])

@@ -489,6 +489,21 @@ def test_load_state_dict_rejects_non_numeric_entries_before_assigning_anything()
     assert [float(v) for v in m.variables] == [1.0, 2.0, 3.0]
 
 
+def test_load_state_dict_refuses_fractions_for_integer_variables():
+    m = tp.Module(name="m")
+    m.step = tp.Variable(4, trainable=False)
+    m.w = tp.Variable(1.0)
+    m.load_state_dict({"m/step": np.array(7.0), "m/w": 2})  # whole floats and ints convert
+    assert m.step.dtype == np.int32 and int(m.step) == 7 and float(m.w) == 2.0
+    # 2.7 would become 2 and NaN -2147483648 without a word
+    for bad in (2.7, np.nan):
+        with pytest.raises(
+            ValueError, match="entry 'm/step' has non-integral values for a variable of dtype int32"
+        ):
+            m.load_state_dict({"m/step": np.array(bad), "m/w": 3.0})
+        assert int(m.step) == 7 and float(m.w) == 2.0
+
+
 def test_summary_table():
     model = Sequential(
         [

@@ -129,3 +129,14 @@ def test_batch_normalization_errors():
 def test_normalizations_reject_an_unknown_initializer_when_constructed(make):
     with pytest.raises(ValueError, match="unknown initializer 'one'"):
         make()
+
+
+def test_batch_normalization_training_on_an_empty_batch_leaves_the_moving_statistics():
+    bn = BatchNormalization(momentum=0.5)
+    bn(np.array([[1.0, 2.0], [3.0, 6.0]], np.float32), training=True)
+    mean, variance = bn.moving_mean.numpy(), bn.moving_variance.numpy()
+    # The moments of no samples are NaN; folded in, they would poison every later inference.
+    out = bn(np.zeros((0, 2), np.float32), training=True)
+    assert out.shape == (0, 2)
+    np.testing.assert_array_equal(bn.moving_mean.numpy(), mean)
+    np.testing.assert_array_equal(bn.moving_variance.numpy(), variance)

@@ -131,8 +131,10 @@ def test_none_gradients_are_skipped_with_one_warning(caplog):
     assert len(warnings) == 1 and "frozen" in warnings[0].getMessage()
     assert b.numpy()[0] == 2.0 and a.numpy()[0] < 1.0
     assert int(opt.iterations) == 2
+    # b has its position and slots (as in Keras 3), left at their initial values
+    np.testing.assert_array_equal(opt.get_slot(b, "momentum").numpy(), [0.0])
     with pytest.raises(ValueError, match="not updated"):
-        opt.get_slot(b, "momentum")
+        opt.get_slot(tp.Variable([3.0], name="never_passed"), "momentum")
 
 
 def test_all_none_gradients_raise_naming_the_variables():
@@ -283,6 +285,31 @@ def test_restored_optimizer_continues_bit_identically(make, restore_into, scalar
     assert a.keys() == b.keys()
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_resume_is_exact_when_a_variable_had_no_gradient_on_the_first_step():
+    # Positions follow the order of the pairs, as Keras 3 builds on every variable it is given:
+    # had `a` (no gradient at first) been numbered after `b`, the resumed run would number it
+    # first, and with equal shapes the two would silently swap their slots.
+    grads = gradient_sequence(6)
+    start = [np.array([1.0, 2.0, 3.0], np.float32), np.array([4.0, 5.0, 6.0], np.float32)]
+
+    def steps(opt, a, b, which):
+        for s in which:
+            opt.apply_gradients([(None if s == 0 else grads[s][1], a), (grads[s][1] * 0.5, b)])
+
+    a, b = (tp.Variable(v, name=n) for v, n in zip(start, "ab"))
+    reference = O.Adam(0.1)
+    steps(reference, a, b, range(6))
+    a2, b2 = (tp.Variable(v, name=n) for v, n in zip(start, "ab"))
+    first = O.Adam(0.1)
+    steps(first, a2, b2, range(3))
+    a3, b3 = (tp.Variable(v.numpy(), name=v.name) for v in (a2, b2))
+    resumed = O.Adam(0.1)
+    resumed.set_state(first.get_state())
+    steps(resumed, a3, b3, range(3, 6))
+    np.testing.assert_array_equal(a3.numpy(), a.numpy())
+    np.testing.assert_array_equal(b3.numpy(), b.numpy())
 
 
 def test_state_keys_and_slots_restored_before_first_step_survive_get_state():
