@@ -635,6 +635,20 @@ def test_npz_data_trains_and_bad_arrays_are_config_errors(workdir, capsys):
     )
 
 
+def test_a_negative_seed_seeds_the_data_too(workdir, capsys):
+    # tp.random.set_seed takes negative seeds, as TensorFlow does; the split and spirals did not.
+    rng = np.random.default_rng(0)
+    np.savez(workdir / "d.npz", x=rng.normal(size=(40, 3)), y=rng.integers(0, 3, 40))
+    config = file_config(workdir, "{type: npz, path: d.npz}")
+    status, out, err = run_main(["--config", config, "--set", "seed=-1"], capsys)
+    assert status == 0, err
+    assert "32 training and 8 validation samples" in out
+    config = write(workdir / "c.yaml", SPIRALS)
+    status, out, err = run_main(["--config", config, "--set", "data.seed=-3", "--print-config"], capsys)
+    assert status == 0, err
+    assert parse_yaml(out)["data"]["seed"] == -3
+
+
 def test_class_labels_are_checked_over_all_the_data(workdir, capsys):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(40, 3))

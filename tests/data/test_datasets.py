@@ -234,6 +234,19 @@ def test_validation_split_is_seeded_disjoint_and_sized_like_keras():
     assert val is None and train[0] is x
 
 
+def test_negative_seeds_work_as_in_tp_random():
+    # TensorFlow's seeds are int64 and tp.random.set_seed takes -1; the data seeds do too.
+    x, y = np.arange(20, dtype=np.float32)[:, None], np.arange(20)
+    (_, yt), _ = data.validation_split(x, y, 0.25, seed=-1)
+    (_, yt2), _ = data.validation_split(x, y, 0.25, seed=-1)
+    np.testing.assert_array_equal(yt, yt2)
+    (_, yt3), _ = data.validation_split(x, y, 0.25, seed=1)
+    assert not np.array_equal(yt, yt3)
+    xs, _ = data.make_spirals(n_samples=30, seed=-7)
+    np.testing.assert_array_equal(data.make_spirals(n_samples=30, seed=-7)[0], xs)
+    assert not np.array_equal(data.make_spirals(n_samples=30, seed=7)[0], xs)
+
+
 @pytest.mark.parametrize(
     "n, fraction, message",
     [(10, 1.0, r"in \[0, 1\)"), (10, -0.1, r"in \[0, 1\)"), (1, 0.5, "no training samples")],
