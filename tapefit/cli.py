@@ -588,6 +588,8 @@ def prepare(args: argparse.Namespace) -> Run:
             resume_epoch = _check_resume_fits(resume_from, model, config, data)
     if resume_from is None and not args.print_config:
         _check_output_dir(output_dir, args)
+    elif resume_from is not None and not args.print_config:
+        _check_resume_target(resume_from, args.resume, plugins, output_dir)
     try:  # registering the plugins checks their hooks (a misspelt hook name is an error)
         trainer = Trainer(
             model, optimizer, loss, metrics=metrics, plugins=plugins, output_dir=output_dir, config=config
@@ -623,6 +625,18 @@ def _check_output_dir(output_dir: Path, args: argparse.Namespace) -> None:
         raise ConfigError(
             f"--overwrite: {output_dir} is not empty and has no {CONFIG_FILE_NAME} written by train, so it is "
             "not a tapefit run folder; not deleting it"
+        )
+
+
+def _check_resume_target(resume_from: Path, resume: str, plugins: list[Any], output_dir: Path) -> None:
+    """A checkpoint from elsewhere may continue in an empty folder, never over another run's files."""
+    own = [output_dir, _checkpoint_folder(plugins, output_dir)]
+    if any(folder is not None and resume_from.resolve().is_relative_to(folder.resolve()) for folder in own):
+        return
+    if output_dir.is_dir() and any(output_dir.iterdir()):
+        raise ConfigError(
+            f"--resume {resume}: {output_dir} already holds another run and the checkpoint is not one of its "
+            "own; continue it in a new folder (--set name=...)"
         )
 
 

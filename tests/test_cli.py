@@ -418,6 +418,24 @@ def test_resume_auto_with_nothing_to_resume_says_it_starts_fresh(workdir, capsys
     assert "train: done: new, 2 epochs in" in out
 
 
+def test_resume_from_another_runs_checkpoint_does_not_write_into_an_existing_run(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    status, _, err = run_main(["--config", config, "--set", "name=a"], capsys)
+    assert status == 0, err
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--resume", "runs/a/checkpoints", "--set", "trainer.epochs=3"],
+        "train: error: --resume runs/a/checkpoints: runs/sp already holds another run and the checkpoint is "
+        "not one of its own; continue it in a new folder (--set name=...)",
+    )
+    # into a new folder, or from the run's own checkpoints, resuming goes on
+    for name in ("a2", "a"):
+        args = ["--config", config, "--set", f"name={name}", "--resume", "runs/a/checkpoints"]
+        status, _, err = run_main([*args, "--set", "trainer.epochs=3"], capsys)
+        assert status == 0, err
+
+
 def test_resume_from_a_file_that_is_not_a_checkpoint(workdir, capsys):
     config = write(workdir / "c.yaml", SPIRALS)
     assert_config_error(
