@@ -236,6 +236,13 @@ def test_problems_found_while_building_are_config_errors(workdir, capsys):
         ["--config", config, "--set", "data.n_classes=1"],
         f"train: error: {config}: data.n_classes: n_classes must be at least 2, got 1",
     )
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "plugins[0]={type: progress, file: progress.log, enabled: true}"],
+        f"train: error: {config}: plugins[0]: 'progress' could not be built: TypeError: plugin 'progress': "
+        "file must be a text stream with a write method (standard error by default), got the string 'progress.log'",
+    )
     status, _, err = run_main(["--config", config, "--set", "plugins[0].save_best_only=true"], capsys)
     assert status == 2
     assert err.startswith(
