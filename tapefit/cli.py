@@ -456,8 +456,10 @@ def check_monitors(plugins: list[Any], metrics: list[Any], data: Data) -> None:
         )
 
 
-def check_model_on_data(model: Any, loss: Any, loss_type: str, data: Data) -> None:
-    """Runs the model and the loss on two samples, so a mismatch is a config error, not a crash."""
+def check_model_on_data(
+    model: Any, loss: Any, loss_type: str, data: Data, metrics: Sequence[Any] = ()
+) -> None:
+    """Runs the model, the loss and the metrics on two samples, so a mismatch is a config error, not a crash."""
     from tapefit.core.tensor import convert_to_tensor
 
     x, y = data.x_train[:2], data.y_train[:2]
@@ -484,6 +486,18 @@ def check_model_on_data(model: Any, loss: Any, loss_type: str, data: Data) -> No
             f"{loss_type!r} cannot compare labels of shape {y.shape} with model outputs of shape {shape}: "
             f"{_error_text(e)}",
         )
+    for i, metric in enumerate(metrics):
+        try:
+            metric.update_state(y, out)
+            float(metric.result())
+        except Exception as e:
+            _fail(
+                f"metrics[{i}]",
+                f"{metric.name!r} cannot compare labels of shape {y.shape} with model outputs of shape {shape}: "
+                f"{_error_text(e)}",
+            )
+        finally:
+            metric.reset_state()  # the two samples must not count in the first epoch
 
 
 def _checkpoint_folder(plugins: list[Any], output_dir: Path) -> Path | None:
@@ -572,7 +586,7 @@ def prepare(args: argparse.Namespace) -> Run:
     optimizer = build_optimizer(config["optimizer"])
     plugins = build_plugins(config["plugins"])
     check_monitors(plugins, metrics, data)
-    check_model_on_data(model, loss, config["loss"]["type"], data)
+    check_model_on_data(model, loss, config["loss"]["type"], data, metrics)
     settings = config["trainer"]
     if settings["drop_last"] and settings["batch_size"] > len(data.x_train):
         _fail(

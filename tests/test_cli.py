@@ -251,6 +251,18 @@ def test_problems_found_while_building_are_config_errors(workdir, capsys):
     assert "needs a monitor" in err
 
 
+def test_a_metric_that_does_not_fit_the_labels_is_a_config_error(workdir, capsys):
+    # checked on two samples like the model and the loss (it failed with exit 1 in the first step)
+    config = write(workdir / "c.yaml", SPIRALS)
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "metrics=[accuracy, mse]"],
+        f"train: error: {config}: metrics[1]: 'mse' cannot compare labels of shape (2,) with model outputs of "
+        "shape (2, 2): ValueError: mse: y_true has shape (2,) but y_pred has shape (2, 2)",
+    )
+
+
 def test_drop_last_with_a_batch_larger_than_the_data_is_a_config_error(workdir, capsys):
     config = write(workdir / "c.yaml", SPIRALS)
     assert_config_error(
