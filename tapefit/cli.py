@@ -456,8 +456,10 @@ def check_monitors(plugins: list[Any], metrics: list[Any], data: Data) -> None:
         )
 
 
-def check_model_on_data(model: Any, loss: Any, loss_type: str, data: Data) -> None:
-    """Runs the model and the loss on two samples, so a mismatch is a config error, not a crash."""
+def check_model_on_data(
+    model: Any, loss: Any, loss_type: str, data: Data, metrics: Sequence[Any] = ()
+) -> None:
+    """Runs the model, the loss and the metrics on two samples, so a mismatch is a config error, not a crash."""
     from tapefit.core.tensor import convert_to_tensor
 
     x, y = data.x_train[:2], data.y_train[:2]
@@ -484,6 +486,18 @@ def check_model_on_data(model: Any, loss: Any, loss_type: str, data: Data) -> No
             f"{loss_type!r} cannot compare labels of shape {y.shape} with model outputs of shape {shape}: "
             f"{_error_text(e)}",
         )
+    for i, metric in enumerate(metrics):
+        try:
+            metric.update_state(y, out)
+            float(metric.result())
+        except Exception as e:
+            _fail(
+                f"metrics[{i}]",
+                f"{metric.name!r} cannot compare labels of shape {y.shape} with model outputs of shape {shape}: "
+                f"{_error_text(e)}",
+            )
+        finally:
+            metric.reset_state()  # the two samples must not count in the first epoch
 
 
 def _checkpoint_folder(plugins: list[Any], output_dir: Path) -> Path | None:
@@ -572,7 +586,7 @@ def prepare(args: argparse.Namespace) -> Run:
     optimizer = build_optimizer(config["optimizer"])
     plugins = build_plugins(config["plugins"])
     check_monitors(plugins, metrics, data)
-    check_model_on_data(model, loss, config["loss"]["type"], data)
+    check_model_on_data(model, loss, config["loss"]["type"], data, metrics)
     settings = config["trainer"]
     if settings["drop_last"] and settings["batch_size"] > len(data.x_train):
         _fail(
@@ -588,6 +602,8 @@ def prepare(args: argparse.Namespace) -> Run:
             resume_epoch = _check_resume_fits(resume_from, model, config, data)
     if resume_from is None and not args.print_config:
         _check_output_dir(output_dir, args)
+    elif resume_from is not None and not args.print_config:
+        _check_resume_target(resume_from, args.resume, plugins, output_dir)
     try:  # registering the plugins checks their hooks (a misspelt hook name is an error)
         trainer = Trainer(
             model, optimizer, loss, metrics=metrics, plugins=plugins, output_dir=output_dir, config=config
@@ -623,6 +639,18 @@ def _check_output_dir(output_dir: Path, args: argparse.Namespace) -> None:
         raise ConfigError(
             f"--overwrite: {output_dir} is not empty and has no {CONFIG_FILE_NAME} written by train, so it is "
             "not a tapefit run folder; not deleting it"
+        )
+
+
+def _check_resume_target(resume_from: Path, resume: str, plugins: list[Any], output_dir: Path) -> None:
+    """A checkpoint from elsewhere may continue in an empty folder, never over another run's files."""
+    own = [output_dir, _checkpoint_folder(plugins, output_dir)]
+    if any(folder is not None and resume_from.resolve().is_relative_to(folder.resolve()) for folder in own):
+        return
+    if output_dir.is_dir() and any(output_dir.iterdir()):
+        raise ConfigError(
+            f"--resume {resume}: {output_dir} already holds another run and the checkpoint is not one of its "
+            "own; continue it in a new folder (--set name=...)"
         )
 
 

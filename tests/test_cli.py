@@ -236,12 +236,31 @@ def test_problems_found_while_building_are_config_errors(workdir, capsys):
         ["--config", config, "--set", "data.n_classes=1"],
         f"train: error: {config}: data.n_classes: n_classes must be at least 2, got 1",
     )
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "plugins[0]={type: progress, file: progress.log, enabled: true}"],
+        f"train: error: {config}: plugins[0]: 'progress' could not be built: TypeError: plugin 'progress': "
+        "file must be a text stream with a write method (standard error by default), got the string 'progress.log'",
+    )
     status, _, err = run_main(["--config", config, "--set", "plugins[0].save_best_only=true"], capsys)
     assert status == 2
     assert err.startswith(
         f"train: error: {config}: plugins[0]: 'checkpoint' could not be built: ValueError: "
     )
     assert "needs a monitor" in err
+
+
+def test_a_metric_that_does_not_fit_the_labels_is_a_config_error(workdir, capsys):
+    # checked on two samples like the model and the loss (it failed with exit 1 in the first step)
+    config = write(workdir / "c.yaml", SPIRALS)
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "metrics=[accuracy, mse]"],
+        f"train: error: {config}: metrics[1]: 'mse' cannot compare labels of shape (2,) with model outputs of "
+        "shape (2, 2): ValueError: mse: y_true has shape (2,) but y_pred has shape (2, 2)",
+    )
 
 
 def test_drop_last_with_a_batch_larger_than_the_data_is_a_config_error(workdir, capsys):
@@ -416,6 +435,24 @@ def test_resume_auto_with_nothing_to_resume_says_it_starts_fresh(workdir, capsys
         "beginning" in out
     )
     assert "train: done: new, 2 epochs in" in out
+
+
+def test_resume_from_another_runs_checkpoint_does_not_write_into_an_existing_run(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    status, _, err = run_main(["--config", config, "--set", "name=a"], capsys)
+    assert status == 0, err
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--resume", "runs/a/checkpoints", "--set", "trainer.epochs=3"],
+        "train: error: --resume runs/a/checkpoints: runs/sp already holds another run and the checkpoint is "
+        "not one of its own; continue it in a new folder (--set name=...)",
+    )
+    # into a new folder, or from the run's own checkpoints, resuming goes on
+    for name in ("a2", "a"):
+        args = ["--config", config, "--set", f"name={name}", "--resume", "runs/a/checkpoints"]
+        status, _, err = run_main([*args, "--set", "trainer.epochs=3"], capsys)
+        assert status == 0, err
 
 
 def test_resume_from_a_file_that_is_not_a_checkpoint(workdir, capsys):
@@ -633,6 +670,20 @@ def test_npz_data_trains_and_bad_arrays_are_config_errors(workdir, capsys):
         ["--config", config, "--set", "data.x_key=text"],
         f"train: error: {config}: data: data.type 'npz': the features must be numbers, got dtype <U1",
     )
+
+
+def test_a_negative_seed_seeds_the_data_too(workdir, capsys):
+    # tp.random.set_seed takes negative seeds, as TensorFlow does; the split and spirals did not.
+    rng = np.random.default_rng(0)
+    np.savez(workdir / "d.npz", x=rng.normal(size=(40, 3)), y=rng.integers(0, 3, 40))
+    config = file_config(workdir, "{type: npz, path: d.npz}")
+    status, out, err = run_main(["--config", config, "--set", "seed=-1"], capsys)
+    assert status == 0, err
+    assert "32 training and 8 validation samples" in out
+    config = write(workdir / "c.yaml", SPIRALS)
+    status, out, err = run_main(["--config", config, "--set", "data.seed=-3", "--print-config"], capsys)
+    assert status == 0, err
+    assert parse_yaml(out)["data"]["seed"] == -3
 
 
 def test_class_labels_are_checked_over_all_the_data(workdir, capsys):

@@ -88,3 +88,32 @@ def test_shell_commands_run(tmp_path):
         ran.append(command)
     assert any("--resume auto" in c for c in ran) and any(c.endswith("digits_mlp.yaml") for c in ran)
     assert (tmp_path / "runs" / "digits-mlp" / "history.csv").read_text().count("\n") >= 30
+
+
+def test_config_reference_lists_every_key_and_every_built_in_type():
+    """Each row of the README's config table names every key its section takes, and every built-in type."""
+    from tapefit import cli, config
+    from tapefit.plugins.manager import BUILTIN_PLUGINS
+
+    text = (ROOT / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.*) \|$", text, re.M))
+    assert sorted(rows) == sorted(config.TOP_LEVEL_KEYS)
+    schema = cli.default_schema()
+    missing: list[str] = []
+
+    def need(row: str, words) -> None:
+        found = set(re.findall(r"\w+", rows[row]))
+        missing.extend(
+            f"{row}: {word}" for word in words if word not in found and f"{row}: {word}" not in missing
+        )
+
+    need("trainer", schema.trainer)
+    rows_of = {"metric": "metrics", "schedule": "optimizer", "plugin": "plugins"}
+    for label, kind in schema.kinds.items():
+        row = rows_of.get(label, label)
+        need(row, kind.common)
+        for name in kind.builtins():
+            if label == "plugin" and name not in BUILTIN_PLUGINS:
+                continue  # an entry point of whatever else is installed
+            need(row, [name, *config.find_target(kind, name, f"{label}.type").params])
+    assert not missing, f"README.md's config reference does not mention: {', '.join(missing)}"

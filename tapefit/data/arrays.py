@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.core import random as _random
+
 
 class DataError(ValueError):
     """A data set that cannot be used as given; ``key`` names the config key at fault, if any."""
@@ -13,6 +15,11 @@ class DataError(ValueError):
     def __init__(self, message: str, key: str | None = None) -> None:
         super().__init__(message)
         self.key = key
+
+
+def seeded_generator(seed: int) -> np.random.Generator:
+    """A NumPy generator for ``seed``; negative seeds work, as in ``tp.random.set_seed`` (TF's int64)."""
+    return np.random.default_rng(_random._seed(seed, "seed"))
 
 
 def check_arrays(x: Any, y: Any, source: str) -> tuple[np.ndarray, np.ndarray]:
@@ -92,7 +99,7 @@ def validation_split(
             f"{'no training' if n_train == 0 else 'no validation'} samples",
             key="validation_split",
         )
-    order = np.random.default_rng(seed).permutation(n)
+    order = seeded_generator(seed).permutation(n)
     train, val = order[:n_train], order[n_train:]
     return (x[train], y[train]), (x[val], y[val])
 

@@ -94,7 +94,7 @@ def load_csv(
     """Loads a CSV table of numbers: one column holds the labels, the others the features.
 
     Args:
-        path: The file.
+        path: The file, UTF-8 (a byte order mark, as Excel writes, is skipped).
         label_column: The labels' column: an index (negative counts from the end) or, with a
             header, a column name.
         header: ``True`` if the first row names the columns, ``False`` if it is data, ``"auto"``
@@ -118,7 +118,7 @@ def load_csv(
             f"label_dtype must be 'auto', 'int' or 'float', got {label_dtype!r}", key="label_dtype"
         )
     try:
-        with open(path, newline="") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:
             rows = [(i + 1, row) for i, row in enumerate(csv.reader(f, delimiter=delimiter)) if row]
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise DataError(f"cannot read {path!r} as CSV: {e}", key="path") from e

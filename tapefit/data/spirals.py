@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tapefit.data.arrays import DataError
+from tapefit.data.arrays import DataError, seeded_generator
 
 
 def make_spirals(
@@ -36,7 +36,7 @@ def make_spirals(
         raise DataError(f"n_samples ({n_samples}) must be at least n_classes ({n_classes})", key="n_samples")
     if noise < 0:
         raise DataError(f"noise must be >= 0, got {noise}", key="noise")
-    rng = np.random.default_rng(seed)
+    rng = seeded_generator(seed)
     y = np.arange(n_samples) % n_classes
     r = 1.0 - rng.random(n_samples)  # in (0, 1]
     angle = 2.0 * np.pi * (turns * r + y / n_classes)

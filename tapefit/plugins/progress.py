@@ -43,6 +43,11 @@ class ProgressPlugin:
     ) -> None:
         if refresh_per_second <= 0:
             raise ValueError(f"refresh_per_second must be positive, got {refresh_per_second!r}")
+        if file is not None and not callable(getattr(file, "write", None)):
+            got = f"the string {file!r}" if isinstance(file, str) else f"{type(file).__name__} {file!r}"
+            raise TypeError(
+                f"file must be a text stream with a write method (standard error by default), got {got}"
+            )
         self.interval = 1.0 / float(refresh_per_second)
         self.enabled = enabled
         self.leave = bool(leave)

@@ -159,6 +159,19 @@ def test_csv_without_header_label_by_index(tmp_path):
     np.testing.assert_array_equal(x, [[2, 0.5], [4, 1.5]])
 
 
+def test_csv_saved_with_a_byte_order_mark(tmp_path):
+    # Excel's "CSV UTF-8" starts with a BOM: the first row is still data, the first name still 'label'.
+    path = tmp_path / "bom.csv"
+    path.write_bytes("1,2,0\n3,4,1\n".encode("utf-8-sig"))
+    x, y = data.load_csv(str(path))
+    np.testing.assert_array_equal(x, [[1, 2], [3, 4]])
+    np.testing.assert_array_equal(y, [0, 1])
+    path.write_bytes("label,a\n0,1\n1,3\n".encode("utf-8-sig"))
+    x, y = data.load_csv(str(path), label_column="label")
+    np.testing.assert_array_equal(x, [[1], [3]])
+    np.testing.assert_array_equal(y, [0, 1])
+
+
 def test_csv_header_forced_and_label_dtype(tmp_path):
     path = _write(tmp_path, "1,2,3\n4,5,6\n7,8,9\n")
     x, y = data.load_csv(path, header=True, label_dtype="float")
@@ -232,6 +245,19 @@ def test_validation_split_is_seeded_disjoint_and_sized_like_keras():
     assert not np.array_equal(yt, yt3)
     train, val = data.validation_split(x, y, 0.0, seed=3)
     assert val is None and train[0] is x
+
+
+def test_negative_seeds_work_as_in_tp_random():
+    # TensorFlow's seeds are int64 and tp.random.set_seed takes -1; the data seeds do too.
+    x, y = np.arange(20, dtype=np.float32)[:, None], np.arange(20)
+    (_, yt), _ = data.validation_split(x, y, 0.25, seed=-1)
+    (_, yt2), _ = data.validation_split(x, y, 0.25, seed=-1)
+    np.testing.assert_array_equal(yt, yt2)
+    (_, yt3), _ = data.validation_split(x, y, 0.25, seed=1)
+    assert not np.array_equal(yt, yt3)
+    xs, _ = data.make_spirals(n_samples=30, seed=-7)
+    np.testing.assert_array_equal(data.make_spirals(n_samples=30, seed=-7)[0], xs)
+    assert not np.array_equal(data.make_spirals(n_samples=30, seed=7)[0], xs)
 
 
 @pytest.mark.parametrize(

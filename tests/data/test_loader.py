@@ -49,6 +49,13 @@ def test_shuffling_is_seeded_and_new_every_epoch():
     assert epoch_labels(BatchLoader(x, y, batch_size=50, seed=8)) != first_a
 
 
+def test_a_negative_seed_is_a_seed():
+    x, y = data(30)
+    first = epoch_labels(BatchLoader(x, y, batch_size=30, seed=-2))
+    assert first == epoch_labels(BatchLoader(x, y, batch_size=30, seed=-2))
+    assert first != epoch_labels(BatchLoader(x, y, batch_size=30, seed=2))
+
+
 def test_global_seed_fixes_the_default_seed():
     x, y = data(30)
     tp.random.set_seed(3)

@@ -61,3 +61,6 @@ def test_format_and_errors():
     assert format_logs({"loss": 0.123456789, "acc": 1.0}) == {"loss": "0.1235", "acc": "1"}
     with pytest.raises(ValueError, match="refresh_per_second must be positive"):
         ProgressPlugin(refresh_per_second=0)
+    # a config can only give a string: a file name is not a stream (it crashed in the first epoch)
+    with pytest.raises(TypeError, match=r"file must be a text stream .*, got the string 'progress.log'"):
+        ProgressPlugin(file="progress.log")
