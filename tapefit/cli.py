@@ -190,6 +190,27 @@ def _error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
+def _fail_building(key: str, entry: Mapping[str, Any], error: Exception) -> NoReturn:
+    """Fails for an entry that raised ``error`` when built, at the key path of the argument the
+    error names (``optimizer.learning_rate``: see ``argument_error``), else at ``key``."""
+    argument = getattr(error, "argument", None)
+    path = _argument_path(entry, argument.partition("[")[0]) if isinstance(argument, str) else None
+    where = f"{key}.{path}{argument[len(argument.partition('[')[0]) :]}" if path else key
+    _fail(where, f"{entry['type']!r} could not be built: {_error_text(error)}")
+
+
+def _argument_path(entry: Mapping[str, Any], name: str) -> str | None:
+    """The key path of ``name`` in ``entry``, or in an entry nested in it (a schedule)."""
+    if name in entry and name != "type":
+        return name
+    for key, value in entry.items():
+        if isinstance(value, Mapping):
+            inner = _argument_path(value, name)
+            if inner is not None:
+                return f"{key}.{inner}"
+    return None
+
+
 def _kwargs(entry: Mapping[str, Any], skip: Sequence[str] = ()) -> dict[str, Any]:
     return {k: v for k, v in entry.items() if k != "type" and k not in skip}
 
@@ -333,7 +354,7 @@ def build_model(config: dict[str, Any], schema: Schema, data: Data) -> Any:
     try:
         model = target.obj(**_kwargs(section))
     except Exception as e:
-        _fail("model", f"{section['type']!r} could not be built: {_error_text(e)}")
+        _fail_building("model", section, e)
     if not isinstance(model, layers.Module):
         _fail(
             "model.type",
@@ -348,7 +369,7 @@ def _named(entry: dict[str, Any], key: str, build: Callable[[], Any]) -> Any:
     except ConfigError:
         raise
     except Exception as e:
-        _fail(key, f"{entry['type']!r} could not be built: {_error_text(e)}")
+        _fail_building(key, entry, e)
 
 
 def build_loss(section: dict[str, Any], schema: Schema) -> Any:
@@ -402,7 +423,7 @@ def build_optimizer(section: dict[str, Any]) -> Any:
     try:
         return optimizers.get(section)
     except Exception as e:
-        _fail("optimizer", f"{section['type']!r} could not be built: {_error_text(e)}")
+        _fail_building("optimizer", section, e)
 
 
 def build_plugins(entries: list[dict[str, Any]]) -> list[Any]:
@@ -414,7 +435,7 @@ def build_plugins(entries: list[dict[str, Any]]) -> list[Any]:
         try:
             plugin = manager.create_plugin(dict(entry))
         except Exception as e:
-            _fail(f"plugins[{i}]", f"{entry['type']!r} could not be built: {_error_text(e)}")
+            _fail_building(f"plugins[{i}]", entry, e)
         try:  # a misspelt or unmarked hook is found here, and named with its entry
             manager.PluginManager().register(plugin)
         except manager.PluginValidationError as e:

@@ -626,8 +626,12 @@ def check_typed(value: Any, kind: Kind, prefix: str, kinds: Mapping[str, Kind]) 
     rest = {k: v for k, v in value.items() if k != "type"}
     nested: dict[str, Any] = {}
     for name, nested_label in kind.nested.items():
-        if isinstance(rest.get(name), dict) and name in params:
+        if name not in rest or name not in params:
+            continue
+        if isinstance(rest[name], dict):
             nested[name] = check_typed(rest.pop(name), kinds[nested_label], f"{prefix}.{name}", kinds)
+        else:
+            _check_unnested(rest[name], params[name], f"{prefix}.{name}", nested_label)
     if target.open:
         known = {k: v for k, v in rest.items() if k in params}
         extra = {k: v for k, v in rest.items() if k not in params}
@@ -638,6 +642,22 @@ def check_typed(value: Any, kind: Kind, prefix: str, kinds: Mapping[str, Kind]) 
     for name, entry in nested.items():
         resolved[name] = entry
     return resolved
+
+
+def _check_unnested(value: Any, param: Param, key: str, nested_label: str) -> None:
+    """A nested key given as a plain value must fit the plain part of its annotation.
+
+    ``float | LearningRateSchedule | Callable`` cannot be decided for ``true`` or ``'fast'``
+    as a whole (a class might take them), but a config spells a schedule only as a mapping.
+    """
+    ann = param.annotation
+    options = typing.get_args(ann) if typing.get_origin(ann) in (typing.Union, types.UnionType) else (ann,)
+    plain = [a for a in options if a in (bool, int, float, str, type(None))]
+    if plain and not any(_matches(value, a) for a in plain):
+        expected = " or ".join(_describe(a) for a in plain)
+        raise ConfigError(
+            f"{key}: expected {expected} or a {nested_label} mapping, got {_show(value)} ({_kind(value)})", key
+        )
 
 
 def check_list(value: Any, kind: Kind, prefix: str, kinds: Mapping[str, Kind]) -> list[Any]:

@@ -108,6 +108,40 @@ def test_wrong_type(workdir, capsys):
     )
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "optimizer.learning_rate=true",
+            "optimizer.learning_rate: expected a number or a schedule mapping, got true (a boolean)",
+        ),
+        (
+            "optimizer.learning_rate=fast",
+            "optimizer.learning_rate: expected a number or a schedule mapping, got 'fast' (a string)",
+        ),
+        (
+            "optimizer.learning_rate=-1",
+            "optimizer.learning_rate: 'adam' could not be built: ValueError: `learning_rate` must be in [0, inf], got -1.0",
+        ),
+        (
+            "optimizer.learning_rate={type: cosine_decay, initial_learning_rate: 0.1, decay_steps: -3}",
+            "optimizer.learning_rate.decay_steps: 'adam' could not be built: "
+            "ValueError: `decay_steps` must be in (0, inf], got -3.0",
+        ),
+        (
+            "optimizer.learning_rate={type: piecewise_constant_decay, boundaries: [9, 2], values: [1.0, 0.1, 0.01]}",
+            "optimizer.learning_rate.boundaries: 'adam' could not be built: "
+            "ValueError: `boundaries` must be non-decreasing, got [9, 2]",
+        ),
+    ],
+)
+def test_optimizer_arguments_are_named_by_their_key_path(workdir, capsys, override, message):
+    config = write(workdir / "c.yaml", SPIRALS)
+    assert_config_error(
+        workdir, capsys, ["--config", config, "--set", override], f"train: error: {config}: {message}"
+    )
+
+
 def test_missing_required_key(workdir, capsys):
     config = write(
         workdir / "c.yaml", SPIRALS.replace("{type: spirals, n_samples: 200, n_classes: 2}", "{type: npz}")

@@ -345,7 +345,7 @@ def test_kwargs_passed_to_a_base_class_are_known():
         ({"name": "../x"}, "name: must be a folder name of letters, digits, '.', '_' and '-', got '../x'"),
         (
             {"optimizer": {"type": "adam", "learning_rate": "fast"}},
-            "optimizer.learning_rate: expected a number, got 'fast' (a string)",
+            "optimizer.learning_rate: expected a number or a schedule mapping, got 'fast' (a string)",
         ),
         (
             {"optimizer": {"type": "adam", "amsgrad": 1}},

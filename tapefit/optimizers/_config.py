@@ -57,6 +57,13 @@ def deserialize(
     return obj
 
 
+def argument_error(kind: type[Exception], argument: str, message: str) -> Exception:
+    """``kind(message)`` marked with the keyword ``argument`` at fault (``train`` names its key path)."""
+    error = kind(message)
+    error.argument = argument  # type: ignore[attr-defined]
+    return error
+
+
 def check_float(
     name: str,
     value: Any,
@@ -73,31 +80,33 @@ def check_float(
     """
     if isinstance(value, str):
         hint = " (YAML reads 1e-3 as a string: write 1.0e-3)" if _looks_numeric(value) else ""
-        raise TypeError(f"`{name}` must be a number, got the string {value!r}{hint}")
+        raise argument_error(TypeError, name, f"`{name}` must be a number, got the string {value!r}{hint}")
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         try:
             value = float(value)  # 0-d arrays and one-element tensors
         except (TypeError, ValueError):
-            raise TypeError(f"`{name}` must be a number, got {type(value).__name__} {value!r}") from None
+            raise argument_error(
+                TypeError, name, f"`{name}` must be a number, got {type(value).__name__} {value!r}"
+            ) from None
     value = float(value)
     if math.isnan(value):
-        raise ValueError(f"`{name}` must be a number, got nan")
+        raise argument_error(ValueError, name, f"`{name}` must be a number, got nan")
     too_low = low is not None and (value <= low if low_open else value < low)
     too_high = high is not None and (value >= high if high_open else value > high)
     if too_low or too_high:
         lo = "-inf" if low is None else f"{low:g}"
         hi = "inf" if high is None else f"{high:g}"
         interval = f"{'(' if low_open else '['}{lo}, {hi}{')' if high_open else ']'}"
-        raise ValueError(f"`{name}` must be in {interval}, got {value!r}")
+        raise argument_error(ValueError, name, f"`{name}` must be in {interval}, got {value!r}")
     return value
 
 
 def check_int(name: str, value: Any, low: int | None = None) -> int:
     """``value`` as an int (an integral float is accepted), at least ``low``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != int(value):
-        raise TypeError(f"`{name}` must be an integer, got {value!r}")
+        raise argument_error(TypeError, name, f"`{name}` must be an integer, got {value!r}")
     if low is not None and value < low:
-        raise ValueError(f"`{name}` must be >= {low}, got {value!r}")
+        raise argument_error(ValueError, name, f"`{name}` must be >= {low}, got {value!r}")
     return int(value)
 
 

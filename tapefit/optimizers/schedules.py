@@ -119,9 +119,13 @@ class PiecewiseConstantDecay(LearningRateSchedule):
         self, boundaries: Sequence[float], values: Sequence[float], name: str = "PiecewiseConstant"
     ) -> None:
         if isinstance(boundaries, (str, bytes)) or not isinstance(boundaries, Sequence):
-            raise TypeError(f"`boundaries` must be a list of step numbers, got {boundaries!r}")
+            raise _config.argument_error(
+                TypeError, "boundaries", f"`boundaries` must be a list of step numbers, got {boundaries!r}"
+            )
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-            raise TypeError(f"`values` must be a list of learning rates, got {values!r}")
+            raise _config.argument_error(
+                TypeError, "values", f"`values` must be a list of learning rates, got {values!r}"
+            )
         if len(values) != len(boundaries) + 1:
             raise ValueError(
                 f"`values` must have one more entry than `boundaries`, got {len(boundaries)} "
@@ -130,7 +134,9 @@ class PiecewiseConstantDecay(LearningRateSchedule):
         self.boundaries = [_config.check_float(f"boundaries[{i}]", b) for i, b in enumerate(boundaries)]
         self.values = [_config.check_float(f"values[{i}]", v) for i, v in enumerate(values)]
         if any(a > b for a, b in zip(self.boundaries, self.boundaries[1:])):
-            raise ValueError(f"`boundaries` must be non-decreasing, got {list(boundaries)!r}")
+            raise _config.argument_error(
+                ValueError, "boundaries", f"`boundaries` must be non-decreasing, got {list(boundaries)!r}"
+            )
         self.name = name
 
     def __call__(self, step: Any) -> float:
