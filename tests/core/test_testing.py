@@ -177,3 +177,9 @@ def test_finite_differences_that_hit_nan_are_a_mismatch():
     found = _parse(info.value)
     assert (found["index"], found["numeric"]) == ("(0,)", "nan")
     tp.testing.check_gradients(tp.sqrt, [4.0, 9.0])
+
+
+def test_importable_by_its_dotted_name_as_tp_nn_and_tp_math_are():
+    from tapefit.testing import check_gradients as imported
+
+    assert imported is tp.testing.check_gradients
