@@ -3,6 +3,8 @@
 ``import tapefit as tp``; the names here are the public API (see API.md).
 """
 
+import sys as _sys
+
 from tapefit import layers as layers
 from tapefit import math as math
 from tapefit import nn as nn
@@ -17,5 +19,10 @@ from tapefit.layers import metrics as metrics
 from tapefit.plugins import hookimpl as hookimpl
 from tapefit.trainer import History as History
 from tapefit.trainer import Trainer as Trainer
+
+# As with os.path: tp.random and tp.testing live in tapefit.core but are importable by
+# the dotted names users see (``from tapefit.testing import check_gradients``), as tp.nn is.
+_sys.modules[f"{__name__}.random"] = random
+_sys.modules[f"{__name__}.testing"] = testing
 
 __version__ = "0.1.0"

@@ -20,6 +20,8 @@ def custom_gradient(f: Callable[..., Any]) -> Callable[..., Any]:
     input). If ``f`` reads trainable Variables other than its inputs, ``grad_fn`` must
     take a keyword argument ``variables`` (the list of those Variables) and return
     ``(input_grads, variable_grads)``, as in TensorFlow.
+
+    On a method, ``self`` is bound as usual and is not one of the inputs.
     """
 
     @functools.wraps(f)
@@ -62,7 +64,24 @@ def custom_gradient(f: Callable[..., Any]) -> Callable[..., Any]:
         record_op("CustomGradient", inputs + tuple(variables), outputs, {}, (), False, grad_fn=grad)
         return nest.pack_sequence_as(result, list(outputs))
 
-    return wrapped
+    return _Bindable(wrapped, f)
+
+
+class _Bindable:
+    """A decorated function that binds like one: ``instance.method`` binds ``self`` before
+    the arguments are converted to Tensors (``self`` is no Tensor), as TensorFlow's ``Bind``."""
+
+    def __init__(self, wrapped: Callable[..., Any], f: Callable[..., Any]) -> None:
+        functools.update_wrapper(self, f)
+        self._wrapped, self._f = wrapped, f
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        return custom_gradient(self._f.__get__(instance, owner))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._wrapped(*args, **kwargs)
 
 
 def _checked(f: Callable[..., Any], returned: Any) -> tuple[Any, Callable[..., Any]]:

@@ -16,15 +16,23 @@ bool = np.dtype(np.bool_)
 DType = np.dtype
 DTypeLike = Any  # anything ``np.dtype()`` accepts
 
+# NumPy reads these as float64 and int64: an accidental 64-bit tensor next to float32 ones.
+_PYTHON_TYPES = {float: float32, "float": float32, int: int32, "int": int32}
+
 
 def as_dtype(dtype: DTypeLike) -> np.dtype:
     """Returns ``dtype`` as a NumPy dtype a tensor can hold (floating, integer or bool).
+
+    ``float`` and ``"float"`` are float32 (as in TensorFlow), ``int`` and ``"int"`` int32:
+    the dtypes Python numbers get, where NumPy would read them as 64-bit.
 
     Raises:
         TypeError: an unknown name, ``None`` (NumPy would read it as float64), or a dtype
             such as ``object``, complex or strings.
     """
     if not isinstance(dtype, np.dtype):
+        if isinstance(dtype, (type, str)) and dtype in _PYTHON_TYPES:
+            return _PYTHON_TYPES[dtype]
         if dtype is None:
             raise TypeError("None is not a dtype; use tp.float32, tp.int32, ...")
         try:

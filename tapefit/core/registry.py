@@ -81,7 +81,8 @@ class OpDef:
         name: the registry name.
         forward: ``forward(*arrays, **attrs)`` returning an ndarray or a tuple of them.
         save: which values the gradient reads: input names ``"x"``, ``"y"``, ``"z"``
-            (inputs 0, 1, 2), ``"out"`` for the outputs, or ``"all"``.
+            (inputs 0, 1, 2), ``"inputs"`` for every input, ``"out"`` for the outputs,
+            or ``"all"``.
     """
 
     __slots__ = ("name", "forward", "save_inputs", "save_outputs")
@@ -92,7 +93,7 @@ class OpDef:
         parts = set(save.replace(",", " ").split())
         self.save_outputs = "out" in parts or "all" in parts
         indices = tuple(i for i, n in enumerate("xyz") if n in parts)
-        self.save_inputs: bool | tuple[int, ...] = True if "all" in parts else indices
+        self.save_inputs: bool | tuple[int, ...] = True if parts & {"all", "inputs"} else indices
 
     def __repr__(self) -> str:
         return f"<OpDef {self.name}>"

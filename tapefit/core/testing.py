@@ -112,7 +112,10 @@ def check_gradients(
 
     Raises:
         AssertionError: showing the worst mismatch.
+        ValueError: ``order`` is not an int >= 1, or no argument is floating.
     """
+    if isinstance(order, bool) or not isinstance(order, int) or order < 1:
+        raise ValueError(f"check_gradients: order must be an int >= 1, got {order!r}")
     prepared = [_prepare(a) for a in args]
     values = [p[0] for p in prepared]
     index = [i for i, p in enumerate(prepared) if p[1]]

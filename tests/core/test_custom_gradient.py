@@ -300,3 +300,28 @@ def test_non_persistent_tape_frees_what_grad_fn_captured_after_gradient():
     gc.collect()
     assert captured[0]() is None
     np.testing.assert_allclose(grad.numpy(), 2 * np.exp(x.numpy()), rtol=1e-12)
+
+
+class _ScaledGradient:
+    """A method with a custom gradient, as in a layer: ``self`` is bound, not an input."""
+
+    def __init__(self, factor):
+        self.factor = factor
+
+    @tp.custom_gradient
+    def __call__(self, x):
+        def grad(dy):
+            return dy * self.factor
+
+        return x * 1.0, grad
+
+
+def test_a_method_binds_self_and_differentiates_its_other_arguments():
+    layer = _ScaledGradient(7.0)
+    x = tp.Variable(2.0)
+    with tp.GradientTape() as tape:
+        y = layer(x)
+    assert y.numpy() == 2.0
+    assert tape.gradient(y, x).numpy() == 7.0
+    assert layer(tp.constant(3.0)).numpy() == 3.0  # without a tape too
+    assert layer.__call__.__name__ == "__call__"

@@ -40,3 +40,15 @@ def test_none_is_not_a_dtype_where_one_is_required():
 def test_unknown_names_are_rejected():
     with pytest.raises(TypeError, match="'floaty' is not a dtype"):
         dtypes.as_dtype("floaty")
+
+
+@pytest.mark.parametrize(
+    ("given", "want"), [(float, tp.float32), ("float", tp.float32), (int, tp.int32), ("int", tp.int32)]
+)
+def test_python_types_and_their_names_give_the_dtypes_of_python_data(given, want):
+    # NumPy reads float and "float" as float64 (and int as int64); TensorFlow's float is float32
+    assert dtypes.as_dtype(given) == want
+    assert tp.cast(tp.constant([1.0, 0.0]) > 0.5, given).dtype == want
+    assert tp.zeros([2], dtype=given).dtype == want
+    assert tp.Variable(1, dtype=given).dtype == want
+    assert dtypes.as_dtype(bool) == tp.bool

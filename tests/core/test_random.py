@@ -171,3 +171,9 @@ def test_set_state_restores_op_seed_streams_created_later_too():
     tp.random.set_seed(9)
     tp.random.set_state(state)
     assert np.array_equal(first, tp.random.normal([3], seed=21).numpy())
+
+
+def test_importable_by_its_dotted_name_as_tp_nn_and_tp_math_are():
+    from tapefit.random import normal, set_seed
+
+    assert (normal, set_seed) == (tp.random.normal, tp.random.set_seed)

@@ -177,3 +177,16 @@ def test_finite_differences_that_hit_nan_are_a_mismatch():
     found = _parse(info.value)
     assert (found["index"], found["numeric"]) == ("(0,)", "nan")
     tp.testing.check_gradients(tp.sqrt, [4.0, 9.0])
+
+
+def test_importable_by_its_dotted_name_as_tp_nn_and_tp_math_are():
+    from tapefit.testing import check_gradients as imported
+
+    assert imported is tp.testing.check_gradients
+
+
+@pytest.mark.parametrize("order", [0, -1, 1.5, True])
+def test_an_order_that_would_check_nothing_is_refused(order):
+    # order=0 ran no comparison at all, so a check with it could never fail
+    with pytest.raises(ValueError, match=f"check_gradients: order must be an int >= 1, got {order!r}"):
+        tp.testing.check_gradients(lambda x: x * 2.0, [1.0], order=order)

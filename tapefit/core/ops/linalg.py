@@ -161,7 +161,7 @@ def _einsum_forward(*xs: np.ndarray, equation: str, subscripts: tuple[str, ...],
     return np.einsum(equation, *xs, optimize=len(xs) > 1)
 
 
-_EINSUM = OpDef("Einsum", _einsum_forward, save="all")
+_EINSUM = OpDef("Einsum", _einsum_forward, save="inputs")
 
 
 def _einsum_op(subscripts: list[str], output: str, tensors: list[Tensor]) -> Tensor:

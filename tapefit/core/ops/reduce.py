@@ -135,7 +135,8 @@ def _sum_grad(op: Op, dy: Tensor) -> Tensor:
 @register_gradient("Mean")
 def _mean_grad(op: Op, dy: Tensor) -> Tensor:
     count = _pymath.prod(op.input_shapes[0][a] for a in op.attrs["axis"])
-    return _spread(dy, op) / max(count, 1)
+    # Times the reciprocal: a count above 65504 is inf in float16 (dy / inf = 0), 1 / count is not.
+    return _spread(dy, op) * (1 / max(count, 1))
 
 
 def _extremum_grad(op: Op, dy: Tensor) -> Tensor:

@@ -270,3 +270,19 @@ def test_einsum_needs_an_equation_and_inputs():
         tp.einsum(_x(2), _x(2))
     with pytest.raises(ValueError, match="at least one input"):
         tp.einsum("i->i")
+
+
+def test_einsum_keeps_its_inputs_for_the_gradient_but_not_its_output():
+    import gc
+    import weakref
+
+    a, b = tp.constant(np.ones((2, 3))), tp.constant(np.ones((3, 4)))
+    with tp.GradientTape() as tape:
+        tape.watch([a, b])
+        y = tp.einsum("ij,jk->ik", a, b)
+        loss = tp.reduce_sum(y)
+    output = weakref.ref(y._value)
+    del y
+    gc.collect()
+    assert output() is None  # the gradient is built from the inputs only
+    np.testing.assert_array_equal(tape.gradient(loss, a).numpy(), np.full((2, 3), 4.0))

@@ -120,6 +120,19 @@ def test_float16_mean_does_not_overflow_where_the_mean_fits():
         np.testing.assert_array_equal(out.numpy(), np.full(out.shape, 1000.0, np.float16))
 
 
+def test_float16_mean_gradient_over_more_elements_than_float16_can_count():
+    # 90000 is inf in float16, so dy / count was 0; 1 / 90000 is a float16 (subnormal) number
+    x = tp.constant(np.ones((300, 300), np.float16))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with tp.GradientTape() as tape:
+            tape.watch(x)
+            y = tp.reduce_mean(x)
+        grad = tape.gradient(y, x)
+    assert grad.dtype == np.float16
+    np.testing.assert_allclose(grad.numpy().astype(np.float64), 1 / 90000, rtol=1e-2)
+
+
 def test_mean_of_empty_is_nan_without_warnings():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
