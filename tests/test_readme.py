@@ -44,6 +44,8 @@ def test_python_blocks_run_in_order(tmp_path, monkeypatch, capsys):
             pytest.fail(f"README python block {number} failed: {error!r}\n{body}")
     printed = capsys.readouterr().out
     assert "tp.Tensor(8.0, shape=(), dtype=float32)" in printed
+    assert "[<tp.Tensor shape=() dtype=float32 numpy=6.0>, None, None]" in printed
+    assert "[<tp.Tensor shape=() dtype=float32 numpy=1.0>, None]" in printed
     assert "[6.0, 6.0, 6.0]" in printed
     assert "108.0 108.0" in printed
     assert "True [(4, 16), (16,), (16, 2), (2,)]" in printed

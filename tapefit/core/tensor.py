@@ -110,7 +110,7 @@ class Tensor:
         return int(self._scalar("index"))
 
     def __repr__(self) -> str:
-        return f"<tp.Tensor shape={self.shape} dtype={self.dtype.name} numpy={self._value!r}>"
+        return f"<tp.Tensor shape={self.shape} dtype={self.dtype.name} numpy={_numpy_repr(self._value)}>"
 
     def __str__(self) -> str:
         # str(), not an f-string: a 0-d float32 array formats with float32's precision then.
@@ -262,8 +262,14 @@ class Variable(Tensor):
 
     def __repr__(self) -> str:
         return (
-            f"<tp.Variable '{self._name}' shape={self.shape} dtype={self.dtype.name}, numpy={self._value!r}>"
+            f"<tp.Variable '{self._name}' shape={self.shape} dtype={self.dtype.name}, "
+            f"numpy={_numpy_repr(self._value)}>"
         )
+
+
+def _numpy_repr(value: np.ndarray) -> str:
+    """``numpy=6.0`` for a scalar, as TensorFlow shows it; the array's repr otherwise."""
+    return str(value) if value.ndim == 0 else repr(value)
 
 
 try:

@@ -92,7 +92,11 @@ def test_repr_format():
         == "<tp.Tensor shape=(2,) dtype=float32 numpy=array([1., 2.], dtype=float32)>"
     )
     assert repr(tp.constant([1, 2])).startswith("<tp.Tensor shape=(2,) dtype=int32 numpy=array([1, 2]")
-    assert repr(tp.constant(3.0, tp.float64)) == "<tp.Tensor shape=() dtype=float64 numpy=array(3.)>"
+    assert repr(tp.constant(3.0, tp.float64)) == "<tp.Tensor shape=() dtype=float64 numpy=3.0>"
+    assert (
+        repr(tp.constant(0.1)) == "<tp.Tensor shape=() dtype=float32 numpy=0.1>"
+    )  # TensorFlow's scalar form
+    assert repr(tp.Variable(True, name="flag")) == "<tp.Variable 'flag' shape=() dtype=bool, numpy=True>"
     v = tp.Variable([1.0], name="w")
     assert repr(v).startswith("<tp.Variable 'w' shape=(1,) dtype=float32")
 
