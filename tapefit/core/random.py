@@ -59,6 +59,11 @@ def set_seed(seed: int | None) -> None:
     _generators.by_op_seed.clear()
 
 
+def seeded_generator(seed: int) -> np.random.Generator:
+    """A fresh NumPy generator for ``seed``; negative seeds work, as in ``set_seed`` (TF's int64)."""
+    return np.random.default_rng(_seed(seed, "seed"))
+
+
 def get_global_generator() -> np.random.Generator:
     """The NumPy generator behind ops without an op seed (layers draw from it too)."""
     return _generators.main

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from tapefit.core import random as _random
+from tapefit.core.random import seeded_generator
 
 
 class DataError(ValueError):
@@ -15,11 +15,6 @@ class DataError(ValueError):
     def __init__(self, message: str, key: str | None = None) -> None:
         super().__init__(message)
         self.key = key
-
-
-def seeded_generator(seed: int) -> np.random.Generator:
-    """A NumPy generator for ``seed``; negative seeds work, as in ``tp.random.set_seed`` (TF's int64)."""
-    return np.random.default_rng(_random._seed(seed, "seed"))
 
 
 def check_arrays(x: Any, y: Any, source: str) -> tuple[np.ndarray, np.ndarray]:

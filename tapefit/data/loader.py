@@ -14,7 +14,6 @@ import numpy as np
 
 from tapefit.core import random as _random
 from tapefit.core.tensor import Tensor
-from tapefit.data.arrays import seeded_generator
 
 
 def _as_arrays(data: Any, name: str) -> Any:
@@ -102,7 +101,7 @@ class BatchLoader:
         self.drop_last = bool(drop_last)
         if seed is None and shuffle:
             seed = int(_random.get_global_generator().integers(2**63))
-        self.rng = np.random.default_rng() if seed is None else seeded_generator(seed)
+        self.rng = np.random.default_rng() if seed is None else _random.seeded_generator(seed)
         if self.num_batches == 0:
             raise ValueError(
                 f"drop_last=True with batch_size {self.batch_size} leaves no batch of the "

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tapefit.data.arrays import DataError, seeded_generator
+from tapefit.core.random import seeded_generator
+from tapefit.data.arrays import DataError
 
 
 def make_spirals(

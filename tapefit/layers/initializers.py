@@ -45,7 +45,7 @@ class Initializer:
     def _generator(self) -> np.random.Generator:
         if self.seed is None:
             return _random.get_global_generator()
-        return np.random.default_rng(int(self.seed))
+        return _random.seeded_generator(self.seed)
 
     def sample(self, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
         """The values, in float64."""

@@ -63,6 +63,15 @@ def test_global_seed_repeats_and_initializer_seed_repeats_every_call():
     np.testing.assert_array_equal(seeded((3, 3)).numpy(), seeded((3, 3)).numpy())
 
 
+def test_initializer_seeds_follow_tp_random_rules():
+    # Negative seeds work as in tp.random.set_seed (TensorFlow's int64 seeds); 1.5 is not truncated.
+    negative = initializers.GlorotUniform(seed=-1)
+    np.testing.assert_array_equal(negative((3, 3)).numpy(), negative((3, 3)).numpy())
+    assert not np.array_equal(negative((3, 3)).numpy(), initializers.GlorotUniform(seed=1)((3, 3)).numpy())
+    with pytest.raises(TypeError, match="seed must be an int, got 1.5"):
+        initializers.GlorotUniform(seed=1.5)((3, 3))
+
+
 def test_get_names_callables_and_errors():
     assert isinstance(initializers.get("GlorotUniform"), initializers.GlorotUniform)
     assert isinstance(initializers.get("he_normal"), initializers.HeNormal)
