@@ -15,9 +15,10 @@ class ReduceLROnPlateau:
     """Multiplies the learning rate by ``factor`` after ``patience`` epochs without improvement.
 
     Keras's ``ReduceLROnPlateau`` (config name ``reduce_lr_on_plateau``). The optimizer
-    needs a float learning rate (not a schedule). The learning rate in force after
-    each epoch goes into the epoch logs as ``learning_rate``; the new rate itself is
-    saved with the optimizer's state in checkpoints, the counters with this plugin's.
+    needs a float learning rate (a schedule is refused when ``fit`` starts). The learning
+    rate in force after each epoch goes into the epoch logs as ``learning_rate``; the new
+    rate itself is saved with the optimizer's state in checkpoints, the counters with
+    this plugin's.
 
     Args:
         monitor: the epoch log key to watch.
@@ -61,8 +62,14 @@ class ReduceLROnPlateau:
         self._monitor.reset()
 
     @hookimpl
-    def on_fit_start(self) -> None:
+    def on_fit_start(self, trainer: Any) -> None:
         self._reset()
+        try:
+            # Setting the rate to itself: the optimizer refuses it now, not epochs into the fit,
+            # if the rate is a schedule this plugin could never lower.
+            trainer.optimizer.learning_rate = trainer.learning_rate
+        except TypeError as error:
+            raise TypeError(f"reduce_lr_on_plateau: {error}") from None
 
     # tryfirst: the new rate is in the logs before loggers and checkpoints see them.
     @hookimpl(tryfirst=True)

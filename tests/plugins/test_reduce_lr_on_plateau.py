@@ -69,3 +69,26 @@ def test_argument_errors():
         ReduceLROnPlateau(factor=1.0)
     with pytest.raises(ValueError, match="patience must be a non-negative integer"):
         ReduceLROnPlateau(patience=-2)
+
+
+def test_a_schedule_is_refused_before_the_first_epoch(make_data):
+    x, y = make_data(12)
+    epochs = []
+
+    class Count:
+        @tp.hookimpl
+        def on_epoch_start(self, epoch):
+            epochs.append(epoch)
+
+    schedule = tp.optimizers.schedules.ExponentialDecay(0.1, decay_steps=10, decay_rate=0.5)
+    trainer = tp.Trainer(
+        tp.layers.Dense(3),
+        tp.optimizers.SGD(schedule),
+        "sparse_categorical_crossentropy",
+        plugins=[ReduceLROnPlateau(monitor="loss"), Count()],
+    )
+    with pytest.raises(
+        TypeError, match=r"reduce_lr_on_plateau: this optimizer's learning rate is the schedule"
+    ):
+        trainer.fit(x, y, epochs=3, batch_size=6)
+    assert epochs == []
