@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import math
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -234,6 +235,10 @@ class GradientTape:
                 self._run(plan, [target], [_one_hot_like(target, j)], flat_sources)
                 for j in range(target.size)
             ]
+            if not rows:  # an empty target: one pass with an empty seed tells which sources connect
+                rows = [
+                    self._run(plan, [target], [_wrap(np.zeros(target.shape, target.dtype))], flat_sources)
+                ]
         finally:
             if not self._persistent:
                 self._release()
@@ -667,5 +672,7 @@ def _stack_rows(
     shape = target_shape + source.shape
     if all(r is None for r in rows):
         return zeros(shape, source.dtype) if unconnected is UnconnectedGradients.ZERO else None
+    if not math.prod(target_shape):
+        return zeros(shape, source.dtype)  # connected, but no rows to stack
     filled = [zeros(source.shape, source.dtype) if r is None else r for r in rows]
     return reshape(stack(filled, axis=0), shape)

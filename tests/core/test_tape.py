@@ -1088,3 +1088,13 @@ def test_a_deep_chain_does_not_hit_the_recursion_limit():
     grad = tape.gradient(y, x)
     np.testing.assert_allclose(grad.numpy(), 1.0001**depth, rtol=1e-10)
     assert tape.explain(y, x) is None
+
+
+def test_jacobian_of_an_empty_target_has_the_full_shape():
+    x, other = tp.Variable([1.0, 2.0]), tp.Variable(3.0)
+    with tp.GradientTape(persistent=True) as tape:
+        y = x[:0] * 2.0
+    jac = tape.jacobian(y, x)
+    assert jac.shape == (0, 2) and jac.dtype == np.float32  # as gradient gives zeros, not None
+    assert tape.jacobian(y, other) is None
+    assert tape.jacobian(y, other, unconnected_gradients="zero").shape == (0,)
