@@ -54,8 +54,19 @@ def _relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, x.dtype.type(0))
 
 
-relu = unary("Relu", _relu, save="out")
-softplus = unary("Softplus", lambda x: np.logaddexp(x.dtype.type(0), x), save="x")
+_relu_op = unary("Relu", _relu, save="out")
+_softplus_op = unary("Softplus", lambda x: np.logaddexp(x.dtype.type(0), x), save="x")
+
+
+def relu(features: Any) -> Tensor:
+    """``max(features, 0)``. The parameter is named as in ``tf.nn.relu``."""
+    return _relu_op(features)
+
+
+def softplus(features: Any) -> Tensor:
+    """``log(exp(features) + 1)``, computed stably. Named as in ``tf.math.softplus``."""
+    return _softplus_op(features)
+
 
 # ReluGrad is its own op (fused mask-and-multiply), with its own gradient for higher orders.
 # dy * mask, as TensorFlow's kernel does: np.where with a scalar branch is ~10x slower here.
@@ -125,7 +136,14 @@ def _elu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, zero) + np.expm1(np.minimum(x, zero))  # one of the two terms is 0
 
 
-elu = unary("Elu", _elu, save="out")
+_elu_op = unary("Elu", _elu, save="out")
+
+
+def elu(features: Any) -> Tensor:
+    """``features`` where positive, else ``exp(features) - 1``. Named as in ``tf.nn.elu``."""
+    return _elu_op(features)
+
+
 # d elu / dx = 1 for x > 0, exp(x) = out + 1 otherwise: read off the output, as TensorFlow does.
 _ELU_GRAD = OpDef(
     "EluGrad", lambda dy, out: dy * (np.minimum(out, out.dtype.type(0)) + out.dtype.type(1)), save="x y"

@@ -9,6 +9,7 @@ must be differentiable.
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 
@@ -689,3 +690,39 @@ def test_tp_nn_has_every_name_api_md_lists():
         assert callable(getattr(tp.nn, name)), name
         assert name in tp.core.ops.nn.__all__
     assert tp.nn.tanh is tp.tanh and tp.nn.sigmoid is tp.sigmoid
+
+
+# TensorFlow's parameter names (without `name`), in order: keyword calls written for tf.nn work.
+TF_NN_PARAMETERS = {
+    "relu": ["features"],
+    "leaky_relu": ["features", "alpha"],
+    "elu": ["features"],
+    "gelu": ["features", "approximate"],
+    "softplus": ["features"],
+    "sigmoid": ["x"],
+    "tanh": ["x"],
+    "softmax": ["logits", "axis"],
+    "log_softmax": ["logits", "axis"],
+    "sigmoid_cross_entropy_with_logits": ["labels", "logits"],
+    "softmax_cross_entropy_with_logits": ["labels", "logits", "axis"],
+    "sparse_softmax_cross_entropy_with_logits": ["labels", "logits"],
+    "dropout": ["x", "rate", "noise_shape", "seed"],
+    "conv2d": ["input", "filters", "strides", "padding", "data_format", "dilations"],
+    "max_pool2d": ["input", "ksize", "strides", "padding", "data_format"],
+    "avg_pool2d": ["input", "ksize", "strides", "padding", "data_format"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(TF_NN_PARAMETERS))
+def test_nn_functions_take_tensorflows_parameter_names(name):
+    expected = TF_NN_PARAMETERS[name]
+    parameters = list(inspect.signature(getattr(tp.nn, name)).parameters)
+    assert parameters[: len(expected)] == expected
+
+
+def test_activations_accept_features_by_keyword():
+    x = tp.constant([-1.0, 0.5])
+    np.testing.assert_allclose(tp.nn.relu(features=x).numpy(), [0.0, 0.5])
+    np.testing.assert_allclose(tp.nn.elu(features=x).numpy(), [math.expm1(-1.0), 0.5], rtol=1e-6)
+    np.testing.assert_allclose(tp.nn.softplus(features=x).numpy(), np.log1p(np.exp([-1.0, 0.5])), rtol=1e-6)
+    assert tp.math.softplus(features=x).shape == (2,)
