@@ -1,6 +1,7 @@
 """Reductions (``tapefit/core/ops/reduce.py``): values against NumPy for every axis form,
 gradients against finite differences, TensorFlow's tie and integer rules, axis errors."""
 
+import inspect
 import warnings
 
 import numpy as np
@@ -335,3 +336,33 @@ def test_bad_axis_is_a_clear_error(name, axis, error, match):
 def test_axis_zero_of_a_scalar_is_out_of_range():
     with pytest.raises(ValueError, match="rank 0"):
         tp.reduce_sum(tp.constant(1.0), axis=0)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "reduce_logsumexp"],
+)
+def test_reductions_default_to_all_axes_without_keepdims(name):
+    # API.md: reductions take axis=None, keepdims=False (TensorFlow's defaults)
+    parameters = inspect.signature(getattr(tp, name)).parameters
+    assert [(p.name, p.default) for p in list(parameters.values())[1:3]] == [
+        ("axis", None),
+        ("keepdims", False),
+    ]
+    assert getattr(tp.math, name) is getattr(tp, name)
+
+
+def test_listed_op_signatures_keep_their_defaults():
+    # API.md section 3 spells these signatures out; positional order and defaults as in TensorFlow
+    def defaults(fn):
+        return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]
+
+    assert defaults(tp.matmul) == [
+        ("a", inspect.Parameter.empty),
+        ("b", inspect.Parameter.empty),
+        ("transpose_a", False),
+        ("transpose_b", False),
+    ]
+    assert defaults(tp.norm)[1:4] == [("ord", "euclidean"), ("axis", None), ("keepdims", False)]
+    assert defaults(tp.transpose)[1:] == [("perm", None)]
+    assert [name for name, _ in defaults(tp.tensordot)] == ["a", "b", "axes"]
