@@ -481,11 +481,11 @@ def check_model_on_data(
     model: Any, loss: Any, loss_type: str, data: Data, metrics: Sequence[Any] = ()
 ) -> None:
     """Runs the model, the loss and the metrics on two samples, so a mismatch is a config error, not a crash."""
-    from tapefit.core.tensor import convert_to_tensor
+    from tapefit.core.tensor import as_tensor
 
     x, y = data.x_train[:2], data.y_train[:2]
     try:
-        out = model(convert_to_tensor(x))
+        out = model(as_tensor(x))
     except Exception as e:
         _fail("model", f"cannot run on the data (inputs of shape {x.shape[1:]} per sample): {_error_text(e)}")
     shape = tuple(getattr(out, "shape", ()))
@@ -499,7 +499,7 @@ def check_model_on_data(
                 f" (the model needs {high + 1} outputs)",
             )
     try:
-        value = loss(convert_to_tensor(y), out)
+        value = loss(as_tensor(y), out)
         float(value)
     except Exception as e:
         _fail(

@@ -9,7 +9,7 @@ from tapefit.core.ops import *  # noqa: F403
 from tapefit.core.record import Op
 from tapefit.core.registry import not_differentiable, primitive, register_gradient
 from tapefit.core.tape import GradientTape, UnconnectedGradients
-from tapefit.core.tensor import Tensor, Variable, constant, convert_to_tensor
+from tapefit.core.tensor import Tensor, Variable, constant
 
 __all__ = [
     "GradientTape",
@@ -19,7 +19,6 @@ __all__ = [
     "Variable",
     "bool",
     "constant",
-    "convert_to_tensor",
     "custom_gradient",
     "float16",
     "float32",

@@ -10,7 +10,7 @@ from typing import Any
 from tapefit.core import nest
 from tapefit.core.record import Op, _state, record_op
 from tapefit.core.tape import GradientTape
-from tapefit.core.tensor import Tensor, _wrap, convert_to_tensor
+from tapefit.core.tensor import Tensor, _wrap, as_tensor
 
 
 def custom_gradient(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -26,7 +26,7 @@ def custom_gradient(f: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(f)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        inputs = tuple(convert_to_tensor(a) for a in args)
+        inputs = tuple(as_tensor(a) for a in args)
         if not _state.tapes:
             return _checked(f, f(*inputs, **kwargs))[0]
         # Run f unrecorded by the outer tapes; an inner tape finds the variables it reads.
@@ -46,7 +46,7 @@ def custom_gradient(f: Callable[..., Any]) -> Callable[..., Any]:
                 "keyword argument 'variables'"
             )
         flat = nest.flatten(result)
-        outputs = tuple(_wrap(convert_to_tensor(y)._value) for y in flat)
+        outputs = tuple(_wrap(as_tensor(y)._value) for y in flat)
 
         def grad(op: Op, *dys: Tensor) -> list[Any]:
             if variables:

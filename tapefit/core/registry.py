@@ -18,7 +18,7 @@ import numpy as np
 
 from tapefit.core import dtypes as _dt
 from tapefit.core.record import _NO_ATTRS, active_tapes, record_op
-from tapefit.core.tensor import Tensor, _wrap, convert_to_tensor, weak_operand
+from tapefit.core.tensor import Tensor, _wrap, as_tensor, weak_operand
 
 F = TypeVar("F", bound=Callable[..., Any])
 GradFn = Callable[..., Any]
@@ -142,7 +142,7 @@ def same_dtype_tensors(name: str, values: Any) -> tuple[Tensor, ...]:
     like = next((v for v in values if isinstance(v, Tensor)), None)
     tensors = tuple(
         [
-            convert_to_tensor(v) if like is None or isinstance(v, strong) else weak_operand(v, like, name)
+            as_tensor(v) if like is None or isinstance(v, strong) else weak_operand(v, like, name)
             for v in values
         ]
     )
@@ -174,7 +174,7 @@ def unary(
 
     def op(x: Any) -> Tensor:
         if x.__class__ is not Tensor:
-            x = convert_to_tensor(x)
+            x = as_tensor(x)
         value = x._value
         if allowed is not None and value.dtype not in allowed:
             raise TypeError(
@@ -199,7 +199,7 @@ def binary_operands(name: str, x: Any, y: Any) -> tuple[Tensor, Tensor]:
     elif isinstance(y, Tensor):
         x = weak_operand(x, y, name)
     else:
-        x = convert_to_tensor(x)
+        x = as_tensor(x)
         y = weak_operand(y, x, name)
     if x._value.dtype != y._value.dtype:
         raise _dt.mix_error(name, [x._value.dtype, y._value.dtype])
@@ -265,7 +265,7 @@ def primitive(op_name: str) -> Callable[[F], F]:
             unset = {n: d for i, n, d, kw in defaults if (kw or i >= len(args)) and n not in attrs}
             if unset:
                 attrs = {**unset, **attrs}
-            return execute(opdef, tuple([convert_to_tensor(a) for a in args]), attrs)
+            return execute(opdef, tuple([as_tensor(a) for a in args]), attrs)
 
         return op  # type: ignore[return-value]
 

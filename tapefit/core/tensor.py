@@ -350,13 +350,14 @@ def constant(value: Any, dtype: _dt.DTypeLike = None) -> Tensor:
     return Tensor(value, dtype)
 
 
-def convert_to_tensor(value: Any, dtype: _dt.DTypeLike = None) -> Tensor:
+def as_tensor(value: Any, dtype: _dt.DTypeLike = None) -> Tensor:
     """Returns ``value`` as a Tensor; Tensors and Variables are returned as they are.
 
     A (nested) list or tuple holding Tensors is packed with recorded ops (``stack``), as
     TensorFlow's autopacking does, so ``tp.reduce_sum([loss_a, loss_b])`` keeps its
     gradients; it takes its tensors' dtype, which Python numbers in it adopt. (``constant``
-    stays a constant.) Ops convert their inputs with this function.
+    stays a constant.) Ops convert their inputs with this function; the public
+    ``tp.convert_to_tensor`` also reads a Variable's value into a Tensor.
 
     Raises:
         TypeError: ``value`` is a Tensor (or a packed list) of another dtype than ``dtype``.

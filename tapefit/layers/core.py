@@ -14,7 +14,7 @@ from tapefit.core.ops import nn as _nn
 from tapefit.core.ops import shape as _shape
 from tapefit.core.ops.linalg import matmul
 from tapefit.core.ops.math import cast
-from tapefit.core.tensor import Tensor, convert_to_tensor
+from tapefit.core.tensor import Tensor, as_tensor
 from tapefit.layers import activations, initializers
 from tapefit.layers.module import Layer, Module
 
@@ -151,7 +151,7 @@ class Flatten(Layer):
 
     def call(self, inputs: Any) -> Tensor:
         """Flattens the input."""
-        x = convert_to_tensor(inputs)
+        x = as_tensor(inputs)
         if x.ndim == 0:
             raise ValueError(f"Flatten '{self.name}' needs inputs with a batch axis, got a scalar")
         return _shape.reshape(x, (x.shape[0], math.prod(x.shape[1:])))
@@ -194,7 +194,7 @@ class Embedding(Layer):
 
     def call(self, inputs: Any) -> Tensor:
         """Looks the ids up."""
-        ids = convert_to_tensor(inputs)
+        ids = as_tensor(inputs)
         if ids.dtype.kind == "f":
             values = ids.numpy()
             if not np.all(values == np.floor(values)):

@@ -21,14 +21,14 @@ from tapefit.core.ops import nn as _nn
 from tapefit.core.ops.math import abs, cast, clip_by_value, log, square, where
 from tapefit.core.ops.reduce import reduce_mean, reduce_sum
 from tapefit.core.ops.shape import squeeze
-from tapefit.core.tensor import Tensor, _wrap, convert_to_tensor
+from tapefit.core.tensor import Tensor, _wrap, as_tensor
 
 EPSILON = 1e-7
 _REDUCTIONS = ("sum_over_batch_size", "sum", "none")
 
 
 def _prediction(y_pred: Any, loss: str) -> Tensor:
-    y_pred = convert_to_tensor(y_pred)
+    y_pred = as_tensor(y_pred)
     if y_pred.dtype.kind != "f":
         raise TypeError(f"{loss}: y_pred must be floating, got dtype {y_pred.dtype.name}")
     return y_pred
@@ -91,7 +91,7 @@ class Loss:
 
     def _true(self, y_true: Any, y_pred: Tensor) -> tuple[Tensor, Tensor]:
         """``y_true`` in ``y_pred``'s dtype, shapes reconciled."""
-        y_true = cast(convert_to_tensor(y_true), y_pred.dtype)
+        y_true = cast(as_tensor(y_true), y_pred.dtype)
         return _same_rank(y_true, y_pred, type(self).__name__)
 
     def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Tensor:
@@ -105,7 +105,7 @@ class Loss:
         y_pred = _prediction(y_pred, type(self).__name__)
         losses = self.call(y_true, y_pred)
         if sample_weight is not None:
-            weights = cast(convert_to_tensor(sample_weight), losses.dtype)
+            weights = cast(as_tensor(sample_weight), losses.dtype)
             while weights.ndim > losses.ndim and weights.shape[-1] == 1:
                 weights = squeeze(weights, -1)
             try:
@@ -252,7 +252,7 @@ class CategoricalCrossentropy(Loss):
 
     def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
         """The per-sample losses."""
-        y_true = cast(convert_to_tensor(y_true), y_pred.dtype)
+        y_true = cast(as_tensor(y_true), y_pred.dtype)
         if y_true.shape != y_pred.shape:
             raise ValueError(
                 f"CategoricalCrossentropy: y_true has shape {y_true.shape} but y_pred has shape {y_pred.shape} "
@@ -305,7 +305,7 @@ def sparse_labels(y_true: Any, y_pred: Tensor, what: str) -> Tensor:
 
     Integral floats are accepted and cast to int32; a trailing axis of size 1 is dropped.
     """
-    labels = convert_to_tensor(y_true)
+    labels = as_tensor(y_true)
     if y_pred.ndim == 0:
         raise ValueError(f"{what}: y_pred needs a class axis, got a scalar")
     if labels.ndim == y_pred.ndim and labels.shape[-1] == 1:

@@ -27,7 +27,7 @@ from tapefit.core import dtypes as _dt
 from tapefit.core import nest
 from tapefit.core.naming import to_snake_case
 from tapefit.core.ops.math import cast
-from tapefit.core.tensor import Tensor, Variable, convert_to_tensor
+from tapefit.core.tensor import Tensor, Variable, as_tensor
 from tapefit.layers import initializers, regularizers
 
 # Attributes of Module itself that hold no user state and are not walked.
@@ -684,7 +684,7 @@ class Layer(Module):
 
     def _cast_input(self, inputs: Any) -> Tensor:
         """``inputs`` as a Tensor of the layer's dtype."""
-        x = convert_to_tensor(inputs)
+        x = as_tensor(inputs)
         if x.dtype != self.dtype:
             x = cast(x, self.dtype)
         return x

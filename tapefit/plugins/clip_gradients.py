@@ -13,7 +13,7 @@ from typing import Any
 from tapefit.core.ops.clip import clip_by_global_norm, clip_by_norm
 from tapefit.core.ops.math import add_n, cast, clip_by_value, sqrt
 from tapefit.core.ops.reduce import reduce_sum
-from tapefit.core.tensor import Tensor, convert_to_tensor
+from tapefit.core.tensor import Tensor, as_tensor
 from tapefit.plugins.hookspecs import hookimpl
 
 Gradients = Sequence[Any]
@@ -24,7 +24,7 @@ def global_norm(grads: Gradients) -> Tensor:
 
     Computed in the widest floating dtype among them, as ``tp.clip_by_global_norm`` does.
     """
-    present = [convert_to_tensor(g) for g in grads if g is not None]
+    present = [as_tensor(g) for g in grads if g is not None]
     if not present:
         raise ValueError("global_norm: every gradient is None")
     widest = max((g.dtype for g in present), key=lambda d: d.itemsize)

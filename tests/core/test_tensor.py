@@ -292,10 +292,19 @@ def test_out_of_range_int_data_is_an_error():
         tp.constant([1, 2]) * 2**33
 
 
-def test_convert_to_tensor_returns_tensors_as_they_are():
+def test_convert_to_tensor_returns_tensors_as_they_are_and_reads_variables():
     t = tp.constant([1.0])
-    v = tp.Variable([1.0])
-    assert tp.convert_to_tensor(t) is t and tp.convert_to_tensor(v) is v
+    assert tp.convert_to_tensor(t) is t
+    # A Variable gives a Tensor of its value now, as in TF: an assign later leaves it as it is,
+    # and gradients still reach the Variable.
+    v = tp.Variable([1.0, 2.0])
+    with tp.GradientTape() as tape:
+        read = tp.convert_to_tensor(v)
+        loss = tp.reduce_sum(read * read)
+    assert type(read) is tp.Tensor
+    v.assign([5.0, 5.0])
+    np.testing.assert_array_equal(read.numpy(), [1.0, 2.0])
+    np.testing.assert_array_equal(tape.gradient(loss, v).numpy(), [2.0, 4.0])
     with pytest.raises(TypeError, match=r"float64.*float32|float32.*float64"):
         tp.convert_to_tensor(t, dtype=tp.float64)
 

@@ -15,11 +15,11 @@ from tapefit.core import dtypes as _dt
 from tapefit.core.ops.creation import ones_like
 from tapefit.core.ops.math import add_n, cast, maximum, minimum, sqrt, where
 from tapefit.core.ops.reduce import Axis, reduce_sum
-from tapefit.core.tensor import Tensor, convert_to_tensor
+from tapefit.core.tensor import Tensor, as_tensor
 
 
 def _floating(t: Any, fn: str, what: str) -> Tensor:
-    t = convert_to_tensor(t)
+    t = as_tensor(t)
     if t.dtype.kind != "f":
         raise TypeError(f"{fn}: {what} must be a floating tensor, got {t.dtype.name}")
     return t
@@ -39,7 +39,7 @@ def _clip_norm(clip_norm: Any, dtype: np.dtype, fn: str) -> Tensor:
         raise ValueError(f"{fn}: clip_norm must be a scalar, got shape {value.shape}")
     if not (np.isfinite(value) and value > 0):
         raise ValueError(f"{fn}: clip_norm must be a finite number > 0, got {clip_norm!r}")
-    return clip_norm if isinstance(clip_norm, Tensor) else convert_to_tensor(value.astype(dtype))
+    return clip_norm if isinstance(clip_norm, Tensor) else as_tensor(value.astype(dtype))
 
 
 def clip_by_norm(t: Any, clip_norm: Any, axes: Axis = None) -> Tensor:
@@ -101,7 +101,7 @@ def clip_by_global_norm(
         use_norm = _global_norm(present)
     else:
         dtype = np.result_type(*[t.dtype for t in present]) if present else _dt.float32
-        use_norm = use_norm if isinstance(use_norm, Tensor) else convert_to_tensor(use_norm, dtype)
+        use_norm = use_norm if isinstance(use_norm, Tensor) else as_tensor(use_norm, dtype)
         use_norm = _floating(use_norm, fn, "use_norm")
         if use_norm.ndim != 0:
             raise ValueError(f"{fn}: use_norm must be a scalar, got shape {use_norm.shape}")

@@ -1,4 +1,5 @@
-"""Tensors made from a shape or a value: constants, never recorded."""
+"""Tensors made from a shape or a value: constants, never recorded (but ``convert_to_tensor``
+of a Variable, which reads it through a recorded ``identity``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 import numpy as np
 
 from tapefit.core import dtypes as _dt
+from tapefit.core.ops.math import identity
 from tapefit.core.ops.shape import _shape_list
-from tapefit.core.tensor import Tensor, _wrap, convert_to_tensor, to_array
+from tapefit.core.tensor import Tensor, Variable, _wrap, as_tensor, to_array
 
 
 def checked_shape(shape: Any, name: str) -> tuple[int, ...]:
@@ -43,13 +45,13 @@ def ones(shape: Any, dtype: _dt.DTypeLike = _dt.float32) -> Tensor:
 
 def zeros_like(input: Any, dtype: _dt.DTypeLike = None) -> Tensor:
     """Zeros with the shape (and dtype, unless given) of ``input``."""
-    x = convert_to_tensor(input)
+    x = as_tensor(input)
     return _wrap(np.zeros(x.shape, x.dtype if dtype is None else _dt.as_dtype(dtype)))
 
 
 def ones_like(input: Any, dtype: _dt.DTypeLike = None) -> Tensor:
     """Ones with the shape (and dtype, unless given) of ``input``."""
-    x = convert_to_tensor(input)
+    x = as_tensor(input)
     return _wrap(np.ones(x.shape, x.dtype if dtype is None else _dt.as_dtype(dtype)))
 
 
@@ -128,4 +130,19 @@ def range(start: Any, limit: Any = None, delta: Any = 1, dtype: _dt.DTypeLike = 
     return _wrap(np.arange(size, dtype=dtype) * np.array(step, dtype) + np.array(first, dtype))
 
 
-__all__ = ["eye", "fill", "ones", "ones_like", "range", "zeros", "zeros_like"]
+def convert_to_tensor(value: Any, dtype: _dt.DTypeLike = None) -> Tensor:
+    """``value`` as a Tensor, as ``tf.convert_to_tensor``.
+
+    A Tensor comes back as it is; a Variable gives a Tensor of its current value (an
+    ``identity``, so gradients reach the Variable, and a later ``assign`` leaves it as it
+    is); a list holding Tensors is packed with recorded ``stack`` ops; anything else
+    becomes a constant (see ``tp.constant`` for the dtypes).
+
+    Raises:
+        TypeError: ``value`` is a Tensor of another dtype than ``dtype``.
+    """
+    tensor = as_tensor(value, dtype)
+    return identity(tensor) if isinstance(tensor, Variable) else tensor
+
+
+__all__ = ["convert_to_tensor", "eye", "fill", "ones", "ones_like", "range", "zeros", "zeros_like"]

@@ -12,7 +12,7 @@ import numpy as np
 from tapefit.core.ops.shape import reshape, transpose
 from tapefit.core.record import Op
 from tapefit.core.registry import OpDef, binary_operands, execute, register_gradient
-from tapefit.core.tensor import Tensor, _wrap, convert_to_tensor, weak_operand
+from tapefit.core.tensor import Tensor, _wrap, as_tensor, weak_operand
 
 # -- matmul -----------------------------------------------------------------
 
@@ -252,7 +252,7 @@ def _einsum_inputs(inputs: tuple[Any, ...]) -> list[Tensor]:
     """The inputs as Tensors of one dtype; Python data takes the first Tensor's dtype."""
     like = next((x for x in inputs if isinstance(x, Tensor)), None)
     if like is None:
-        tensors = [convert_to_tensor(x) for x in inputs]
+        tensors = [as_tensor(x) for x in inputs]
     else:
         tensors = [weak_operand(x, like, "Einsum") for x in inputs]
     dtypes = {t.dtype for t in tensors}

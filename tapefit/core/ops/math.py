@@ -23,7 +23,7 @@ from tapefit.core.registry import (
     same_dtype_tensors,
     unary,
 )
-from tapefit.core.tensor import Tensor, convert_to_tensor
+from tapefit.core.tensor import Tensor, as_tensor
 
 # -- binary arithmetic -------------------------------------------------------
 
@@ -182,6 +182,7 @@ sigmoid = unary("Sigmoid", _sigmoid, save="out")
 identity = unary("Identity", _identity, save="", dtypes="any")
 stop_gradient = unary("StopGradient", _identity, save="", dtypes="any")
 
+
 not_differentiable("Floor")
 not_differentiable("StopGradient")
 
@@ -265,7 +266,7 @@ _CAST = OpDef("Cast", lambda x, dtype: x.astype(dtype, copy=False), save="")
 
 def cast(x: Any, dtype: _dt.DTypeLike) -> Tensor:
     """``x`` converted to ``dtype``; the gradient flows only between floating dtypes."""
-    x = convert_to_tensor(x)
+    x = as_tensor(x)
     dtype = _dt.as_dtype(dtype)
     if x.dtype == dtype:
         # A Variable gets a Tensor of its current value, never a live alias of itself.
@@ -288,7 +289,7 @@ def where(condition: Any, x: Any = None, y: Any = None) -> Tensor:
 
     With only ``condition``, the int64 coordinates of its true elements, as TensorFlow.
     """
-    condition = convert_to_tensor(condition)
+    condition = as_tensor(condition)
     if condition.dtype != _dt.bool:
         raise TypeError(f"where: condition must be a bool tensor, got {condition.dtype.name}")
     if x is None and y is None:
@@ -312,7 +313,7 @@ def _select_grad(op: Op, dy: Tensor) -> tuple[Any, Any, Any]:
 
 def clip_by_value(t: Any, clip_value_min: Any, clip_value_max: Any) -> Tensor:
     """``t`` with its values limited to ``[clip_value_min, clip_value_max]``."""
-    t = convert_to_tensor(t)
+    t = as_tensor(t)
     return minimum(maximum(t, clip_value_min), clip_value_max)
 
 

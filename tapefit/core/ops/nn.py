@@ -23,11 +23,11 @@ from tapefit.core.ops.reduce import reduce_sum
 from tapefit.core.ops.shape import expand_dims, getitem, reshape
 from tapefit.core.record import Op, active_tapes
 from tapefit.core.registry import OpDef, execute, register_gradient, unary
-from tapefit.core.tensor import Tensor, _wrap, convert_to_tensor, weak_operand
+from tapefit.core.tensor import Tensor, _wrap, as_tensor, weak_operand
 
 
 def _float_tensor(x: Any, fn: str, arg: str = "x") -> Tensor:
-    x = convert_to_tensor(x)
+    x = as_tensor(x)
     if x.dtype.kind != "f":
         raise TypeError(
             f"{fn}: {arg} must be a floating tensor, got {x.dtype.name}; use tp.cast(x, tp.float32)"
@@ -466,7 +466,7 @@ def sparse_softmax_cross_entropy_with_logits(labels: Any, logits: Any) -> Tensor
     """
     fn = "sparse_softmax_cross_entropy_with_logits"
     x = _float_tensor(logits, fn, "logits")
-    y = convert_to_tensor(labels)
+    y = as_tensor(labels)
     if y.dtype.kind not in "iu":
         raise TypeError(f"{fn}: labels must be integer class indices, got dtype {y.dtype.name}")
     if x.ndim == 0 or y.shape != x.shape[:-1]:
@@ -880,7 +880,7 @@ def max_pool2d(input: Any, ksize: Any, strides: Any, padding: str, data_format: 
     list of 1, 2 or 4 ints; ``padding`` is ``"SAME"`` or ``"VALID"`` (lower case accepted
     too). The gradient goes to the first maximal element of each window, as TensorFlow's does.
     """
-    x = convert_to_tensor(input)
+    x = as_tensor(input)
     if x.dtype.kind not in "fiu":
         raise TypeError(f"max_pool2d: input must be a numeric tensor, got {x.dtype.name}")
     win = _pool_window("max_pool2d", x, ksize, strides, padding, data_format)

@@ -15,7 +15,7 @@ from tapefit.core.ops.math import abs, cast, equal, exp, log, sqrt
 from tapefit.core.ops.shape import broadcast_to, reshape
 from tapefit.core.record import Op
 from tapefit.core.registry import OpDef, execute, not_differentiable, register_gradient
-from tapefit.core.tensor import Tensor, convert_to_tensor
+from tapefit.core.tensor import Tensor, as_tensor
 
 Axis = int | list[int] | tuple[int, ...] | None
 
@@ -54,7 +54,7 @@ def _reducer(name: str, public: str, what: str, forward: Any, save: str) -> Any:
     opdef = OpDef(name, forward, save)
 
     def reduce(input_tensor: Any, axis: Axis = None, keepdims: bool = False) -> Tensor:
-        x = convert_to_tensor(input_tensor)
+        x = as_tensor(input_tensor)
         axes = normalize_axes(axis, x.ndim)
         return execute(opdef, (x,), {"axis": axes, "keepdims": bool(keepdims)})
 
@@ -180,7 +180,7 @@ def _prod_others_grad(op: Op, dy: Tensor) -> Tensor:
 
 def reduce_logsumexp(input_tensor: Any, axis: Axis = None, keepdims: bool = False) -> Tensor:
     """``log(reduce_sum(exp(x)))`` over ``axis``, computed without overflow (floating tensors only)."""
-    x = convert_to_tensor(input_tensor)
+    x = as_tensor(input_tensor)
     if x.dtype.kind != "f":
         raise TypeError(
             f"reduce_logsumexp needs a floating tensor, got {x.dtype.name}; use tp.cast(x, tp.float32)"
@@ -205,7 +205,7 @@ def _arg(name: str, what: str, fn: Any) -> Any:
     public = name.lower()
 
     def arg(input: Any, axis: int | None = None, output_type: Any = np.int64) -> Tensor:
-        x = convert_to_tensor(input)
+        x = as_tensor(input)
         if not isinstance(axis, (int, np.integer, Tensor, type(None))):
             raise TypeError(f"{public}: axis must be an int, got {axis!r}")
         axes = normalize_axes(0 if axis is None else axis, x.ndim)
@@ -237,7 +237,7 @@ def norm(tensor: Any, ord: Any = "euclidean", axis: Axis = None, keepdims: bool 
     With ``axis`` a pair, ``ord`` may also be 1 or ``np.inf`` (matrix norms), as ``tf.norm``.
     The gradient at an all-zero input is nan for the 2-norm, as in TensorFlow.
     """
-    x = convert_to_tensor(tensor)
+    x = as_tensor(tensor)
     if x.dtype.kind != "f":
         raise TypeError(f"norm needs a floating tensor, got {x.dtype.name}; use tp.cast(x, tp.float32)")
     axes = normalize_axes(axis, x.ndim)

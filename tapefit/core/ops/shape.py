@@ -17,7 +17,7 @@ import numpy as np
 from tapefit.core import dtypes as _dt
 from tapefit.core.record import Op
 from tapefit.core.registry import OpDef, execute, not_differentiable, register_gradient, same_dtype_tensors
-from tapefit.core.tensor import Tensor, convert_to_tensor, to_array
+from tapefit.core.tensor import Tensor, as_tensor, to_array
 
 
 def _shape_list(shape: Any, name: str) -> tuple[int, ...]:
@@ -60,7 +60,7 @@ def reshape(tensor: Any, shape: Any) -> Tensor:
         ValueError: the sizes differ, a dimension is below -1, or -1 appears twice or
             cannot be inferred.
     """
-    x = convert_to_tensor(tensor)
+    x = as_tensor(tensor)
     shape = _shape_list(shape, "reshape")
     if shape == x.shape and not x._is_variable:  # a Variable still gets a Tensor (a snapshot)
         return x
@@ -83,7 +83,7 @@ def _reshape_grad(op: Op, dy: Tensor) -> Tensor:
 
 def expand_dims(input: Any, axis: int) -> Tensor:
     """``input`` with a new axis of size 1 inserted at ``axis`` (negative counts from the end)."""
-    x = convert_to_tensor(input)
+    x = as_tensor(input)
     try:
         axis = operator.index(axis)
     except TypeError:
@@ -102,7 +102,7 @@ def squeeze(input: Any, axis: Any = None) -> Tensor:
     Raises:
         ValueError: an axis in ``axis`` is out of range or does not have size 1.
     """
-    x = convert_to_tensor(input)
+    x = as_tensor(input)
     if axis is None:
         axes = {i for i, n in enumerate(x.shape) if n == 1}
     else:
@@ -121,7 +121,7 @@ _TRANSPOSE = OpDef("Transpose", lambda x, perm: np.transpose(x, perm), save="")
 
 def transpose(a: Any, perm: Any = None) -> Tensor:
     """``a`` with its axes permuted: output axis ``i`` is input axis ``perm[i]`` (reversed by default)."""
-    x = convert_to_tensor(a)
+    x = as_tensor(a)
     if perm is None:
         perm = tuple(range(x.ndim))[::-1]
     else:
@@ -148,7 +148,7 @@ def broadcast_to(input: Any, shape: Any) -> Tensor:
     Raises:
         ValueError: ``input``'s shape does not broadcast to ``shape``.
     """
-    x = convert_to_tensor(input)
+    x = as_tensor(input)
     shape = _shape_list(shape, "broadcast_to")
     if shape == x.shape and not x._is_variable:  # a Variable still gets a Tensor (a snapshot)
         return x
@@ -227,7 +227,7 @@ def _stack_grad(op: Op, dy: Tensor) -> tuple[Tensor, ...]:
 
 def unstack(value: Any, num: int | None = None, axis: int = 0) -> list[Tensor]:
     """Splits a tensor into the list of its slices along ``axis``."""
-    x = convert_to_tensor(value)
+    x = as_tensor(value)
     axis = _axis(axis, x.ndim, "unstack")
     if num is not None and num != x.shape[axis]:
         raise ValueError(f"unstack: num={num} but axis {axis} of shape {x.shape} has {x.shape[axis]} entries")
@@ -250,7 +250,7 @@ def split(value: Any, num_or_size_splits: Any, axis: int = 0) -> list[Tensor]:
     ``num_or_size_splits`` is an int (or a scalar integer tensor) or a list of sizes,
     one of which may be ``-1`` (the rest), as ``tf.split``.
     """
-    x = convert_to_tensor(value)
+    x = as_tensor(value)
     axis = _axis(axis, x.ndim, "split")
     length = x.shape[axis]
     if isinstance(num_or_size_splits, Tensor) and num_or_size_splits.ndim == 0:
@@ -289,7 +289,7 @@ def tile(input: Any, multiples: Any) -> Tensor:
     Raises:
         ValueError: ``multiples`` does not have one non-negative entry per axis.
     """
-    x = convert_to_tensor(input)
+    x = as_tensor(input)
     multiples = _shape_list(multiples, "tile")
     if len(multiples) != x.ndim or any(m < 0 for m in multiples):
         raise ValueError(
@@ -380,7 +380,7 @@ def pad(tensor: Any, paddings: Any, mode: str = "CONSTANT", constant_values: Any
     Raises:
         ValueError: bad ``paddings`` shape, negative or too large paddings, or an unknown mode.
     """
-    x = convert_to_tensor(tensor)
+    x = as_tensor(tensor)
     mode_name = mode.upper() if isinstance(mode, str) else mode
     if mode_name not in _PAD_MODES:
         raise ValueError(f"pad: mode must be one of {', '.join(_PAD_MODES)}, got {mode!r}")
@@ -495,8 +495,8 @@ def gather(params: Any, indices: Any, axis: int | None = None, batch_dims: int =
             on CPU raises too).
         ValueError: bad ``axis``/``batch_dims`` or mismatched batch axes.
     """
-    x = convert_to_tensor(params)
-    idx = convert_to_tensor(indices)
+    x = as_tensor(params)
+    idx = as_tensor(indices)
     if idx.dtype.kind not in "iu":
         raise TypeError(f"gather: indices must be an integer tensor, got dtype {idx.dtype.name}")
     batch_dims = operator.index(batch_dims)
@@ -597,7 +597,7 @@ def one_hot(
         TypeError: non-integer ``indices``, or values whose dtype differs from ``dtype``.
         ValueError: negative ``depth`` or ``axis`` outside ``[-1, rank]``.
     """
-    idx = convert_to_tensor(indices)
+    idx = as_tensor(indices)
     if idx.dtype.kind not in "iu":
         raise TypeError(f"one_hot: indices must be an integer tensor, got dtype {idx.dtype.name}")
     depth = operator.index(depth)
@@ -668,7 +668,7 @@ def getitem(tensor: Any, key: Any) -> Tensor:
     Out-of-range indices raise ``IndexError`` naming the axis and its size.
     Elements picked more than once get the sum of their gradients.
     """
-    x = convert_to_tensor(tensor)
+    x = as_tensor(tensor)
     key = _index_key(key)
     return execute(_GETITEM, (x,), {"key": key})
 
