@@ -247,6 +247,20 @@ def test_round_trip_of_nested_contents(tmp_path):
         assert "a" in npz.files and "__metadata__" in npz.files
 
 
+def test_zero_dimensional_arrays_and_numpy_scalars_keep_their_shape(tmp_path):
+    # A scalar Variable's value, an optimizer slot of one, or a plugin's best = np.min(...):
+    # each came back with shape (1,), so a model with a scalar Variable could not resume.
+    contents = {
+        "scalar": np.array(2.5, np.float32),
+        "np_scalar": np.int64(3),
+        "state": {"best": np.float64(0.25)},
+    }
+    back = load_checkpoint(save_checkpoint(tmp_path / "c.npz", contents))
+    assert back["scalar"].shape == () and back["scalar"].dtype == np.float32 and back["scalar"] == 2.5
+    assert back["np_scalar"].shape == () and back["np_scalar"].dtype == np.int64 and back["np_scalar"] == 3
+    assert back["state"]["best"].shape == () and back["state"]["best"] == 0.25
+
+
 def test_unstorable_values_are_refused_by_name(tmp_path):
     with pytest.raises(TypeError, match=r"'plugins/x/fn': cannot store a function"):
         save_checkpoint(tmp_path / "c.npz", {"plugins": {"x": {"fn": lambda: 0}}})
