@@ -221,6 +221,31 @@ def test_resume_past_the_last_epoch_trains_nothing(tmp_path):
     assert again.step == 10 and history.epoch == [0, 1]
 
 
+class _ScaledByVariable(tp.Module):
+    """A lazy Dense next to a Variable made in __init__: the model has variables before its first call."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = tp.layers.Dense(2)
+        self.temperature = tp.Variable(1.5, name="temperature")
+
+    def call(self, x):
+        return self.dense(x) * self.temperature
+
+
+def test_resume_builds_lazy_layers_of_a_model_that_already_has_variables(tmp_path):
+    # The trainer built the model before loading only when it had no variables at all, so the
+    # Dense here stayed unbuilt and the checkpoint's dense/kernel was "unexpected".
+    x, y = np.ones((6, 3), np.float32), np.ones((6, 2), np.float32)
+    first = tp.Trainer(_ScaledByVariable(), "adam", "mse", plugins=[Checkpoint(dirpath=str(tmp_path))])
+    first.fit(x, y, epochs=1, batch_size=3)
+    fresh = _ScaledByVariable()
+    again = tp.Trainer(fresh, "adam", "mse")
+    again.fit(x, y, epochs=1, batch_size=3, resume_from=tmp_path)
+    for mine, theirs in zip(fresh.variables, first.model.variables):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+
+
 # -- file format -------------------------------------------------------------------------
 
 
