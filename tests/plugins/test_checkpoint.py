@@ -246,6 +246,33 @@ def test_resume_builds_lazy_layers_of_a_model_that_already_has_variables(tmp_pat
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
 
 
+class _HookState:
+    """Keeps its state through the checkpoint hooks, as hookspecs.py says: under its registered name."""
+
+    def __init__(self):
+        self.count = 0
+
+    @tp.hookimpl
+    def on_train_batch_end(self):
+        self.count += 1
+
+    @tp.hookimpl
+    def on_save_checkpoint(self, trainer, checkpoint):
+        checkpoint["plugins"][trainer.plugins.get_name(self)] = {"count": self.count}
+
+    @tp.hookimpl
+    def on_load_checkpoint(self, trainer, checkpoint):
+        self.count = int(checkpoint["plugins"][trainer.plugins.get_name(self)]["count"])
+
+
+def test_the_documented_checkpoint_hook_pattern_resumes_without_a_warning(tmp_path, caplog):
+    fit(build([_HookState(), Checkpoint(dirpath=str(tmp_path))]), 2)
+    plugin = _HookState()
+    fit(build([plugin, Checkpoint(dirpath=str(tmp_path))]), 3, resume_from=tmp_path)
+    assert plugin.count == 15
+    assert "not registered" not in caplog.text
+
+
 # -- file format -------------------------------------------------------------------------
 
 
