@@ -656,7 +656,8 @@ def _check_unnested(value: Any, param: Param, key: str, nested_label: str) -> No
     if plain and not any(_matches(value, a) for a in plain):
         expected = " or ".join(_describe(a) for a in plain)
         raise ConfigError(
-            f"{key}: expected {expected} or a {nested_label} mapping, got {_show(value)} ({_kind(value)})", key
+            f"{key}: expected {expected} or a {nested_label} mapping, got {_show(value)} ({_kind(value)})",
+            key,
         )
 
 

@@ -68,7 +68,7 @@ def test_initializer_seeds_follow_tp_random_rules():
     negative = initializers.GlorotUniform(seed=-1)
     np.testing.assert_array_equal(negative((3, 3)).numpy(), negative((3, 3)).numpy())
     assert not np.array_equal(negative((3, 3)).numpy(), initializers.GlorotUniform(seed=1)((3, 3)).numpy())
-    with pytest.raises(TypeError, match="seed must be an int, got 1.5"):
+    with pytest.raises(TypeError, match=r"seed must be an int, got 1\.5"):
         initializers.GlorotUniform(seed=1.5)((3, 3))
 
 
