@@ -646,8 +646,10 @@ class Trainer:
             raise ValueError(
                 f"cannot resume from {source}: it was written by a fit with {theirs}, this fit has {ours}"
             )
-        if not self.model.variables:
-            self._call(_to_tensors(loader.batch(None, 0)[0]), training=False)  # builds lazy layers
+        # One call builds the lazy layers; the model may have Variables of its own already.
+        modules = [self.model, *getattr(self.model, "submodules", [])]
+        if not all(getattr(module, "built", True) for module in modules):
+            self._call(_to_tensors(loader.batch(None, 0)[0]), training=False)
         self.model.load_state_dict(checkpoint["model"])
         self.optimizer.set_state(checkpoint["optimizer"])
         if checkpoint["metrics"]:

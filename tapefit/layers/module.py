@@ -538,7 +538,7 @@ class Module:
         """
         if not isinstance(state_dict, dict):
             raise TypeError(f"load_state_dict needs a dict of arrays, got {type(state_dict).__name__}")
-        entries = self._walk()[0]
+        entries, submodules, _ = self._walk()
         paths = [e.path for e in entries]
         _check_unique_paths(paths)
         pairs, missing, unexpected = _match_by_structure(entries, list(state_dict))
@@ -567,6 +567,15 @@ class Module:
             problems.append("missing: " + ", ".join(missing))
         if unexpected:
             problems.append("unexpected: " + ", ".join(unexpected))
+            # Lazy layers make their variables in build, on their first call.
+            unbuilt = [
+                m.name for m in [self, *submodules] if not m.built and type(m).build is not Module.build
+            ]
+            if unbuilt:
+                problems.append(
+                    f"{', '.join(map(repr, unbuilt))} not built yet (layers make their variables on "
+                    "their first call): call the model on a batch first"
+                )
         if problems:
             raise ValueError(f"load_state_dict into '{self.name}' failed; " + "; ".join(problems))
         for variable, value in values:

@@ -142,7 +142,7 @@ def _split(contents: dict[str, Any]) -> tuple[Any, dict[str, np.ndarray]]:
                     f"checkpoint entry {'/'.join(path)!r}: cannot store arrays of dtype {array.dtype}"
                 )
             name = member_name(path)
-            arrays[name] = np.ascontiguousarray(array)
+            arrays[name] = np.asarray(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
             return {_ARRAY_REF: name}
         if isinstance(value, np.bool_):
             return bool(value)

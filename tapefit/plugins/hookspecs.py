@@ -194,7 +194,9 @@ def on_train_batch_end(trainer: Any, step: int, logs: dict[str, float]) -> None:
 #  * the plugin object has ``state_dict()`` / ``load_state_dict(state)`` methods
 #    (as Lightning callbacks): the trainer stores ``state_dict()`` under the plugin's
 #    registered name and hands it back on resume; or
-#  * it implements the two hooks below and edits ``checkpoint["plugins"]`` itself.
+#  * it implements the two hooks below and edits ``checkpoint["plugins"]`` itself, under its
+#    registered name: ``checkpoint["plugins"][trainer.plugins.get_name(self)] = {...}``
+#    (a resume warns about entries that name no registered plugin).
 # States are nested dicts/lists of JSON values (str, int, float, bool, None) and
 # NumPy arrays; no pickle is ever written or read.
 
@@ -206,7 +208,9 @@ def on_save_checkpoint(trainer: Any, checkpoint: dict[str, Any]) -> None:
     Args:
         trainer: the ``tp.Trainer``.
         checkpoint: the checkpoint's contents; ``checkpoint["plugins"]`` maps plugin
-            names to their states, and a plugin may add its own entry.
+            names to their states, and a plugin may add its own entry under its registered
+            name, ``trainer.plugins.get_name(self)`` (a resume warns about entries under
+            other keys, as states of plugins that are not registered).
     """
 
 

@@ -279,7 +279,7 @@ class PluginManager(pluggy.PluginManager):
             values["grads_and_vars"] = grads_and_vars
             result = impl.function(*[values[arg] for arg in impl.argnames])
             if result is not None:
-                grads_and_vars = result if isinstance(result, list) else list(result)
+                grads_and_vars = _pairs(result, impl.plugin_name)
         return grads_and_vars
 
     def call_each(self, hook_name: str, **kwargs: Any) -> None:
@@ -315,6 +315,26 @@ class PluginManager(pluggy.PluginManager):
         unused = sorted(set(states) - {name for name, _ in self.list_name_plugin()})
         if unused:
             logger.warning("checkpoint has states for plugins that are not registered: %s", ", ".join(unused))
+
+
+def _pairs(result: Any, plugin_name: str) -> GradsAndVars:
+    """What a ``transform_gradients`` implementation returned, as a list of pairs; else a TypeError naming it."""
+    problem = None
+    try:
+        pairs = result if isinstance(result, list) else list(result)
+    except TypeError:
+        problem = f"got {type(result).__name__}"
+    else:
+        for i, pair in enumerate(pairs):
+            if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+                problem = f"entry {i} is {type(pair).__name__}"
+                break
+    if problem is not None:
+        raise TypeError(
+            f"plugin {plugin_name!r}: transform_gradients must return a list of (gradient, variable) "
+            f"pairs, or None to leave them unchanged; {problem}"
+        )
+    return pairs
 
 
 def _unique(name: str, taken: set[str]) -> str:

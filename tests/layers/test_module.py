@@ -476,6 +476,18 @@ def test_load_state_dict_names_every_problem_and_assigns_nothing():
         model.load_state_dict([1, 2])
 
 
+def test_load_state_dict_into_an_unbuilt_model_says_to_call_it_first():
+    # Keras users load weights into a fresh model; its Dense layers have no variables yet,
+    # and the error only listed every entry as "unexpected".
+    trained = Sequential([Dense(2), Dense(1)])
+    trained(tp.ones((1, 3)))
+    fresh = Sequential([Dense(2), Dense(1)])
+    with pytest.raises(ValueError, match=r"unexpected: .*; .*not built yet.*call the model on a batch"):
+        fresh.load_state_dict(trained.state_dict())
+    fresh(tp.ones((1, 3)))
+    fresh.load_state_dict(trained.state_dict())
+
+
 def test_load_state_dict_rejects_non_numeric_entries_before_assigning_anything():
     m = tp.Module(name="m")
     m.a = tp.Variable(1.0)

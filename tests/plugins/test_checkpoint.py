@@ -221,6 +221,58 @@ def test_resume_past_the_last_epoch_trains_nothing(tmp_path):
     assert again.step == 10 and history.epoch == [0, 1]
 
 
+class _ScaledByVariable(tp.Module):
+    """A lazy Dense next to a Variable made in __init__: the model has variables before its first call."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = tp.layers.Dense(2)
+        self.temperature = tp.Variable(1.5, name="temperature")
+
+    def call(self, x):
+        return self.dense(x) * self.temperature
+
+
+def test_resume_builds_lazy_layers_of_a_model_that_already_has_variables(tmp_path):
+    # The trainer built the model before loading only when it had no variables at all, so the
+    # Dense here stayed unbuilt and the checkpoint's dense/kernel was "unexpected".
+    x, y = np.ones((6, 3), np.float32), np.ones((6, 2), np.float32)
+    first = tp.Trainer(_ScaledByVariable(), "adam", "mse", plugins=[Checkpoint(dirpath=str(tmp_path))])
+    first.fit(x, y, epochs=1, batch_size=3)
+    fresh = _ScaledByVariable()
+    again = tp.Trainer(fresh, "adam", "mse")
+    again.fit(x, y, epochs=1, batch_size=3, resume_from=tmp_path)
+    for mine, theirs in zip(fresh.variables, first.model.variables):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+
+
+class _HookState:
+    """Keeps its state through the checkpoint hooks, as hookspecs.py says: under its registered name."""
+
+    def __init__(self):
+        self.count = 0
+
+    @tp.hookimpl
+    def on_train_batch_end(self):
+        self.count += 1
+
+    @tp.hookimpl
+    def on_save_checkpoint(self, trainer, checkpoint):
+        checkpoint["plugins"][trainer.plugins.get_name(self)] = {"count": self.count}
+
+    @tp.hookimpl
+    def on_load_checkpoint(self, trainer, checkpoint):
+        self.count = int(checkpoint["plugins"][trainer.plugins.get_name(self)]["count"])
+
+
+def test_the_documented_checkpoint_hook_pattern_resumes_without_a_warning(tmp_path, caplog):
+    fit(build([_HookState(), Checkpoint(dirpath=str(tmp_path))]), 2)
+    plugin = _HookState()
+    fit(build([plugin, Checkpoint(dirpath=str(tmp_path))]), 3, resume_from=tmp_path)
+    assert plugin.count == 15
+    assert "not registered" not in caplog.text
+
+
 # -- file format -------------------------------------------------------------------------
 
 
@@ -245,6 +297,20 @@ def test_round_trip_of_nested_contents(tmp_path):
     # It is a plain npz whose members load without pickle.
     with np.load(path, allow_pickle=False) as npz:
         assert "a" in npz.files and "__metadata__" in npz.files
+
+
+def test_zero_dimensional_arrays_and_numpy_scalars_keep_their_shape(tmp_path):
+    # A scalar Variable's value, an optimizer slot of one, or a plugin's best = np.min(...):
+    # each came back with shape (1,), so a model with a scalar Variable could not resume.
+    contents = {
+        "scalar": np.array(2.5, np.float32),
+        "np_scalar": np.int64(3),
+        "state": {"best": np.float64(0.25)},
+    }
+    back = load_checkpoint(save_checkpoint(tmp_path / "c.npz", contents))
+    assert back["scalar"].shape == () and back["scalar"].dtype == np.float32 and back["scalar"] == 2.5
+    assert back["np_scalar"].shape == () and back["np_scalar"].dtype == np.int64 and back["np_scalar"] == 3
+    assert back["state"]["best"].shape == () and back["state"]["best"] == 0.25
 
 
 def test_unstorable_values_are_refused_by_name(tmp_path):

@@ -235,6 +235,25 @@ def test_transform_chain_passes_each_result_on_and_none_means_unchanged():
     assert Look.seen == (7, 2)
 
 
+@pytest.mark.parametrize(
+    "result, shown",
+    [(lambda pairs: [g for g, _ in pairs], "entry 0 is int"), (lambda pairs: 5, "got int")],
+)
+def test_a_transform_that_returns_no_pairs_is_named(result, shown):
+    # Returning the gradients alone (a common slip) failed later in apply_gradients, naming no plugin.
+    class GradsOnly:
+        @tp.hookimpl
+        def transform_gradients(self, grads_and_vars):
+            return result(grads_and_vars)
+
+    pm = PluginManager()
+    pm.register_all([GradsOnly()])
+    with pytest.raises(
+        TypeError, match=rf"plugin 'grads_only': transform_gradients must return .*pairs.*{shown}"
+    ):
+        pm.transform_gradients(None, 0, [(1, "v")], {})
+
+
 def test_call_each_runs_every_implementation_even_when_one_raises(caplog):
     log = []
 
