@@ -15,10 +15,10 @@ class ReduceLROnPlateau:
     """Multiplies the learning rate by ``factor`` after ``patience`` epochs without improvement.
 
     Keras's ``ReduceLROnPlateau`` (config name ``reduce_lr_on_plateau``). The optimizer
-    needs a float learning rate (a schedule is refused when ``fit`` starts). The learning
-    rate in force after each epoch goes into the epoch logs as ``learning_rate``; the new
-    rate itself is saved with the optimizer's state in checkpoints, the counters with
-    this plugin's.
+    needs a float learning rate (a schedule is refused when ``fit`` starts). The rate each
+    epoch used goes into its logs as ``learning_rate`` (a cut applies from the next epoch);
+    the new rate itself is saved with the optimizer's state in checkpoints, the counters
+    with this plugin's.
 
     Args:
         monitor: the epoch log key to watch.
@@ -74,6 +74,7 @@ class ReduceLROnPlateau:
     # tryfirst: the new rate is in the logs before loggers and checkpoints see them.
     @hookimpl(tryfirst=True)
     def on_epoch_end(self, trainer: Any, epoch: int, logs: dict[str, float]) -> None:
+        logs["learning_rate"] = trainer.learning_rate  # the rate this epoch used, as Keras logs it
         value = self._monitor.read(logs)
         if value is not None:
             if self.cooldown_counter > 0:
@@ -94,7 +95,6 @@ class ReduceLROnPlateau:
                         )
                     self.cooldown_counter = self.cooldown
                     self.wait = 0
-        logs["learning_rate"] = trainer.learning_rate
 
     def state_dict(self) -> dict[str, Any]:
         """The counters and the best value."""

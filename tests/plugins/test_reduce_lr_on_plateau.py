@@ -28,8 +28,9 @@ def test_reduces_after_patience_and_logs_the_rate(make_trainer, make_data):
     plugin = ReduceLROnPlateau(monitor="score", factor=0.5, patience=2, min_delta=0.0)
     trainer, history = run(make_trainer, make_data, [1.0, 1.0, 1.0, 0.5, 0.6, 0.6, 0.6, 0.6], plugin)
     # lr 0.01: epochs 1, 2 without improvement -> halved at epoch 2; 4, 5 -> halved at 5; 6, 7 -> at 7.
+    # Each epoch logs the rate it trained with, as Keras does: a cut shows from the next epoch.
     assert history.history["learning_rate"] == pytest.approx(
-        [0.01, 0.01, 0.005, 0.005, 0.005, 0.0025, 0.0025, 0.00125]
+        [0.01, 0.01, 0.01, 0.005, 0.005, 0.005, 0.0025, 0.0025]
     )
     assert trainer.optimizer.learning_rate == pytest.approx(0.00125)
 
@@ -40,7 +41,7 @@ def test_cooldown_and_min_lr(make_trainer, make_data):
     # Reduced at epoch 1; cooldown epochs 2 and 3 (the counter runs out at 3, which then counts
     # as a plateau epoch again, as in Keras); reduced at 3 to min_lr, where it stays.
     assert history.history["learning_rate"] == pytest.approx(
-        [0.01, 0.001, 0.001, 0.0005, 0.0005, 0.0005, 0.0005]
+        [0.01, 0.01, 0.001, 0.001, 0.0005, 0.0005, 0.0005]
     )
 
 
