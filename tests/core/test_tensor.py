@@ -543,3 +543,23 @@ def test_numpy_scalars_are_weak_like_the_python_numbers_they_hold():
 def test_str_shows_float32_precision_and_variables_as_variables():
     assert str(tp.constant(0.5204999)) == "tp.Tensor(0.5204999, shape=(), dtype=float32)"
     assert str(tp.Variable(1.5, name="v")).startswith("<tp.Variable 'v' shape=() dtype=float32")
+
+
+def test_the_operators_declared_for_type_checkers_are_the_ones_bound_at_import():
+    # Tensor declares its operators under TYPE_CHECKING (tapefit.core.operators binds them), so
+    # that pyright and mypy accept `x * y` in users' code; the two lists must not drift apart.
+    import ast
+    import inspect
+
+    from tapefit.core import operators, tensor
+
+    tree = ast.parse(inspect.getsource(tensor))
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Tensor"]
+    (block,) = [n for n in cls.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
+    declared = {n.name for n in block.body if isinstance(n, ast.FunctionDef)}
+    bound = {f"__{name}__" for name in operators._BINARY} | {f"__r{name}__" for name in operators._BINARY}
+    bound |= {"__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__neg__", "__abs__", "__invert__"}
+    bound.add("__getitem__")
+    assert declared == bound
+    for name in declared:
+        assert getattr(tp.Tensor, name) is not getattr(object, name, None), name
