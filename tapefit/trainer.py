@@ -450,7 +450,7 @@ class Trainer:
         self.epoch = self.step = self.batch_in_epoch = 0
         self._records = []
         self._pending_logs = None
-        self._epoch_ended = False
+        self._epoch_ended = True  # no epoch in progress yet
         self.resumed = checkpoint is not None
         if checkpoint is not None:
             self._restore(checkpoint, loader, resume_from)  # type: ignore[arg-type]
@@ -604,10 +604,14 @@ class Trainer:
         if self._loader is None:
             raise RuntimeError("checkpoint_contents is only available during fit")
         epoch, position, records = self._resume_point()
+        # Inside an epoch once its order is drawn, even before its first batch (an exception in
+        # on_epoch_start or on_train_batch_start): the loader's generator has moved past that order.
+        in_epoch = epoch == self.epoch and (position > 0 or not self._epoch_ended)
         contents: dict[str, Any] = {
             "trainer": {
                 "epoch": epoch,
                 "batch_in_epoch": position,
+                "in_epoch": in_epoch,
                 "step": self.step,
                 "epochs": self.epochs,
                 "batch_size": self.batch_size,
@@ -620,9 +624,9 @@ class Trainer:
             },
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.get_state(),
-            "metrics": self._metric_states() if position else [],
+            "metrics": self._metric_states() if in_epoch else [],
             "random": _random.get_state(),
-            "loader": {**self._loader.get_state(), "order": self._order if position else None},
+            "loader": {**self._loader.get_state(), "order": self._order if in_epoch else None},
             "plugins": self.plugins.state_dicts(),
             "config": self.config,
         }
@@ -662,8 +666,9 @@ class Trainer:
         self.step = int(state["step"])
         self._loss_sum = float(state["loss_sum"])
         self._loss_count = int(state["loss_count"])
-        # A checkpoint at an epoch boundary starts the next epoch afresh.
-        self._epoch_ended = self.batch_in_epoch == 0
+        # A checkpoint at an epoch boundary starts the next epoch afresh (older checkpoints
+        # have no in_epoch: they were inside an epoch when batches of it had run).
+        self._epoch_ended = not state.get("in_epoch", self.batch_in_epoch > 0)
         for record in state["history"]:
             self._records.append((int(record["epoch"]), record["logs"], True))
             self.history._append(int(record["epoch"]), record["logs"])

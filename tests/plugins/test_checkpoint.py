@@ -163,15 +163,17 @@ def test_every_n_steps_checkpoints_resume_exactly(tmp_path, reference):
     )
 
 
+# Step 10 is the first batch of epoch 2: its shuffled order was drawn, no batch of it ran yet.
+@pytest.mark.parametrize("at_step", [12, 10])
 @pytest.mark.parametrize("error", [RuntimeError("disk on fire"), KeyboardInterrupt()])
-def test_exception_saves_an_interrupted_checkpoint_that_resumes(tmp_path, reference, error):
+def test_exception_saves_an_interrupted_checkpoint_that_resumes(tmp_path, reference, error, at_step):
     folder = tmp_path / "ckpt"
     seen = []
 
     class Fail:
         @tp.hookimpl
         def on_train_batch_start(self, step):
-            if step == 12:
+            if step == at_step:
                 raise error
 
         @tp.hookimpl
@@ -186,7 +188,7 @@ def test_exception_saves_an_interrupted_checkpoint_that_resumes(tmp_path, refere
     assert seen == [error]
     assert csv._file is None and board._writers == {}  # files closed
     assert (folder / "last").read_text().strip() == "interrupted.npz"
-    assert load_checkpoint(folder)["trainer"]["step"] == 12
+    assert load_checkpoint(folder)["trainer"]["step"] == at_step
     resumed = build()
     history = fit(resumed, 4, resume_from=folder)
     assert_same_run(
