@@ -473,7 +473,9 @@ class Checkpoint:
         elif improved:
             write_pointer(self.folder, BEST_POINTER, path.name)
 
-    @hookimpl
+    # tryfirst: the state is saved as training left it, before other plugins' fit-end hooks
+    # change it (early_stopping's restore_best_weights), so that resuming from it is exact.
+    @hookimpl(tryfirst=True)
     def on_fit_end(self, trainer: Any) -> None:
         self._fitting = False
         if self.save_on_fit_end and not self.save_best_only and trainer.position_key() != self._last_saved:

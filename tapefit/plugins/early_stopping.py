@@ -25,7 +25,9 @@ class EarlyStopping:
         mode: ``"min"``, ``"max"`` or ``"auto"``.
         min_delta: the smallest change that counts as an improvement.
         restore_best_weights: at the end of the fit, set the model's variables back to
-            those of the best epoch (Keras 3 does this whether or not it stopped early).
+            those of the best epoch (Keras 3 does this whether or not it stopped early). A
+            checkpoint saved at the end of the fit holds the weights as trained, so that a
+            resume from it is exact; the best weights are in this plugin's checkpoint state.
         baseline: stop unless the value beats this within ``patience`` epochs.
         start_from_epoch: epochs to wait before watching (warm-up).
 
@@ -96,8 +98,7 @@ class EarlyStopping:
                 self.best_epoch,
             )
 
-    # tryfirst: a checkpoint saved at the end of the fit holds the restored weights.
-    @hookimpl(tryfirst=True)
+    @hookimpl
     def on_fit_end(self, trainer: Any) -> None:
         if self.restore_best_weights and self.best_weights is not None:
             logger.info("early_stopping: restoring the weights of epoch %d", self.best_epoch)

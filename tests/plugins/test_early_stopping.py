@@ -102,6 +102,34 @@ def test_state_goes_into_checkpoints_and_resumes(tmp_path, make_trainer, make_da
     assert resumed_plugin.stopped_epoch == 4  # epochs 2, 3, 4 without improvement, counted across the resume
 
 
+def test_a_checkpoint_at_the_end_of_the_fit_resumes_exactly_with_restore_best_weights(
+    tmp_path, make_trainer, make_data
+):
+    # The best weights were restored before the checkpoint saved the fit's end, so that
+    # checkpoint paired the epoch-0 weights with the optimizer state of epoch 1.
+    x, y = make_data(12)
+    values = [1, 2, 3, 4]  # epoch 0 stays the best
+
+    def plugins(*extra):
+        return [
+            scripted(values),
+            EarlyStopping(monitor="score", patience=9, restore_best_weights=True),
+            *extra,
+        ]
+
+    straight = make_trainer(plugins())
+    straight.fit(x, y, epochs=4, batch_size=6)
+    folder = tmp_path / "ckpt"
+    make_trainer(plugins({"type": "checkpoint", "dirpath": str(folder), "every_n_epochs": None})).fit(
+        x, y, epochs=2, batch_size=6
+    )
+    resumed = make_trainer(plugins())
+    resumed.fit(x, y, epochs=4, batch_size=6, resume_from=folder)
+    assert resumed.history.history == straight.history.history
+    for key, value in straight.optimizer.get_state().items():
+        np.testing.assert_array_equal(resumed.optimizer.get_state()[key], value, err_msg=key)
+
+
 def test_missing_monitor_warns_once_and_never_stops(make_trainer, make_data, caplog):
     plugin = EarlyStopping(monitor="val_los", patience=0)
     _, history = run(make_trainer, make_data, [1, 2, 3], plugin)
