@@ -354,8 +354,9 @@ class Checkpoint:
         save_on_exception: save ``interrupted.npz`` when an exception (also
             ``KeyboardInterrupt``) ends the fit after its first epoch started, and point
             ``last`` at it.
-        save_on_fit_end: when ``fit`` ends after a step that was not saved (for example
-            stopped in the middle of an epoch), save it; not with ``save_best_only``.
+        save_on_fit_end: when ``fit`` ends after a step that was not saved, save it; not
+            with ``save_best_only``. A fit stopped in the middle of an epoch is saved at the
+            batch that stopped it, before the partial epoch's ``on_epoch_end`` hooks.
 
     Attributes:
         interrupted_path: the ``interrupted.npz`` written when an exception ended the
@@ -446,8 +447,15 @@ class Checkpoint:
     def on_train_batch_end(self, trainer: Any, step: int, logs: dict[str, float]) -> None:
         loss = logs.get("loss")
         self._bad_loss = None if loss is None or math.isfinite(loss) else (step, loss)
-        if self.every_n_steps and trainer.step % self.every_n_steps == 0:
+        # A fit stopped in the middle of an epoch is saved here, not at fit end: the partial
+        # epoch's on_epoch_end hooks (a learning-rate cut, a plateau count) belong to no step.
+        stopped = trainer.stop_training and trainer.batch_in_epoch < trainer.steps_per_epoch
+        if (self.every_n_steps and trainer.step % self.every_n_steps == 0) or (
+            stopped and self.save_on_fit_end and not self.save_best_only
+        ):
             self._save(trainer)
+            if stopped:  # saved, or refused (a non-finite loss): fit end need not try this step again
+                self._last_saved = trainer.position_key()
 
     @hookimpl(trylast=True)
     def on_epoch_end(self, trainer: Any, epoch: int, logs: dict[str, float]) -> None:

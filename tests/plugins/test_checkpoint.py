@@ -144,6 +144,34 @@ def test_resume_from_the_middle_of_an_epoch_is_bit_exact(tmp_path, reference):
     assert_same_run(reference, weights, info)
 
 
+def test_a_fit_stopped_in_the_middle_of_an_epoch_resumes_exactly_with_stateful_plugins(tmp_path):
+    # The stopped fit's partial epoch still runs on_epoch_end (as in Keras): here it cut the
+    # learning rate and counted a plateau, and the checkpoint saved at fit end kept both, so the
+    # resumed epoch ran at the cut rate. The stop step is saved before those hooks run.
+    def plugins():
+        return [
+            {"type": "reduce_lr_on_plateau", "monitor": "loss", "patience": 0, "min_delta": 9.0},
+            {"type": "early_stopping", "monitor": "loss", "patience": 9, "min_delta": 9.0},
+        ]
+
+    class StopMidEpoch:
+        @tp.hookimpl
+        def on_train_batch_end(self, trainer, step):
+            if step == 7:
+                trainer.stop_training = True
+
+    straight = build(plugins())
+    fit(straight, 4)
+    folder = tmp_path / "ckpt"
+    fit(build([*plugins(), StopMidEpoch(), Checkpoint(dirpath=str(folder), every_n_epochs=None)]), 4)
+    resumed = build(plugins())
+    fit(resumed, 4, resume_from=folder)
+    assert resumed.history.history == straight.history.history
+    for key, value in straight.optimizer.get_state().items():
+        np.testing.assert_array_equal(resumed.optimizer.get_state()[key], value, err_msg=key)
+    assert resumed.plugins.state_dicts() == straight.plugins.state_dicts()
+
+
 def test_every_n_steps_checkpoints_resume_exactly(tmp_path, reference):
     folder = tmp_path / "ckpt"
     fit(build([Checkpoint(dirpath=str(folder), every_n_steps=3, every_n_epochs=None)]), 4)
