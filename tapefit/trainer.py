@@ -214,7 +214,8 @@ class _InterruptGuard:
     Installed for a whole fit, and only over Python's own handler in the main thread (a
     program with its own SIGINT handler keeps it). Outside ``hold`` it raises
     ``KeyboardInterrupt`` at once, as Python's handler does; inside, the interrupt waits for
-    ``release``. Setting a flag per step costs nothing next to swapping handlers per step.
+    ``release``, and a second one raises at once (a step that never ends can still be
+    stopped). Setting a flag per step costs nothing next to swapping handlers per step.
     """
 
     def __init__(self) -> None:
@@ -231,10 +232,11 @@ class _InterruptGuard:
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.hold:
+        if self.hold and not self.held:
             self.held = True
-        else:
-            raise KeyboardInterrupt
+            return
+        self.held = False  # a second Ctrl-C inside the section: raised now, not again at release
+        raise KeyboardInterrupt
 
     def release(self) -> None:
         """Ends a critical section; raises the interrupt that arrived inside it, if any."""
@@ -504,18 +506,19 @@ class Trainer:
 
     def _train_step(self, x: Any, y: Any, step: int) -> dict[str, float]:
         x, y = _to_tensors(x), _to_tensors(y)
-        with GradientTape() as tape:
-            y_pred = self._call(x, training=True)
-            loss = self._total_loss(y, y_pred)
-        variables = self.model.trainable_variables
-        grads = tape.gradient(loss, variables)
-        loss_value = float(loss)
-        logs = {"loss": loss_value}
-        pairs = self.plugins.transform_gradients(self, step, list(zip(grads, variables)), logs)
-        # From the first variable updated to the step's bookkeeping, the state is inconsistent:
-        # a Ctrl-C waits until it is whole again, so the interrupted checkpoint can be saved.
+        # From the forward pass (dropout draws from the random generators, BatchNormalization
+        # moves its statistics) to the step's bookkeeping, the state is inconsistent: a Ctrl-C
+        # waits until it is whole again, so the interrupted checkpoint can be saved.
         self._interrupts.hold = True
         try:
+            with GradientTape() as tape:
+                y_pred = self._call(x, training=True)
+                loss = self._total_loss(y, y_pred)
+            variables = self.model.trainable_variables
+            grads = tape.gradient(loss, variables)
+            loss_value = float(loss)
+            logs = {"loss": loss_value}
+            pairs = self.plugins.transform_gradients(self, step, list(zip(grads, variables)), logs)
             self.update_in_progress = True
             self.optimizer.apply_gradients(pairs)
             self.update_in_progress = False

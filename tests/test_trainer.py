@@ -340,6 +340,45 @@ def test_ctrl_c_during_the_optimizer_update_waits_for_it_and_the_state_resumes_e
     assert history.history == reference.history.history
 
 
+def test_ctrl_c_during_the_forward_pass_waits_for_the_step_and_the_state_resumes_exactly(tmp_path):
+    # Dropout had drawn its mask (and BatchNormalization would have moved its statistics) when
+    # the KeyboardInterrupt arrived; the interrupted checkpoint kept the advanced generator, so
+    # the resumed step drew another mask.
+    x, y = make_data(10)
+    reference = make_trainer(metrics=("accuracy",))
+    reference.fit(x, y, epochs=3, batch_size=4)
+
+    trainer = make_trainer([{"type": "checkpoint", "dirpath": str(tmp_path)}])
+    loss, calls = trainer.loss, []
+
+    def loss_with_ctrl_c(y_true, y_pred):
+        calls.append(1)
+        if len(calls) == 5:  # the second batch of the second epoch, after the forward pass
+            os.kill(os.getpid(), signal.SIGINT)
+        return loss(y_true, y_pred)
+
+    trainer.loss = loss_with_ctrl_c
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit(x, y, epochs=3, batch_size=4)
+    assert trainer.step == 5
+    resumed = make_trainer(seed=123)
+    history = resumed.fit(x, y, epochs=3, batch_size=4, resume_from=tmp_path / "interrupted.npz")
+    for key, value in reference.model.state_dict().items():
+        np.testing.assert_array_equal(resumed.model.state_dict()[key], value)
+    assert history.history == reference.history.history
+
+
+def test_a_second_ctrl_c_inside_a_step_raises_at_once():
+    from tapefit.trainer import _InterruptGuard
+
+    with _InterruptGuard() as guard:
+        guard.hold = True
+        os.kill(os.getpid(), signal.SIGINT)  # held until the step ends
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)  # the step may never end: this one goes through
+        guard.release()  # the first was raised with the second, not again here
+
+
 class ExceptionWatcher:
     def __init__(self):
         self.exceptions = []
