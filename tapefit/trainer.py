@@ -496,11 +496,17 @@ class Trainer:
                 hooks.on_validation_end(trainer=self, epoch=epoch, logs=val_logs)
                 logs.update(val_logs)
             self._pending_logs = logs
-            hooks.on_epoch_end(trainer=self, epoch=epoch, logs=logs)
-            self._pending_logs = None
-            self._epoch_ended = True
-            self._records.append((epoch, logs, self.batch_in_epoch >= self.steps_per_epoch))
-            self.history._append(epoch, logs)
+            # Until every epoch-end hook has run (a plateau counted, a rate cut), the epoch is
+            # half ended: a Ctrl-C waits, so the interrupted checkpoint is taken after it.
+            self._interrupts.hold = True
+            try:
+                hooks.on_epoch_end(trainer=self, epoch=epoch, logs=logs)
+                self._pending_logs = None
+                self._epoch_ended = True
+                self._records.append((epoch, logs, self.batch_in_epoch >= self.steps_per_epoch))
+                self.history._append(epoch, logs)
+            finally:
+                self._interrupts.release()
             if self.stop_training:
                 break
 

@@ -368,6 +368,31 @@ def test_ctrl_c_during_the_forward_pass_waits_for_the_step_and_the_state_resumes
     assert history.history == reference.history.history
 
 
+def test_ctrl_c_during_the_epoch_end_hooks_waits_for_them_and_the_state_resumes_exactly(tmp_path):
+    # The interrupted checkpoint counted the epoch as done while early_stopping, whose hook had
+    # not run yet, had not counted it: the resumed run's patience was one epoch off.
+    x, y = make_data(10)
+
+    class CtrlC:
+        @tp.hookimpl(tryfirst=True)
+        def on_epoch_end(self, epoch):
+            if epoch == 1:
+                os.kill(os.getpid(), signal.SIGINT)
+
+    def stopper():
+        return {"type": "early_stopping", "monitor": "loss", "patience": 9, "min_delta": 9.0}
+
+    reference = make_trainer([stopper()])
+    reference.fit(x, y, epochs=3, batch_size=4)
+    trainer = make_trainer([stopper(), CtrlC(), {"type": "checkpoint", "dirpath": str(tmp_path)}])
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit(x, y, epochs=3, batch_size=4)
+    resumed = make_trainer([stopper()], seed=123)
+    history = resumed.fit(x, y, epochs=3, batch_size=4, resume_from=tmp_path / "interrupted.npz")
+    assert history.history == reference.history.history
+    assert resumed.plugins.state_dicts() == reference.plugins.state_dicts()
+
+
 def test_a_second_ctrl_c_inside_a_step_raises_at_once():
     from tapefit.trainer import _InterruptGuard
 
