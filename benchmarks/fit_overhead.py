@@ -28,7 +28,7 @@ import numpy as np
 import tapefit as tp
 from tapefit.data.loader import BatchLoader
 from tapefit.plugins.csv_logger import CSVLogger
-from tapefit.plugins.progress import ProgressPlugin
+from tapefit.plugins.progress import Progress
 
 SIZES = (784, 512, 256, 10)
 
@@ -72,7 +72,7 @@ def fit_epoch(
     x: np.ndarray, y: np.ndarray, batch_size: int, folder: Path
 ) -> tuple[tuple[float, float], dict[str, np.ndarray]]:
     model = make_model()
-    plugins = [ProgressPlugin(enabled=True, file=io.StringIO()), CSVLogger(str(folder / "history.csv"))]
+    plugins = [Progress(enabled=True, file=io.StringIO()), CSVLogger(str(folder / "history.csv"))]
     trainer = tp.Trainer(
         model,
         tp.optimizers.Adam(learning_rate=1e-3),

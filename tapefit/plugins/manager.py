@@ -31,7 +31,7 @@ ENTRY_POINT_GROUP = "tapefit"
 
 # Short name -> "module:attribute"; imported only when used (tensorboardX is slow to import).
 BUILTIN_PLUGINS: dict[str, str] = {
-    "progress": "tapefit.plugins.progress:ProgressPlugin",
+    "progress": "tapefit.plugins.progress:Progress",
     "csv_logger": "tapefit.plugins.csv_logger:CSVLogger",
     "tensorboard": "tapefit.plugins.tensorboard:TensorBoard",
     "clip_gradients": "tapefit.plugins.clip_gradients:ClipGradients",

@@ -16,7 +16,7 @@ def format_logs(logs: dict[str, float]) -> dict[str, str]:
     return {key: f"{value:.4g}" for key, value in logs.items()}
 
 
-class ProgressPlugin:
+class Progress:
     """Shows one tqdm progress bar per epoch (config name ``progress``).
 
     The bar shows ``Epoch i/N``, batches done, speed, and the batch logs (this

@@ -7,7 +7,7 @@ import io
 import pytest
 
 import tapefit as tp
-from tapefit.plugins.progress import ProgressPlugin, format_logs
+from tapefit.plugins.progress import Progress, format_logs
 
 
 class Terminal(io.StringIO):
@@ -18,9 +18,7 @@ class Terminal(io.StringIO):
 def test_bars_show_epochs_batches_and_logs(make_trainer, make_data):
     x, y = make_data(12)
     out = io.StringIO()
-    make_trainer([ProgressPlugin(enabled=True, file=out)]).fit(
-        x, y, epochs=2, batch_size=5, validation_data=(x, y)
-    )
+    make_trainer([Progress(enabled=True, file=out)]).fit(x, y, epochs=2, batch_size=5, validation_data=(x, y))
     text = out.getvalue()
     assert "Epoch 1/2" in text and "Epoch 2/2" in text
     assert "3/3" in text  # every batch counted by the end of the epoch
@@ -30,13 +28,13 @@ def test_bars_show_epochs_batches_and_logs(make_trainer, make_data):
 def test_quiet_unless_a_terminal_or_asked(make_trainer, make_data):
     x, y = make_data(12)
     not_a_terminal = io.StringIO()
-    make_trainer([ProgressPlugin(file=not_a_terminal)]).fit(x, y, epochs=1, batch_size=5)
+    make_trainer([Progress(file=not_a_terminal)]).fit(x, y, epochs=1, batch_size=5)
     assert not_a_terminal.getvalue() == ""
     terminal = Terminal()
-    make_trainer([ProgressPlugin(file=terminal)]).fit(x, y, epochs=1, batch_size=5)
+    make_trainer([Progress(file=terminal)]).fit(x, y, epochs=1, batch_size=5)
     assert "Epoch 1/1" in terminal.getvalue()
     silenced = Terminal()
-    make_trainer([ProgressPlugin(enabled=False, file=silenced)]).fit(x, y, epochs=1, batch_size=5)
+    make_trainer([Progress(enabled=False, file=silenced)]).fit(x, y, epochs=1, batch_size=5)
     assert silenced.getvalue() == ""
 
 
@@ -44,7 +42,7 @@ def test_redraws_are_rate_limited(make_trainer, make_data):
     x, y = make_data(40)
     updates = []
 
-    class Counting(ProgressPlugin):
+    class Counting(Progress):
         @tp.hookimpl
         def on_epoch_start(self, trainer, epoch):
             super().on_epoch_start(trainer, epoch)
@@ -60,7 +58,7 @@ def test_redraws_are_rate_limited(make_trainer, make_data):
 def test_format_and_errors():
     assert format_logs({"loss": 0.123456789, "acc": 1.0}) == {"loss": "0.1235", "acc": "1"}
     with pytest.raises(ValueError, match="refresh_per_second must be positive"):
-        ProgressPlugin(refresh_per_second=0)
+        Progress(refresh_per_second=0)
     # a config can only give a string: a file name is not a stream (it crashed in the first epoch)
     with pytest.raises(TypeError, match=r"file must be a text stream .*, got the string 'progress.log'"):
-        ProgressPlugin(file="progress.log")
+        Progress(file="progress.log")
