@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -582,6 +583,76 @@ class Module:
             if value.dtype != variable.dtype:
                 value = value.astype(variable.dtype)
             variable.assign(value)
+
+    def save_weights(self, path: str | os.PathLike[str]) -> None:
+        """Writes the weights to a ``.safetensors`` file, keyed by the ``state_dict`` paths.
+
+        The file opens with ``safetensors.numpy.load_file`` (and PyTorch's and Hugging Face's
+        safetensors tools); it is written atomically (a temporary file, then a rename).
+
+        Args:
+            path: the file; its name must end in ``.safetensors`` (as Keras requires
+                ``.weights.h5``), and its folder must exist.
+        """
+        from tapefit.layers import saving
+
+        saving.save_weights(self, path)
+
+    def load_weights(self, path: str | os.PathLike[str]) -> None:
+        """Loads a ``.safetensors`` weights file, matching entries as ``load_state_dict`` does.
+
+        Raises:
+            FileNotFoundError: there is no such file.
+            ValueError: the file is not a safetensors file, or (naming the file and every
+                entry) entries are missing, unexpected, mis-shaped or not numbers. Nothing is
+                assigned then.
+        """
+        from tapefit.layers import saving
+
+        saving.load_weights(self, path)
+
+    def get_weights(self) -> list[np.ndarray]:
+        """Copies of the weights' values, in the order of ``variables`` (Keras's ``get_weights``)."""
+        return [variable.numpy().copy() for variable in self.variables]
+
+    def set_weights(self, weights: list[Any] | tuple[Any, ...]) -> None:
+        """Sets the weights from a list of arrays in the order of ``variables`` (as ``get_weights``).
+
+        Raises:
+            ValueError: the list's length differs from the number of variables, or an array's
+                shape differs from its variable's, or it holds no numbers; nothing is assigned then.
+        """
+        if not isinstance(weights, (list, tuple)):
+            raise TypeError(f"set_weights needs a list of arrays, got {type(weights).__name__}")
+        named = self.named_variables()
+        if len(weights) != len(named):
+            hint = ""
+            if any(_awaits_build(m) for m in [self, *self.submodules]):
+                hint = " (some layers are not built yet: call the model on a batch first)"
+            raise ValueError(
+                f"set_weights on '{self.name}': got a list of {len(weights)} arrays, "
+                f"the model has {len(named)} weights{hint}"
+            )
+        problems, values = [], []
+        for i, ((path, variable), weight) in enumerate(zip(named, weights)):
+            value = np.asarray(weight)
+            if value.dtype.kind not in "biuf":
+                problems.append(f"weight {i} ('{path}') is not a number array (dtype {value.dtype})")
+            elif value.shape != variable.shape:
+                problems.append(
+                    f"weight {i} ('{path}') has shape {value.shape}, the variable has {variable.shape}"
+                )
+            elif (
+                variable.dtype.kind in "iub" and value.dtype.kind == "f" and not np.all(np.mod(value, 1) == 0)
+            ):
+                problems.append(
+                    f"weight {i} ('{path}') has non-integral values for a variable of dtype {variable.dtype.name}"
+                )
+            values.append((variable, value))
+        if problems:
+            raise ValueError(f"set_weights on '{self.name}' failed; " + "; ".join(problems))
+        for variable, value in values:
+            variable.assign(value.astype(variable.dtype, copy=False))
 
     # -- summary ---------------------------------------------------------------
 

@@ -1,0 +1,95 @@
+"""Weight files: a Module's ``state_dict`` as a ``.safetensors`` file, and back.
+
+safetensors is the format PyTorch and Hugging Face tools read: a JSON header naming each
+array's dtype, shape and byte range, then the raw bytes. Loading it never runs code (unlike a
+pickle). The keys are the ``state_dict`` paths (``sequential/dense/kernel``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from tapefit.layers.module import Module
+
+SUFFIX = ".safetensors"
+
+
+def _safetensors_numpy() -> Any:
+    try:
+        import safetensors.numpy
+    except ImportError as error:
+        raise ImportError(
+            "save_weights/load_weights need the 'safetensors' package (a dependency of tapefit): "
+            "pip install safetensors"
+        ) from error
+    return safetensors.numpy
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` through a temporary file in the same folder, so an
+    interrupted save never leaves a half-written file where a good one was."""
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        # mkstemp makes the file 0600; a weights file gets the umask's permissions as others do.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def save_weights(module: Module, path: str | os.PathLike[str]) -> Path:
+    """Writes ``module.state_dict()`` to ``path`` (a ``.safetensors`` file); returns the path."""
+    path = Path(path)
+    if path.suffix != SUFFIX:
+        raise ValueError(f"save_weights: the file name must end in '{SUFFIX}', got '{path}'")
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"save_weights: the folder '{path.parent}' of '{path}' does not exist")
+    st = _safetensors_numpy()
+    # asarray, not ascontiguousarray: that one makes a 0-d array (a scalar Variable) shape (1,).
+    state = {key: np.asarray(value, order="C") for key, value in module.state_dict().items()}
+    _atomic_write_bytes(path, st.save(state, metadata={"format": "np", "producer": "tapefit"}))
+    return path
+
+
+def read_weights(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """The arrays of a ``.safetensors`` file, by key.
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        ValueError: the file is not a safetensors file (the message names it).
+    """
+    path = Path(path)
+    st = _safetensors_numpy()
+    if not path.is_file():
+        raise FileNotFoundError(f"load_weights: no such file: '{path}'")
+    data = path.read_bytes()
+    try:
+        # From bytes rather than safetensors' memory map: the arrays then hold no open mapping
+        # of the file, which could keep it from being replaced later (Windows).
+        return dict(st.load(data))
+    except Exception as error:  # safetensors raises its own SafetensorError, an Exception
+        raise ValueError(f"load_weights: '{path}' is not a readable safetensors file ({error})") from None
+
+
+def load_weights(module: Module, path: str | os.PathLike[str]) -> None:
+    """Loads a ``.safetensors`` file into ``module`` with ``load_state_dict``'s checks."""
+    state = read_weights(path)
+    try:
+        module.load_state_dict(state)
+    except ValueError as error:
+        raise ValueError(f"load_weights from '{path}': {error}") from None
