@@ -446,7 +446,7 @@ class Module:
     def add_weight(
         self,
         shape: Any = (),
-        initializer: Any = "glorot_uniform",
+        initializer: Any = None,
         dtype: Any = None,
         trainable: bool = True,
         name: str | None = None,
@@ -454,9 +454,10 @@ class Module:
         """Creates a Variable owned by this module (Keras's ``add_weight``).
 
         Args:
-            shape: the variable's shape.
+            shape: the variable's shape (``None``: a scalar).
             initializer: an initializer name (``"zeros"``, ``"glorot_uniform"``, ...) or
-                a callable ``(shape, dtype) -> value``.
+                a callable ``(shape, dtype) -> value``; ``None`` (default) is
+                ``"glorot_uniform"`` for a floating dtype and ``"zeros"`` otherwise, as in Keras 3.
             dtype: the dtype; by default the module's ``dtype`` (float32).
             trainable: whether it is trainable.
             name: the variable's name (``kernel``, ``bias``, ...).
@@ -464,7 +465,9 @@ class Module:
         The variable is tracked even when it is not assigned to an attribute.
         """
         dtype = _dt.as_dtype(dtype if dtype is not None else getattr(self, "dtype", None) or _dt.float32)
-        shape = tuple(int(n) for n in shape)
+        shape = () if shape is None else tuple(int(n) for n in shape)
+        if initializer is None:
+            initializer = "glorot_uniform" if dtype.kind == "f" else "zeros"
         init = initializers.get(initializer)
         variable = Variable(
             lambda: init(shape, dtype=dtype), trainable=trainable, name=name or "Variable", dtype=dtype

@@ -121,6 +121,29 @@ def test_add_weight_variables_are_tracked_without_an_attribute():
     assert list(h.state_dict()) == [f"{h.name}/hidden"]
 
 
+def test_add_weight_defaults_follow_keras_3():
+    """No initializer: glorot_uniform for floats, zeros otherwise; no shape: a scalar."""
+
+    class Holder(tp.layers.Layer):
+        def build(self, input_shape):
+            self.kernel = self.add_weight(shape=(input_shape[-1], 3), name="kernel")
+            self.count = self.add_weight(shape=(2,), dtype="int32", trainable=False, name="count")
+            self.scale = self.add_weight(shape=None, initializer="ones", name="scale")
+
+        def call(self, x):
+            return tp.matmul(x, self.kernel) * self.scale
+
+    tp.random.set_seed(0)
+    h = Holder()
+    assert h(tp.ones((5, 4))).shape == (5, 3)
+    kernel = h.kernel.numpy()
+    limit = np.sqrt(6.0 / (4 + 3))
+    assert kernel.dtype == np.float32 and np.all(np.abs(kernel) <= limit) and np.std(kernel) > 0
+    assert h.count.dtype == np.int32 and h.count.numpy().tolist() == [0, 0]
+    assert h.scale.shape == () and float(h.scale) == 1.0
+    assert [v.name for v in h.trainable_variables] == ["kernel", "scale"]
+
+
 def test_replacing_an_add_weight_attribute_drops_the_old_weight():
     layer = Dense(2)
     layer(tp.ones((1, 3)))
