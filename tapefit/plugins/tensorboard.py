@@ -14,6 +14,7 @@ training and validation curve of each key in one chart (as Keras's callback does
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
@@ -62,19 +63,71 @@ def _drop_unnamed_nan_notice(record: logging.LogRecord) -> bool:
 logging.getLogger("tensorboardX.x2num").addFilter(_drop_unnamed_nan_notice)
 
 
-def _flatten_config(config: Any, prefix: str = "") -> dict[str, bool | str | float | int]:
-    """``{"optimizer": {"learning_rate": 0.1}}`` -> ``{"optimizer.learning_rate": 0.1}``; lists as text."""
+def _flatten_config(config: Any) -> dict[str, bool | str | float | int]:
+    """One entry per key path: ``{"optimizer": {"lr": 0.1}, "plugins": [{"type": "x"}]}`` ->
+    ``{"optimizer.lr": 0.1, "plugins.0.type": "x"}``. Lists are indexed, so each plugin's and
+    metric's settings get their own column; other values that TensorBoard cannot show as a
+    number, string or bool are shown as text, and ``None`` is left out."""
     flat: dict[str, bool | str | float | int] = {}
-    if isinstance(config, dict):
-        for key, value in config.items():
-            flat.update(_flatten_config(value, f"{prefix}{key}."))
-        return flat
-    key = prefix[:-1]
-    if isinstance(config, (bool, str, int, float)):
-        flat[key] = config
-    elif config is not None:
-        flat[key] = str(config)
-    return flat
+    stack: list[tuple[str, Any]] = [("", config)]
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, dict) and value:
+            children = [(f"{key}.{k}" if key else str(k), v) for k, v in value.items()]
+        elif isinstance(value, (list, tuple)) and value:
+            children = [(f"{key}.{i}" if key else str(i), v) for i, v in enumerate(value)]
+        else:
+            if isinstance(value, (bool, str, int, float)):
+                flat[key] = value
+            elif isinstance(value, np.generic):
+                flat[key] = value.item()
+            elif value is not None:
+                flat[key] = str(value)  # an empty list or dict, or an object
+            continue
+        stack.extend(reversed(children))  # keys come out in the config's order
+    return dict(flat)
+
+
+def _learning_rate_of(optimizer: Any) -> float | None:
+    """The optimizer's learning rate now, or ``None`` when it has none to read as a number."""
+    try:
+        return float(optimizer.learning_rate)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _hparams_summaries(
+    values: dict[str, bool | str | float | int], start_time: float, end_time: float
+) -> list[Any]:
+    """The session start and end summaries of TensorBoard's hparams plugin.
+
+    No experiment summary: without one TensorBoard makes the columns from every session's
+    hyperparameters and metrics, so runs with different keys (other plugins) compare in one
+    table. (tensorboardX's ``hparams()`` writes one, and leaves the start time at 0.)
+    """
+    from tensorboardX.proto.api_pb2 import Status
+    from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData, SessionEndInfo, SessionStartInfo
+    from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata
+
+    start = SessionStartInfo(start_time_secs=start_time)
+    for key, value in values.items():
+        if isinstance(value, bool):
+            start.hparams[key].bool_value = value
+        elif isinstance(value, (int, float)):
+            start.hparams[key].number_value = float(value)
+        else:
+            start.hparams[key].string_value = str(value)
+    end = SessionEndInfo(status=Status.Value("STATUS_SUCCESS"), end_time_secs=end_time)
+    summaries = []
+    for tag, data in (
+        ("_hparams_/session_start_info", HParamsPluginData(session_start_info=start, version=0)),
+        ("_hparams_/session_end_info", HParamsPluginData(session_end_info=end, version=0)),
+    ):
+        plugin = SummaryMetadata.PluginData(plugin_name="hparams", content=data.SerializeToString())
+        summaries.append(
+            Summary(value=[Summary.Value(tag=tag, metadata=SummaryMetadata(plugin_data=plugin))])
+        )
+    return summaries
 
 
 class TensorBoard:
@@ -133,6 +186,10 @@ class TensorBoard:
         self._step_learning_rate = float("nan")
         self._last_logs: dict[str, float] = {}
         self.skipped_histograms = 0
+        self._start_time: float | None = None
+        self._configured_learning_rate: float | None = None
+        # (step, logs) of the step in progress, until its scalars are written
+        self._pending: tuple[int, dict[str, float]] | None = None
 
     def _writer(self, run: str) -> Any:
         writer = self._writers.get(run)
@@ -158,7 +215,12 @@ class TensorBoard:
         self.folder = self.log_dir if self.log_dir is not None else Path(trainer.output_dir) / "tensorboard"
         self.folder.mkdir(parents=True, exist_ok=True)
         self._purge_step = trainer.step if trainer.resumed else None
+        if not trainer.resumed:
+            # A resumed fit gets both back from the checkpoint (load_state_dict).
+            self._start_time = time.time()
+            self._configured_learning_rate = _learning_rate_of(trainer.optimizer)
         self._last_logs = {}
+        self._pending = None
         self.skipped_histograms = 0
         self._writer("train")
 
@@ -192,6 +254,7 @@ class TensorBoard:
         self, trainer: Any, step: int, grads_and_vars: list[Any], logs: dict[str, float]
     ) -> None:
         # tryfirst: sees the gradients before clipping; changes nothing.
+        self._pending = (step, logs)
         if self._logs_step(step):
             # Read before the update: afterwards the optimizer reports the next step's rate.
             self._step_learning_rate = trainer.learning_rate
@@ -212,6 +275,10 @@ class TensorBoard:
 
     @hookimpl
     def on_train_batch_end(self, trainer: Any, step: int, logs: dict[str, float]) -> None:
+        self._write_step(trainer, step, logs)
+
+    def _write_step(self, trainer: Any, step: int, logs: dict[str, float]) -> None:
+        self._pending = None
         writer = self._writer("train")
         if self._logs_step(step):
             writer.add_scalar("step/loss", logs["loss"], step)
@@ -234,33 +301,57 @@ class TensorBoard:
             writer.flush()
 
     def hparams(self, trainer: Any) -> dict[str, bool | str | float | int]:
-        """The hyperparameters logged at the end of the fit."""
+        """The hyperparameters logged at the end of the fit, one per config key path.
+
+        With a config (``trainer.config``, as ``train`` passes it): every key path of it
+        (``trainer.epochs``, ``optimizer.learning_rate``, ``plugins.0.type``), with the
+        configured values. Without one: ``trainer.epochs``, ``trainer.batch_size``,
+        ``optimizer.type`` and ``optimizer.learning_rate``, the rate the run started with
+        (not the current one, which a plateau may have cut).
+        """
+        if trainer.config:
+            return _flatten_config(trainer.config)
         values: dict[str, bool | str | float | int] = {
-            "optimizer": type(trainer.optimizer).__name__,
-            "batch_size": trainer.batch_size,
-            "epochs": trainer.epochs,
+            "trainer.epochs": trainer.epochs,
+            "trainer.batch_size": trainer.batch_size,
+            "optimizer.type": type(trainer.optimizer).__name__,
         }
-        try:
-            values["learning_rate"] = trainer.learning_rate
-        except (TypeError, ValueError):
-            pass
-        values.update(_flatten_config(trainer.config))
+        rate = self._configured_learning_rate
+        if rate is None:
+            rate = _learning_rate_of(trainer.optimizer)
+        if rate is not None:
+            values["optimizer.learning_rate"] = rate
         return values
 
     def _write_hparams(self, trainer: Any) -> None:
         from tensorboardX import SummaryWriter
-        from tensorboardX.summary import hparams
 
         assert self.folder is not None
         metrics = {f"hparam/{k}": float(v) for k, v in self._last_logs.items()}
-        experiment, start, end = hparams(self.hparams(trainer), metrics)
-        suffix = _unique_suffix()
-        with SummaryWriter(str(self.folder / "hparams"), filename_suffix=suffix) as writer:
-            writer.file_writer.add_summary(experiment)
-            writer.file_writer.add_summary(start)
-            writer.file_writer.add_summary(end)
+        folder = self.folder / "hparams"
+        earlier = list(folder.glob("events.out.tfevents.*")) if folder.is_dir() else []
+        start_time = self._start_time if self._start_time is not None else time.time()
+        with SummaryWriter(str(folder), filename_suffix=_unique_suffix()) as writer:
+            for summary in _hparams_summaries(self.hparams(trainer), start_time, time.time()):
+                writer.file_writer.add_summary(summary, trainer.step)
             for key, value in metrics.items():
                 writer.add_scalar(key, value, trainer.step)
+        # TensorBoard keeps the first session info a run holds: an earlier fit's (a resumed
+        # run's first part, with its epochs) would hide this one's. The new file is complete, so
+        # the older ones go.
+        for path in earlier:
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed fit needs: the run's start time and its configured learning rate."""
+        return {"start_time": self._start_time, "learning_rate": self._configured_learning_rate}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores ``state_dict``."""
+        start, rate = state.get("start_time"), state.get("learning_rate")
+        self._start_time = None if start is None else float(start)
+        self._configured_learning_rate = None if rate is None else float(rate)
 
     def close(self) -> None:
         """Flushes and closes the event files."""
@@ -277,5 +368,12 @@ class TensorBoard:
             self.close()
 
     @hookimpl
-    def on_exception(self) -> None:
-        self.close()
+    def on_exception(self, trainer: Any) -> None:
+        try:
+            # A Ctrl-C during a step is held until the step is done and counted (trainer.step
+            # moved past it), then raised before on_train_batch_end: the resumed run starts
+            # after that step, so its scalars are written now or never.
+            if self._pending is not None and self._writers and trainer.step > self._pending[0]:
+                self._write_step(trainer, *self._pending)
+        finally:
+            self.close()

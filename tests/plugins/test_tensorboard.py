@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -66,21 +69,135 @@ def test_histograms_every_n_steps(tmp_path, make_trainer, make_data):
     assert train.Histograms(f"weights/{kernel}")[0].histogram_value.num == 4 * 8
 
 
+def session_hparams(folder):
+    """The hparams TensorBoard reads from the hparams run: (start info, end info)."""
+    from tensorboard.plugins.hparams import metadata
+
+    content = read(folder / "hparams").PluginTagToContent("hparams")
+    start = metadata.parse_session_start_info_plugin_data(content[metadata.SESSION_START_INFO_TAG])
+    end = metadata.parse_session_end_info_plugin_data(content[metadata.SESSION_END_INFO_TAG])
+    values = {}
+    for key, value in start.hparams.items():
+        kind = value.WhichOneof("kind")
+        values[key] = getattr(value, kind)
+    return values, start, end
+
+
 def test_hparams_with_final_metrics(tmp_path, make_trainer, make_data):
-    trainer, history, folder = fit_with_board(tmp_path, make_trainer, make_data)
+    before = time.time()
+    _, history, folder = fit_with_board(tmp_path, make_trainer, make_data)
     hparams = read(folder / "hparams")
     assert set(hparams.PluginTagToContent("hparams")) == {
-        "_hparams_/experiment",
         "_hparams_/session_start_info",
         "_hparams_/session_end_info",
     }
     for key in ("loss", "val_loss", "accuracy", "val_accuracy"):
         (event,) = hparams.Scalars(f"hparam/{key}")
         assert event.value == pytest.approx(history.history[key][-1], rel=1e-6)
-    values = TensorBoard().hparams(trainer)
-    assert values["optimizer.learning_rate"] == 0.01
-    assert values["layers"] == "[8, 3]"
-    assert values["batch_size"] == BATCH and values["optimizer"] == "Adam"
+    values, start, end = session_hparams(folder)
+    # one column per key path of the config, with its configured values, nothing twice
+    assert values == {
+        "name": "demo",
+        "optimizer.type": "adam",
+        "optimizer.learning_rate": 0.01,
+        "layers.0": 8.0,
+        "layers.1": 3.0,
+    }
+    assert before - 1 <= start.start_time_secs <= end.end_time_secs <= time.time() + 1
+
+
+def test_hparams_without_a_config_show_the_configured_learning_rate(tmp_path, make_trainer, make_data):
+    x, y = make_data(N)
+    board = TensorBoard(log_dir=str(tmp_path / "tb"))
+    # the plateau plugin cuts the rate every epoch; the hparams keep the one the run started with
+    trainer = make_trainer(
+        [board, {"type": "reduce_lr_on_plateau", "monitor": "loss", "patience": 0, "min_delta": 10.0}]
+    )
+    trainer.fit(x, y, epochs=3, batch_size=BATCH)
+    assert trainer.learning_rate < 0.01
+    values, _, _ = session_hparams(tmp_path / "tb")
+    assert values == {
+        "trainer.epochs": 3.0,
+        "trainer.batch_size": float(BATCH),
+        "optimizer.type": "Adam",
+        "optimizer.learning_rate": pytest.approx(0.01),
+    }
+
+
+def test_flatten_config_gives_one_key_path_per_value():
+    from tapefit.plugins.tensorboard import _flatten_config
+
+    config = {
+        "trainer": {"epochs": 20, "compile": False},
+        "plugins": [{"type": "progress"}, {"type": "clip_gradients", "global_norm": 1.0}],
+        "metrics": [],
+        "data": {"path": None},
+        "seed": np.int64(3),
+    }
+    assert _flatten_config(config) == {
+        "trainer.epochs": 20,
+        "trainer.compile": False,
+        "plugins.0.type": "progress",
+        "plugins.1.type": "clip_gradients",
+        "plugins.1.global_norm": 1.0,
+        "metrics": "[]",
+        "seed": 3,
+    }
+    assert list(_flatten_config(config))[:3] == ["trainer.epochs", "trainer.compile", "plugins.0.type"]
+
+
+def test_hparams_after_a_resume_are_the_latest_config_with_the_first_start_time(
+    tmp_path, make_trainer, make_data
+):
+    x, y = make_data(N)
+    checkpoints = tmp_path / "ckpt"
+
+    def run(epochs, **fit):
+        trainer = make_trainer(
+            [TensorBoard(log_dir=str(tmp_path / "tb")), {"type": "checkpoint", "dirpath": str(checkpoints)}]
+        )
+        trainer.config = {"trainer": {"epochs": epochs}, "optimizer": {"type": "sgd", "learning_rate": 0.1}}
+        trainer.fit(x, y, epochs=epochs, batch_size=BATCH, **fit)
+
+    run(2)
+    _, first_start, _ = session_hparams(tmp_path / "tb")
+    run(3, resume_from=checkpoints)
+    values, start, _ = session_hparams(tmp_path / "tb")
+    assert values["trainer.epochs"] == 3.0 and values["optimizer.learning_rate"] == pytest.approx(0.1)
+    assert start.start_time_secs == first_start.start_time_secs  # the run started then
+    (event,) = read(tmp_path / "tb" / "hparams").Scalars("hparam/loss")
+    assert event.step == 3 * math.ceil(N / BATCH)
+
+
+def test_ctrl_c_during_a_step_leaves_no_hole_in_the_step_scalars(tmp_path, make_trainer, make_data):
+    x, y = make_data(N)
+    checkpoints = tmp_path / "ckpt"
+    reference = make_trainer([TensorBoard(log_dir=str(tmp_path / "straight"))])
+    reference.fit(x, y, epochs=EPOCHS, batch_size=BATCH)
+
+    trainer = make_trainer(
+        [TensorBoard(log_dir=str(tmp_path / "tb")), {"type": "checkpoint", "dirpath": str(checkpoints)}]
+    )
+    apply = trainer.optimizer.apply_gradients
+    calls = []
+
+    def apply_with_ctrl_c(pairs):
+        calls.append(1)
+        if len(calls) == 8:  # step 7, in the second epoch
+            os.kill(os.getpid(), signal.SIGINT)  # held until the step is done, then raised
+        return apply(pairs)
+
+    trainer.optimizer.apply_gradients = apply_with_ctrl_c
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit(x, y, epochs=EPOCHS, batch_size=BATCH)
+    assert trainer.step == 8
+    resumed = make_trainer([TensorBoard(log_dir=str(tmp_path / "tb"))], seed=5)
+    resumed.fit(x, y, epochs=EPOCHS, batch_size=BATCH, resume_from=checkpoints / "interrupted.npz")
+    train, straight = read(tmp_path / "tb" / "train"), read(tmp_path / "straight" / "train")
+    for tag in ("step/loss", "step/learning_rate", "step/grad_global_norm"):
+        assert [e.step for e in train.Scalars(tag)] == list(range(STEPS)), tag
+        # the same calls on the same shapes: the resumed run's values are the straight run's
+        assert [e.value for e in train.Scalars(tag)] == [e.value for e in straight.Scalars(tag)], tag
 
 
 def test_log_every_n_steps_and_no_histograms_by_default(tmp_path, make_trainer, make_data):
