@@ -14,6 +14,7 @@ a Keras layer does; ``training=`` reaches the sublayers whose ``call`` takes it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -61,9 +62,26 @@ class _CallContext(threading.local):
 
     def __init__(self) -> None:
         self.training: list[bool | None] = []
+        # Told (module, entering) around every module call while set; see observe_calls.
+        self.call_observer: Callable[[Module, bool], None] | None = None
 
 
 _context = _CallContext()
+
+
+@contextlib.contextmanager
+def observe_calls(observer: Callable[[Module, bool], None]) -> Iterator[None]:
+    """Calls ``observer(module, True)`` when a module call starts and ``observer(module, False)``
+    when it ends, in this thread, inside the ``with`` block (the TensorBoard graph uses it to
+    name ops by the modules that ran them). Costs one attribute read per call otherwise."""
+    previous = _context.call_observer
+    _context.call_observer = observer
+    try:
+        yield
+    finally:
+        _context.call_observer = previous
+
+
 _training_params: dict[Callable[..., Any], tuple[bool, int | None]] = {}
 
 
@@ -114,10 +132,15 @@ def _call_override(fn: Callable[..., Any]) -> Callable[..., Any]:
     def __call__(self: Module, *args: Any, **kwargs: Any) -> Any:
         args, training = _resolve_training(args, kwargs, fn)
         _context.training.append(training)
+        observer = _context.call_observer
+        if observer is not None:
+            observer(self, True)
         try:
             outputs = fn(self, *args, **kwargs)
         finally:
             _context.training.pop()
+            if observer is not None:
+                observer(self, False)
         self._output_shape = _shape_of(outputs)
         return outputs
 
@@ -499,6 +522,9 @@ class Module:
         """
         args, training = _resolve_training(args, kwargs, type(self).call)
         _context.training.append(training)
+        observer = _context.call_observer
+        if observer is not None:
+            observer(self, True)
         try:
             if not self._built:
                 first = args[0] if args else kwargs.get("inputs")
@@ -507,6 +533,8 @@ class Module:
             outputs = self.call(*args, **kwargs)
         finally:
             _context.training.pop()
+            if observer is not None:
+                observer(self, False)
         self._output_shape = _shape_of(outputs)
         return outputs
 

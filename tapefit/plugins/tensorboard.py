@@ -2,7 +2,8 @@
 
 Layout under the log folder (default ``<trainer.output_dir>/tensorboard``)::
 
-    train/    per step:  step/loss, step/learning_rate, step/grad_global_norm,
+    train/    the model's graph (from the first step's batch)
+              per step:  step/loss, step/learning_rate, step/grad_global_norm,
                          weights/<variable path> and gradients/<variable path> histograms
               per epoch: epoch/<key> for every training log key (epoch/loss, epoch/accuracy)
     val/      per epoch: epoch/<key> for every val_ key, prefix dropped (epoch/loss)
@@ -140,9 +141,12 @@ class TensorBoard:
             (``None`` or 0: never).
         log_grad_norm: write the gradients' global norm per step (before any clipping;
             computing it costs one pass over the gradients).
-        log_hparams: at the end of the fit, write the hyperparameters (the trainer's
-            config, flattened, plus optimizer, learning rate, batch size, epochs) with the
-            final epoch logs as their metrics.
+        log_hparams: at the end of the fit, write the hyperparameters (one per key path of
+            the trainer's config; see ``hparams``) with the final epoch logs as their metrics.
+        log_graph: after the first step of a fit that is not a resume, write the model's
+            graph (the Graphs tab) from one inference forward pass on the first batch,
+            recorded on a tape: ops named by the modules that ran them
+            (``sequential/dense_1/MatMul``), shapes on the edges.
         flush_secs: tensorboardX's flush interval; files are also flushed at every epoch end.
 
     A histogram of values that TensorBoard cannot bin (NaN, infinite, or beyond
@@ -164,6 +168,7 @@ class TensorBoard:
         histogram_every_n_steps: int | None = None,
         log_grad_norm: bool = True,
         log_hparams: bool = True,
+        log_graph: bool = True,
         flush_secs: int = 120,
     ) -> None:
         if not isinstance(log_every_n_steps, int) or log_every_n_steps < 1:
@@ -179,6 +184,8 @@ class TensorBoard:
         self.histogram_every_n_steps = histogram_every_n_steps or 0
         self.log_grad_norm = bool(log_grad_norm)
         self.log_hparams = bool(log_hparams)
+        self.log_graph = bool(log_graph)
+        self._graph_due = False
         self.flush_secs = int(flush_secs)
         self.folder: Path | None = None
         self._writers: dict[str, Any] = {}
@@ -215,6 +222,7 @@ class TensorBoard:
         self.folder = self.log_dir if self.log_dir is not None else Path(trainer.output_dir) / "tensorboard"
         self.folder.mkdir(parents=True, exist_ok=True)
         self._purge_step = trainer.step if trainer.resumed else None
+        self._graph_due = self.log_graph and not trainer.resumed
         if not trainer.resumed:
             # A resumed fit gets both back from the checkpoint (load_state_dict).
             self._start_time = time.time()
@@ -276,6 +284,35 @@ class TensorBoard:
     @hookimpl
     def on_train_batch_end(self, trainer: Any, step: int, logs: dict[str, float]) -> None:
         self._write_step(trainer, step, logs)
+        if self._graph_due:
+            # After the first step, not at the fit's start: the lazy layers are built by now, in
+            # the training run's own order of random draws.
+            self._graph_due = False
+            self._write_graph(trainer)
+
+    def _write_graph(self, trainer: Any) -> None:
+        from tensorboardX.proto.event_pb2 import Event
+
+        from tapefit.core import random as tp_random
+        from tapefit.plugins.model_graph import to_graph_def, trace_graph
+
+        # The one piece of the trainer this needs: an input batch to trace the model with.
+        loader = getattr(trainer, "_loader", None)
+        if loader is None:
+            logger.debug("tensorboard: no input batch to trace the model's graph with")
+            return
+        state = tp_random.get_state()
+        try:
+            inputs = loader.batch(None, 0)[0]
+            graph = to_graph_def(trace_graph(trainer.model, inputs))
+        except Exception as error:  # the graph is a view: never the reason a fit fails
+            logger.warning(
+                "tensorboard: could not write the model's graph: %s: %s", type(error).__name__, error
+            )
+            return
+        finally:
+            tp_random.set_state(state)  # the forward draws nothing; this makes sure
+        self._writer("train").file_writer.add_event(Event(graph_def=graph.SerializeToString()))
 
     def _write_step(self, trainer: Any, step: int, logs: dict[str, float]) -> None:
         self._pending = None

@@ -342,3 +342,20 @@ def test_histograms_beyond_tensorboards_bins_are_skipped(tmp_path, make_trainer,
     assert 2 not in steps and steps[:2] == [0, 1]
     assert board.skipped_histograms >= 1
     assert caplog.text.count("skipping histograms") == 1
+
+
+def test_graph_is_written_once_and_changes_no_number_of_the_run(tmp_path, make_trainer, make_data):
+    x, y = make_data(N)
+    with_graph = make_trainer([TensorBoard(log_dir=str(tmp_path / "tb"))])
+    with_graph.fit(x, y, epochs=2, batch_size=BATCH)
+    without = make_trainer([TensorBoard(log_dir=str(tmp_path / "plain"), log_graph=False)])
+    without.fit(x, y, epochs=2, batch_size=BATCH)
+    # the same calls on the same shapes: the traced forward moved no weight and drew no number
+    for key, value in without.model.state_dict().items():
+        np.testing.assert_array_equal(with_graph.model.state_dict()[key], value)
+    graph = read(tmp_path / "tb" / "train").Graph()
+    names = [node.name for node in graph.node]
+    root = with_graph.model.name
+    assert names[0] == "input" and f"{root}/{with_graph.model.layers[0].name}/MatMul" in names
+    assert len(names) == len(set(names))
+    assert not read(tmp_path / "plain" / "train").Tags()["graph"]
