@@ -359,3 +359,29 @@ def test_graph_is_written_once_and_changes_no_number_of_the_run(tmp_path, make_t
     assert names[0] == "input" and f"{root}/{with_graph.model.layers[0].name}/MatMul" in names
     assert len(names) == len(set(names))
     assert not read(tmp_path / "plain" / "train").Tags()["graph"]
+
+
+def test_train_resume_that_extends_epochs_shows_the_new_value_and_configured_rate(tmp_path, monkeypatch):
+    from tapefit import cli
+
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        "name: hp\nseed: 0\n"
+        "data: {type: spirals, n_samples: 60, n_classes: 3}\n"
+        "model: {type: mlp, hidden_units: [4]}\n"
+        "loss: sparse_categorical_crossentropy\n"
+        "optimizer: {type: sgd, learning_rate: 0.1}\n"
+        "trainer: {epochs: 2, batch_size: 20}\n"
+        "plugins:\n"
+        "  - {type: tensorboard}\n"
+        "  - {type: reduce_lr_on_plateau, monitor: loss, patience: 0, min_delta: 10.0}\n"
+        "  - {type: checkpoint}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["--config", str(config)]) == 0
+    assert cli.main(["--config", str(config), "--resume", "auto", "--set", "trainer.epochs=3"]) == 0
+    values, _, _ = session_hparams(tmp_path / "runs" / "hp" / "tensorboard")
+    assert values["trainer.epochs"] == 3.0
+    assert values["optimizer.learning_rate"] == pytest.approx(0.1)  # configured, not the cut rate
+    assert values["plugins.1.type"] == "reduce_lr_on_plateau" and values["optimizer.type"] == "sgd"
+    assert "epochs" not in values and "optimizer" not in values and "learning_rate" not in values
