@@ -10,6 +10,7 @@ from tapefit import math as math
 from tapefit import nn as nn
 from tapefit import optimizers as optimizers
 from tapefit import plugins as plugins
+from tapefit.config import configurable as configurable
 from tapefit.core import *  # noqa: F403
 from tapefit.core import random as random
 from tapefit.core import testing as testing

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import copy
 import difflib
+import inspect
 import logging
 import math
 import shutil
@@ -135,16 +136,124 @@ def _plugin_types() -> Mapping[str, Any]:
     return _LazyTable(manager.available_plugins(), manager.resolve_plugin)
 
 
+def _subclass_of(base: Callable[[], type], required: str) -> Callable[[Any], str | None]:
+    """Accepts a class deriving from ``base()`` (imported when first needed)."""
+
+    def accepts(obj: Any) -> str | None:
+        return None if isinstance(obj, type) and issubclass(obj, base()) else required
+
+    return accepts
+
+
+def _subclass_or_marked(base: Callable[[], type], required: str) -> Callable[[Any], str | None]:
+    """Accepts a class deriving from ``base()``, or a function marked ``@tp.configurable``."""
+    subclass = _subclass_of(base, required)
+
+    def accepts(obj: Any) -> str | None:
+        if not isinstance(obj, type) and _config.is_configurable(obj):
+            return None
+        return subclass(obj)
+
+    return accepts
+
+
+def _marked(obj: Any) -> str | None:
+    return None if _config.is_configurable(obj) else "a function or class marked with @tp.configurable"
+
+
+def _hook_implementations(obj: Any) -> list[str]:
+    """The names of ``obj``'s attributes that carry ``@tp.hookimpl`` marks, read without calling anything."""
+    from tapefit.plugins.hookspecs import PROJECT_NAME
+
+    mark = f"{PROJECT_NAME}_impl"
+    names = []
+    for name in dir(obj):
+        try:
+            value = inspect.getattr_static(obj, name)
+        except AttributeError:
+            continue
+        value = getattr(value, "__func__", value)  # staticmethod/classmethod
+        if callable(value) and getattr(value, mark, None) is not None:
+            names.append(name)
+    return names
+
+
+def _plugin_like(obj: Any) -> str | None:
+    if (isinstance(obj, type) or inspect.ismodule(obj)) and _hook_implementations(obj):
+        return None
+    return "a plugin class or module with @tp.hookimpl methods"
+
+
+def _module_class() -> type:
+    from tapefit.layers import Module
+
+    return Module
+
+
+def _loss_class() -> type:
+    from tapefit.layers.losses import Loss
+
+    return Loss
+
+
+def _metric_class() -> type:
+    from tapefit.layers.metrics import Metric
+
+    return Metric
+
+
+def _optimizer_class() -> type:
+    from tapefit.optimizers import Optimizer
+
+    return Optimizer
+
+
+def _schedule_class() -> type:
+    from tapefit.optimizers.schedules import LearningRateSchedule
+
+    return LearningRateSchedule
+
+
 def default_schema() -> Schema:
-    """The sections of a ``train`` config and their built-in types."""
+    """The sections of a ``train`` config and their built-in types.
+
+    An import path is checked against its section before anything it names is called
+    (``Kind.accepts``): a model is a ``tp.Module`` subclass, an optimizer an ``Optimizer``
+    subclass, a schedule a ``LearningRateSchedule`` subclass, a loss a ``Loss`` subclass or
+    a ``@tp.configurable`` function, a metric a ``Metric`` subclass or a ``@tp.configurable``
+    function, a data type a ``@tp.configurable`` function or class, a plugin a class or
+    module with ``@tp.hookimpl`` methods.
+    """
     kinds = {
-        "data": Kind("data", _data_types, common=dict(_config.DATA_COMMON)),
-        "model": Kind("model", _model_types),
-        "loss": Kind("loss", _loss_types, call_functions=False),
-        "metric": Kind("metric", _metric_types, call_functions=False, fill_defaults=False),
-        "optimizer": Kind("optimizer", _optimizer_types, nested={"learning_rate": "schedule"}),
-        "schedule": Kind("schedule", _schedule_types),
-        "plugin": Kind("plugin", _plugin_types),
+        "data": Kind("data", _data_types, common=dict(_config.DATA_COMMON), accepts=_marked),
+        "model": Kind("model", _model_types, accepts=_subclass_of(_module_class, "a tp.Module subclass")),
+        "loss": Kind(
+            "loss",
+            _loss_types,
+            call_functions=False,
+            accepts=_subclass_or_marked(_loss_class, "a Loss subclass or a @tp.configurable loss function"),
+        ),
+        "metric": Kind(
+            "metric",
+            _metric_types,
+            call_functions=False,
+            fill_defaults=False,
+            accepts=_subclass_or_marked(
+                _metric_class, "a Metric subclass or a @tp.configurable metric function"
+            ),
+        ),
+        "optimizer": Kind(
+            "optimizer",
+            _optimizer_types,
+            nested={"learning_rate": "schedule"},
+            accepts=_subclass_of(_optimizer_class, "an Optimizer subclass"),
+        ),
+        "schedule": Kind(
+            "schedule",
+            _schedule_types,
+            accepts=_subclass_of(_schedule_class, "a LearningRateSchedule subclass"),
+        ),
+        "plugin": Kind("plugin", _plugin_types, accepts=_plugin_like),
     }
     trainer = dict(_config.TRAINER_PARAMS)
     trainer["drop_last"] = _config.Param("drop_last", False, bool)
@@ -589,15 +698,20 @@ def _check_resume_fits(path: Path, model: Any, config: dict[str, Any], data: Dat
     return int(state.get("epoch", 0))
 
 
+def resolve(args: argparse.Namespace, schema: Schema) -> dict[str, Any]:
+    """Reads the config file, applies ``--set`` and validates it; calls nothing the config names."""
+    raw = _config.load_config_file(args.config)
+    raw = _config.apply_overrides(raw, args.set)
+    stem = Path(args.config).stem.replace("_", "-")
+    return _config.resolve_config(raw, schema, default_name=stem)
+
+
 def prepare(args: argparse.Namespace) -> Run:
     """Reads, validates and builds everything; raises ``ConfigError`` before anything is written."""
     from tapefit.trainer import Trainer
 
-    raw = _config.load_config_file(args.config)
-    raw = _config.apply_overrides(raw, args.set)
     schema = default_schema()
-    stem = Path(args.config).stem.replace("_", "-")
-    config = _config.resolve_config(raw, schema, default_name=stem)
+    config = resolve(args, schema)
     _random.set_seed(config["seed"])
     data = build_data(config["data"], schema)
     check_labels(config["loss"]["type"], data)
@@ -621,9 +735,9 @@ def prepare(args: argparse.Namespace) -> Run:
         resume_from = find_resume_point(args.resume, plugins, output_dir)
         if resume_from is not None:
             resume_epoch = _check_resume_fits(resume_from, model, config, data)
-    if resume_from is None and not args.print_config:
+    if resume_from is None:
         _check_output_dir(output_dir, args)
-    elif resume_from is not None and not args.print_config:
+    else:
         _check_resume_target(resume_from, args.resume, plugins, output_dir)
     try:  # registering the plugins checks their hooks (a misspelt hook name is an error)
         trainer = Trainer(
@@ -823,7 +937,12 @@ def build_parser(prog: str = "train") -> argparse.ArgumentParser:
         help="continue from a checkpoint: 'auto' for the run's newest, or a checkpoint file or folder",
     )
     parser.add_argument(
-        "--print-config", action="store_true", help="print the resolved config (defaults filled in) and exit"
+        "--print-config",
+        action="store_true",
+        help=(
+            "print the resolved config (defaults filled in) and exit; it is validated, but nothing it names "
+            "is built or called, so a built-in model's output_units stay null until a run reads the data"
+        ),
     )
     parser.add_argument(
         "--overwrite", action="store_true", help="delete an earlier run of the same name first"
@@ -861,6 +980,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "train") -> int:
 
 def _main(args: argparse.Namespace, prog: str) -> int:
     try:
+        if args.print_config:
+            sys.stdout.write(_config.dump_config(resolve(args, default_schema())))
+            return 0
         run = prepare(args)
     except ConfigError as e:
         if args.debug:
@@ -871,9 +993,6 @@ def _main(args: argparse.Namespace, prog: str) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted before training started", file=sys.stderr)
         return 130
-    if args.print_config:
-        sys.stdout.write(_config.dump_config(run.config))
-        return 0
     try:
         return train(run, args, sys.stdout)
     except KeyboardInterrupt:

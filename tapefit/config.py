@@ -40,6 +40,43 @@ REQUIRED: Any = inspect.Parameter.empty
 
 TOP_LEVEL_KEYS = ("name", "seed", "data", "model", "loss", "metrics", "optimizer", "trainer", "plugins")
 
+MAX_VALUES = 10_000
+"""The most values (mappings, lists and scalars, each alias counted at every use) a config may hold."""
+
+MAX_DEPTH = 20
+"""The deepest a config may nest mappings and lists."""
+
+_CONFIGURABLE = "__tapefit_configurable__"
+
+_T = typing.TypeVar("_T")
+
+
+def configurable(obj: _T) -> _T:
+    """Marks a function or class as one that configs may name by import path and call.
+
+    A config's ``data`` type, and a ``loss`` or metric given as a plain function, must carry
+    this mark when named by import path (``type: "mypkg.data:load_frames"``): a config names
+    what it calls, and nothing unmarked is called. Models, optimizers, schedules, losses and
+    metrics given as classes are recognised by their base class instead (``tp.Module``,
+    ``Optimizer``, ``LearningRateSchedule``, ``Loss``, ``Metric``), plugins by their
+    ``@tp.hookimpl`` methods. Returns ``obj`` unchanged but for the mark::
+
+        @tp.configurable
+        def load_frames(path: str, window: int = 8):
+            ...
+            return x, y
+    """
+    try:
+        setattr(obj, _CONFIGURABLE, True)
+    except (AttributeError, TypeError):
+        raise TypeError(f"configurable: cannot mark {obj!r}; decorate a function or class") from None
+    return obj
+
+
+def is_configurable(obj: Any) -> bool:
+    """Whether ``obj`` itself (not a base class) was marked with ``@configurable``."""
+    return getattr(obj, "__dict__", {}).get(_CONFIGURABLE) is True
+
 
 class _Loader(yaml.SafeLoader):
     """PyYAML's safe loader, reading ``1e-3`` as a float as YAML 1.2 does (1.1 wants ``1.0e-3``).
@@ -79,6 +116,33 @@ _Loader.add_implicit_resolver(
 def parse_yaml(text: str) -> Any:
     """Parses YAML text the way config files are read (``1e-3`` is a float)."""
     return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no code runs
+
+
+def check_size(data: Any, where: str) -> None:
+    """Refuses a loaded config that nests deeper than ``MAX_DEPTH`` or holds more than ``MAX_VALUES``.
+
+    YAML aliases are counted at every use, as whatever walks the config later sees them, so
+    an alias bomb (a few hundred bytes that expand to billions of values) stops here after
+    ``MAX_VALUES`` steps, without being expanded.
+
+    Raises:
+        ConfigError: naming ``where`` (the file, or the ``--set`` item).
+    """
+    count = 0
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise ConfigError(
+                f"{where}: the config holds more than {MAX_VALUES} values once its YAML aliases are "
+                "expanded (an alias bomb?); configs are small"
+            )
+        if isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise ConfigError(f"{where}: nested too deeply (a config nests at most {MAX_DEPTH} levels)")
+            children = value.values() if isinstance(value, dict) else value
+            stack.extend((child, depth + 1) for child in children)
 
 
 class ConfigError(Exception):
@@ -127,6 +191,9 @@ def load_config_file(path: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from e
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not a text file ({e.reason})") from e
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply (a config nests at most {MAX_DEPTH} levels)") from None
+    check_size(data, path)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -151,8 +218,9 @@ def parse_key_path(key: str) -> list[str | int]:
     for piece in key.split("."):
         match = _PART.fullmatch(piece.strip())
         if not match:
+            shown = key if len(key) <= 60 else key[:57] + "..."
             raise ConfigError(
-                f"--set {key!r}: not a key path like trainer.epochs or plugins[1].every_n_epochs"
+                f"--set {shown!r}: not a key path like trainer.epochs or plugins[1].every_n_epochs"
             )
         name, indices = match.groups()
         parts.append(int(name) if re.fullmatch(r"-?\d+", name) else name)
@@ -183,35 +251,43 @@ def apply_overrides(config: Mapping[str, Any], overrides: Sequence[str]) -> dict
     """
     result = copy.deepcopy(dict(config))
     for item in overrides:
+        shown = item if len(item) <= 60 else item[:57] + "..."
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, for example --set trainer.epochs=3")
+            raise ConfigError(f"--set {shown!r}: expected KEY=VALUE, for example --set trainer.epochs=3")
         parts = parse_key_path(key.strip())
         try:
             value = parse_yaml(text) if text.strip() else None
         except yaml.YAMLError as e:
             raise ConfigError(
-                f"--set {item!r}: the value is not valid YAML ({getattr(e, 'problem', e)})"
+                f"--set {shown!r}: the value is not valid YAML ({getattr(e, 'problem', e)})"
             ) from e
+        except RecursionError:
+            raise ConfigError(
+                f"--set {shown!r}: nested too deeply (a config nests at most {MAX_DEPTH} levels)"
+            ) from None
+        check_size(value, f"--set {shown!r}")
         node: Any = result
         for depth, part in enumerate(parts):
             last = depth == len(parts) - 1
             where = format_key_path(parts[: depth + 1])
             if isinstance(node, list):
                 if not isinstance(part, int):
-                    raise ConfigError(f"--set {item!r}: {format_key_path(parts[:depth])} is a list; index it")
+                    raise ConfigError(
+                        f"--set {shown!r}: {format_key_path(parts[:depth])} is a list; index it"
+                    )
                 if part == len(node):
                     node.append(None)  # one past the end adds an entry
                 if not -len(node) <= part < len(node):
                     listed = format_key_path(parts[:depth])
                     raise ConfigError(
-                        f"--set {item!r}: {listed} has {len(node)} entries, there is no [{part}] "
+                        f"--set {shown!r}: {listed} has {len(node)} entries, there is no [{part}] "
                         f"({listed}[{len(node)}]=... adds one at the end)"
                     )
             elif isinstance(node, dict):
                 part = str(part)
             else:
-                raise ConfigError(f"--set {item!r}: {format_key_path(parts[:depth])} is not a mapping")
+                raise ConfigError(f"--set {shown!r}: {format_key_path(parts[:depth])} is not a mapping")
             if last:
                 node[part] = value
                 break
@@ -221,9 +297,10 @@ def apply_overrides(config: Mapping[str, Any], overrides: Sequence[str]) -> dict
             elif isinstance(child, str) and not isinstance(parts[depth + 1], int):
                 child = {"type": child}  # a bare type name becomes a mapping to add keys to
             elif not isinstance(child, (dict, list)):
-                raise ConfigError(f"--set {item!r}: {where} is {_kind(child)}, not a mapping")
+                raise ConfigError(f"--set {shown!r}: {where} is {_kind(child)}, not a mapping")
             node[part] = child
             node = child
+    check_size(result, "--set")
     return result
 
 
@@ -455,7 +532,7 @@ def import_object(path: str, key: str) -> Callable[..., Any]:
                 f"{key}: {path!r} does not import: module {module_name!r} has no attribute {name!r}", key
             )
         obj = getattr(obj, name)
-    if not callable(obj):
+    if not callable(obj) and not inspect.ismodule(obj):  # a module: a plugin's hooks may be functions
         raise ConfigError(f"{key}: {path!r} is {type(obj).__name__}, not a class or function", key)
     return obj
 
@@ -478,6 +555,9 @@ class Kind:
         call_functions: Whether a function named by ``type`` is called with the entry's keys
             (data loaders, model builders); otherwise it is used as it is and takes no keys
             (a loss or metric function ``(y_true, y_pred)``).
+        accepts: Checks what an import path names before anything of it is called or
+            instantiated: returns ``None`` when it is the right kind of thing, else what it
+            must be in words (``"a tp.Module subclass"``). ``None``: anything callable.
     """
 
     label: str
@@ -487,6 +567,7 @@ class Kind:
     nested: dict[str, str] = field(default_factory=dict)
     fill_defaults: bool = True
     call_functions: bool = True
+    accepts: Callable[[Any], str | None] | None = None
 
 
 def find_target(kind: Kind, type_name: Any, key: str) -> Target:
@@ -500,6 +581,16 @@ def find_target(kind: Kind, type_name: Any, key: str) -> Target:
         raise ConfigError(f"{key}: expected a type name, got {_show(type_name)} ({_kind(type_name)})", key)
     if ":" in type_name:
         obj = import_object(type_name, key)
+        if kind.accepts is not None:
+            required = kind.accepts(obj)
+        else:
+            required = "a class or function" if inspect.ismodule(obj) else None
+        if required is not None:
+            raise ConfigError(
+                f"{key}: {type_name!r} is {_what_is(obj)}, not {required}; a config calls only what its "
+                "section takes (nothing was called)",
+                key,
+            )
     else:
         known = kind.builtins()
         type_name = _canonical(type_name, known)
@@ -525,6 +616,19 @@ def find_target(kind: Kind, type_name: Any, key: str) -> Target:
         return Target(type_name, obj)
     params, is_open = signature_params(obj, kind.skip)
     return Target(type_name, obj, params, is_open)
+
+
+def _what_is(obj: Any) -> str:
+    """``obj`` in a few words, for "is ..., not ..." messages."""
+    if inspect.isclass(obj):
+        return f"the class {obj.__module__}.{obj.__qualname__}"
+    if inspect.ismodule(obj):
+        return f"the module {obj.__name__}"
+    if callable(obj):
+        name = getattr(obj, "__qualname__", None) or type(obj).__name__
+        module = getattr(obj, "__module__", None)
+        return f"the function {module}.{name}" if module else f"the callable {name}"
+    return f"a {type(obj).__name__}"
 
 
 def _canonical(name: str, known: Mapping[str, Any]) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import tapefit as tp
 from tapefit import cli
 from tapefit.config import parse_yaml
 
@@ -61,6 +62,13 @@ def run_main(args, capsys):
     status = cli.main([str(a) for a in args])
     out, err = capsys.readouterr()
     return status, out, err
+
+
+def run_and_read_config(config, capsys, *extra):
+    """Trains from ``config`` and returns the resolved config the run wrote (with its data-dependent values)."""
+    status, _, err = run_main(["--config", config, "--set", "name=probe", "--overwrite", *extra], capsys)
+    assert status == 0, err
+    return parse_yaml((Path("runs/probe") / "config.yaml").read_text())
 
 
 def assert_config_error(workdir, capsys, args, message):
@@ -745,9 +753,7 @@ def test_class_labels_are_checked_over_all_the_data(workdir, capsys):
     )
     # Whole-number float labels are class indices, as Keras reads them: two classes, two outputs.
     np.savez(workdir / "d.npz", x=x, y=y.astype(np.float64))
-    status, out, err = run_main(["--config", config, "--print-config"], capsys)
-    assert status == 0, err
-    assert parse_yaml(out)["model"]["output_units"] == 2
+    assert run_and_read_config(config, capsys)["model"]["output_units"] == 2
     # Binary cross-entropy with labels 1 and 2 (a common slip): named, not trained on.
     np.savez(workdir / "d.npz", x=x, y=y + 1)
     config = file_config(workdir, "{type: npz, path: d.npz}", loss="binary_crossentropy")
@@ -766,11 +772,7 @@ def test_output_units_count_the_classes_of_the_validation_part_too(workdir, caps
     y[7] = 4  # one sample of the highest class, which the seeded split puts into validation
     np.savez(workdir / "d.npz", x=x, y=y)
     config = file_config(workdir, "{type: npz, path: d.npz}")
-    status, out, err = run_main(["--config", config, "--print-config"], capsys)
-    assert status == 0, err
-    assert parse_yaml(out)["model"]["output_units"] == 5
-    status, out, err = run_main(["--config", config], capsys)
-    assert status == 0, err
+    assert run_and_read_config(config, capsys)["model"]["output_units"] == 5
 
 
 def test_csv_regression_gets_a_linear_output(workdir, capsys):
@@ -779,9 +781,7 @@ def test_csv_regression_gets_a_linear_output(workdir, capsys):
     config = file_config(
         workdir, "{type: csv, path: d.csv, label_column: target, standardize: true}", loss="mse"
     )
-    status, out, err = run_main(["--config", config, "--print-config"], capsys)
-    assert status == 0, err
-    resolved = parse_yaml(out)
+    resolved = run_and_read_config(config, capsys)
     assert resolved["model"]["output_units"] == 1 and resolved["model"]["output_activation"] is None
     assert resolved["data"] == {
         "type": "csv",
@@ -833,8 +833,8 @@ def test_print_config_shows_the_resolved_config_and_writes_nothing(workdir, caps
         "hidden_units": [8],
         "activation": "relu",
         "dropout": 0.0,
-        "output_units": 2,  # two classes in the labels
-        "output_activation": "softmax",
+        "output_units": None,  # filled from the labels when a run reads the data
+        "output_activation": "auto",
     }
     assert resolved["trainer"]["epochs"] == 2 and resolved["trainer"]["shuffle"] is True
     assert resolved["optimizer"]["type"] == "adam" and resolved["optimizer"]["beta_1"] == 0.9
@@ -1116,3 +1116,114 @@ def test_all_plugins_config_shows_every_builtin_plugin_and_runs(tmp_path):
     assert (run / "checkpoints/best").is_file() and (run / "checkpoints/last").is_file()
     rows = read_csv(run / "history.csv")
     assert len(rows) == 2 and "learning_rate" in rows[0]
+
+
+# --------------------------------------------------------------------------- import paths are checked before any call
+
+HOSTILE_SECTIONS = {
+    "model": "model={type: 'shutil:rmtree', path: victim}",
+    "data": "data={type: 'shutil:rmtree', path: victim}",
+    "optimizer": "optimizer={type: 'shutil:rmtree', path: victim}",
+    "schedule": "optimizer={type: adam, learning_rate: {type: 'shutil:rmtree', path: victim}}",
+    "loss": "loss={type: 'shutil:rmtree'}",
+    "metric": "metrics=[{type: 'shutil:rmtree'}]",
+    "plugin": "plugins=[{type: 'shutil:rmtree', path: victim}]",
+}
+
+
+@pytest.mark.parametrize("print_config", [False, True])
+@pytest.mark.parametrize("section", sorted(HOSTILE_SECTIONS))
+def test_a_callable_of_the_wrong_kind_is_refused_before_it_is_called(workdir, capsys, section, print_config):
+    victim = workdir / "victim"
+    write(victim / "thesis.tex", "years of work\n")
+    config = write(workdir / "c.yaml", SPIRALS)
+    args = ["--config", config, "--set", HOSTILE_SECTIONS[section]] + (
+        ["--print-config"] if print_config else []
+    )
+    before = snapshot(workdir / "runs")
+    status, out, err = run_main(args, capsys)
+    assert status == 2, err
+    assert victim.joinpath("thesis.tex").read_text() == "years of work\n"
+    assert snapshot(workdir / "runs") == before and out == ""
+    [line] = err.strip().splitlines()
+    assert "'shutil:rmtree' is the function shutil.rmtree, not " in line and "nothing was called" in line
+
+
+@pytest.mark.parametrize(
+    ("override", "required"),
+    [
+        (
+            "data={type: 'os:system', command: 'touch pwned'}",
+            "a function or class marked with @tp.configurable",
+        ),
+        ("model={type: 'os:system', command: 'touch pwned'}", "a tp.Module subclass"),
+        ("plugins=[{type: 'subprocess:Popen', args: 'touch pwned'}]", "a plugin class or module"),
+        ("model={type: 'subprocess:Popen', args: 'touch pwned'}", "a tp.Module subclass"),
+        ("loss={type: 'builtins:eval'}", "a Loss subclass or a @tp.configurable loss function"),
+    ],
+)
+def test_shell_commands_are_never_run_from_a_config(workdir, capsys, override, required):
+    config = write(workdir / "c.yaml", SPIRALS)
+    status, _, err = run_main(["--config", config, "--set", override], capsys)
+    assert status == 2, err
+    assert f"not {required}" in err and len(err.strip().splitlines()) == 1
+    assert not (workdir / "pwned").exists()
+
+
+def test_marked_functions_and_subclasses_by_import_path_train(workdir, capsys):
+    write(
+        workdir / "userparts.py",
+        """\
+        import numpy as np
+        import tapefit as tp
+
+        @tp.configurable
+        def blobs(n: int = 120, seed: int = 0):
+            rng = np.random.default_rng(seed)
+            y = rng.integers(0, 2, n)
+            return rng.normal(size=(n, 2)) + y[:, None] * 3.0, y
+
+        @tp.configurable
+        def hinge_like(y_true, y_pred):
+            return tp.reduce_mean(tp.square(y_pred - tp.one_hot(tp.cast(y_true, tp.int32), 2)))
+
+        @tp.configurable
+        def top_is_one(y_true, y_pred):
+            return tp.cast(tp.argmax(y_pred, axis=-1) == tp.cast(y_true, tp.int64), tp.float32)
+
+        class Net(tp.Module):
+            def __init__(self, units: int = 4):
+                super().__init__()
+                self.hidden = tp.layers.Dense(units, activation="relu")
+                self.out = tp.layers.Dense(2)
+
+            def call(self, x):
+                return self.out(self.hidden(x))
+
+        class Halving(tp.optimizers.schedules.LearningRateSchedule):
+            def __init__(self, initial: float = 0.1):
+                self.initial = initial
+
+            def __call__(self, step):
+                return self.initial * 0.5 ** (step // 10)
+        """,
+    )
+    config = write(workdir / "c.yaml", SPIRALS)
+    overrides = [
+        "data={type: 'userparts:blobs', n: 100}",
+        "model={type: 'userparts:Net', units: 6}",
+        "loss={type: 'userparts:hinge_like'}",
+        "metrics=[{type: 'userparts:top_is_one'}]",
+        "optimizer={type: sgd, learning_rate: {type: 'userparts:Halving', initial: 0.05}}",
+        "name=user",
+    ]
+    args = ["--config", config] + [a for o in overrides for a in ("--set", o)]
+    status, _, err = run_main(args, capsys)
+    assert status == 0, err
+    assert (workdir / "runs/user/config.yaml").exists()
+
+
+def test_configurable_refuses_what_it_cannot_mark():
+    for thing in (3, len):  # a number; a builtin function has no attributes to set
+        with pytest.raises(TypeError, match="decorate a function or class"):
+            tp.configurable(thing)
