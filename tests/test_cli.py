@@ -1227,3 +1227,71 @@ def test_configurable_refuses_what_it_cannot_mark():
     for thing in (3, len):  # a number; a builtin function has no attributes to set
         with pytest.raises(TypeError, match="decorate a function or class"):
             tp.configurable(thing)
+
+
+# --------------------------------------------------------------------------- hostile YAML and TOML
+
+ALIAS_BOMB = """\
+a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+model: {type: mlp, hidden_units: *h}
+"""
+
+
+def run_subprocess(args, cwd):
+    # In a subprocess with a deadline: a regression here would otherwise hang the suite or eat memory.
+    return subprocess.run(
+        [sys.executable, "-m", "tapefit", "train", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+    )
+
+
+def test_an_alias_bomb_is_refused_without_expanding_it(workdir):
+    spirals = textwrap.dedent(SPIRALS).replace("model: {type: mlp, hidden_units: [8]}\n", "")
+    config = write(workdir / "bomb.yaml", spirals + ALIAS_BOMB)
+    result = run_subprocess(["--config", config], workdir)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert "more than 10000 values once its YAML aliases are expanded" in line and len(line) < 300
+    result = run_subprocess(["--config", config, "--print-config"], workdir)
+    assert result.returncode == 2 and result.stdout == ""
+
+
+def test_an_alias_bomb_in_a_set_value_is_refused(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    bomb = (
+        "{" + ALIAS_BOMB.replace("\n", ", ").replace("model: {type: mlp, hidden_units: *h}, ", "z: *h") + "}"
+    )
+    status, _, err = run_main(["--config", config, "--set", f"model.extra={bomb}"], capsys)
+    assert status == 2
+    [line] = err.strip().splitlines()
+    assert "more than 10000 values" in line and len(line) < 300
+
+
+@pytest.mark.parametrize("form", ["yaml", "toml", "set", "set-path"])
+def test_a_value_nested_500_deep_is_one_line_and_exit_2(workdir, capsys, form):
+    deep = "[" * 500 + "]" * 500
+    config = write(workdir / "c.yaml", SPIRALS)
+    if form == "yaml":
+        config = write(workdir / "deep.yaml", textwrap.dedent(SPIRALS) + f"extra: {deep}\n")
+        args = ["--config", config]
+    elif form == "toml":
+        config = write(workdir / "deep.toml", f'name = "x"\nextra = {deep}\n')
+        args = ["--config", config]
+    elif form == "set":
+        args = ["--config", config, "--set", f"model.hidden_units={deep}"]
+    else:
+        args = ["--config", config, "--set", ".".join(["k"] * 500) + "=1"]
+    result = run_subprocess(args, workdir)
+    assert result.returncode == 2, result.stderr[-2000:]
+    [line] = result.stderr.strip().splitlines()
+    assert "nested too deeply" in line and "Traceback" not in result.stderr and len(line) < 300
