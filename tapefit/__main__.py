@@ -2,7 +2,7 @@
 
 import sys
 
-from tapefit.cli import main
+from tapefit.cli import command
 
 USAGE = (
     "usage: python -m tapefit train --config FILE [--set KEY=VALUE ...] [--resume auto|PATH]\n"
@@ -12,7 +12,7 @@ USAGE = (
 if __name__ == "__main__":
     args = sys.argv[1:]
     if args[:1] == ["train"]:
-        sys.exit(main(args[1:], prog="python -m tapefit train"))
+        sys.exit(command(args[1:], prog="python -m tapefit train"))
     if args == ["--version"]:
         from tapefit import __version__
 

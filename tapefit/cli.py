@@ -17,7 +17,9 @@ import inspect
 import logging
 import math
 import shutil
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -30,6 +32,7 @@ import numpy as np
 from tapefit import config as _config
 from tapefit.config import ConfigError, Kind, Schema
 from tapefit.core import random as _random
+from tapefit.run_lock import LOCK_NAME, RunFolderBusy, RunLock
 
 CONFIG_FILE_NAME = "config.yaml"
 """The resolved config in the run folder; its presence marks a folder as a tapefit run."""
@@ -288,6 +291,7 @@ class Run:
     trainer: Any
     resume_from: Path | None
     resume_epoch: int = 0
+    lock: RunLock | None = None
 
 
 def _fail(key: str, message: str) -> NoReturn:
@@ -730,32 +734,58 @@ def prepare(args: argparse.Namespace) -> Run:
             "trainer.drop_last is true, so there would be no batch",
         )
     output_dir = Path(config["trainer"]["output_dir"] or Path("runs") / config["name"])
-    resume_from, resume_epoch = None, 0
-    if args.resume is not None:
-        resume_from = find_resume_point(args.resume, plugins, output_dir)
-        if resume_from is not None:
-            resume_epoch = _check_resume_fits(resume_from, model, config, data)
-    if resume_from is None:
-        _check_output_dir(output_dir, args)
-    else:
-        _check_resume_target(resume_from, args.resume, plugins, output_dir)
-    try:  # registering the plugins checks their hooks (a misspelt hook name is an error)
-        trainer = Trainer(
-            model, optimizer, loss, metrics=metrics, plugins=plugins, output_dir=output_dir, config=config
-        )
-    except Exception as e:
-        raise ConfigError(f"plugins: {_error_text(e)}", "plugins") from e
-    return Run(
-        config, data, model, loss, metrics, optimizer, plugins, output_dir, trainer, resume_from, resume_epoch
-    )
-
-
-def _check_output_dir(output_dir: Path, args: argparse.Namespace) -> None:
     if output_dir.exists() and not output_dir.is_dir():
         raise ConfigError(
             f"trainer.output_dir: {str(output_dir)!r} exists and is not a folder", "trainer.output_dir"
         )
-    if not output_dir.is_dir() or not any(output_dir.iterdir()):
+    # Locked before a checkpoint is looked for or a folder judged, so that what is checked
+    # stays true while this run lives; a second train of the same folder stops here.
+    try:
+        lock = RunLock.acquire(output_dir)
+    except RunFolderBusy as e:
+        raise ConfigError(str(e)) from None
+    try:
+        resume_from, resume_epoch = None, 0
+        if args.resume is not None:
+            resume_from = find_resume_point(args.resume, plugins, output_dir)
+            if resume_from is not None:
+                resume_epoch = _check_resume_fits(resume_from, model, config, data)
+        if resume_from is None:
+            _check_output_dir(output_dir, args)
+        else:
+            _check_resume_target(resume_from, args.resume, plugins, output_dir)
+        try:  # registering the plugins checks their hooks (a misspelt hook name is an error)
+            trainer = Trainer(
+                model, optimizer, loss, metrics=metrics, plugins=plugins, output_dir=output_dir, config=config
+            )
+        except Exception as e:
+            raise ConfigError(f"plugins: {_error_text(e)}", "plugins") from e
+    except BaseException:
+        lock.release(undo=True)
+        raise
+    return Run(
+        config,
+        data,
+        model,
+        loss,
+        metrics,
+        optimizer,
+        plugins,
+        output_dir,
+        trainer,
+        resume_from,
+        resume_epoch,
+        lock,
+    )
+
+
+def _contents(folder: Path) -> list[Path]:
+    """What a run folder holds, but for its lock file."""
+    return [p for p in folder.iterdir() if p.name != LOCK_NAME] if folder.is_dir() else []
+
+
+def _check_output_dir(output_dir: Path, args: argparse.Namespace) -> None:
+    if not _contents(output_dir):
         return
     if args.resume == "auto":
         # asked to continue, and nothing to continue from: start afresh, but only in a run folder
@@ -782,7 +812,7 @@ def _check_resume_target(resume_from: Path, resume: str, plugins: list[Any], out
     own = [output_dir, _checkpoint_folder(plugins, output_dir)]
     if any(folder is not None and resume_from.resolve().is_relative_to(folder.resolve()) for folder in own):
         return
-    if output_dir.is_dir() and any(output_dir.iterdir()):
+    if _contents(output_dir):
         raise ConfigError(
             f"--resume {resume}: {output_dir} already holds another run and the checkpoint is not one of its "
             "own; continue it in a new folder (--set name=...)"
@@ -811,7 +841,11 @@ def _format_logs(logs: Mapping[str, float]) -> str:
 def train(run: Run, args: argparse.Namespace, out: Any) -> int:
     """Creates the run folder, writes the resolved config, fits, and prints the summary."""
     if run.resume_from is None and args.overwrite and is_run_folder(run.output_dir):
-        shutil.rmtree(run.output_dir)
+        for path in _contents(run.output_dir):  # the lock stays: this run holds it
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
     run.output_dir.mkdir(parents=True, exist_ok=True)
     (run.output_dir / CONFIG_FILE_NAME).write_text(_config.dump_config(run.config), encoding="utf-8")
     trainer = run.trainer
@@ -971,11 +1005,27 @@ def main(argv: Sequence[str] | None = None, prog: str = "train") -> int:
     level = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if args.debug else logging.INFO)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    sigint = signal.getsignal(signal.SIGINT) if in_main_thread else None
     try:
         return _main(args, prog)
+    except KeyboardInterrupt:  # between a first Ctrl-C and its handler
+        _ignore_interrupts()
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+        if in_main_thread and sigint is not None:
+            signal.signal(signal.SIGINT, sigint)
+
+
+def command(argv: Sequence[str] | None = None, prog: str = "train") -> int:
+    """``main`` for a process that exits with its status: once it returns, a late Ctrl-C is
+    ignored, so that it cannot turn the exit into a traceback."""
+    status = main(argv, prog)
+    _ignore_interrupts()
+    return status
 
 
 def _main(args: argparse.Namespace, prog: str) -> int:
@@ -991,11 +1041,13 @@ def _main(args: argparse.Namespace, prog: str) -> int:
         print(f"{prog}: error: {where}{e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        _ignore_interrupts()
         print(f"{prog}: interrupted before training started", file=sys.stderr)
         return 130
     try:
         return train(run, args, sys.stdout)
     except KeyboardInterrupt:
+        _ignore_interrupts()
         print(f"\n{prog}: interrupted; {_what_was_saved(run)}", file=sys.stderr)
         return 130
     except Exception as e:
@@ -1005,6 +1057,17 @@ def _main(args: argparse.Namespace, prog: str) -> int:
             f"{prog}: error while training: {_error_text(e)} (--debug shows the traceback)", file=sys.stderr
         )
         return 1
+    finally:
+        if run.lock is not None:
+            run.lock.release()
+
+
+def _ignore_interrupts() -> None:
+    """From the first Ctrl-C on, ``train`` is only reporting and leaving: a second one (within
+    milliseconds, as an impatient double press) must not turn the exit into a traceback.
+    ``main`` restores the handler before it returns."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

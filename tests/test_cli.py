@@ -875,7 +875,12 @@ def test_spirals_config_end_to_end_and_resume_auto(tmp_path):
     first = train(tmp_path, "--config", str(CONFIGS / "spirals_mlp.yaml"), "--set", "trainer.epochs=3")
     assert first.returncode == 0, first.stderr
     run = tmp_path / "runs/spirals-mlp"
-    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.yaml", "history.csv"]
+    assert sorted(p.name for p in run.iterdir()) == [
+        ".train.lock",
+        "checkpoints",
+        "config.yaml",
+        "history.csv",
+    ]
     resolved = parse_yaml((run / "config.yaml").read_text())
     assert resolved["trainer"]["epochs"] == 3 and resolved["model"]["output_units"] == 3
     rows = read_csv(run / "history.csv")
@@ -1108,6 +1113,7 @@ def test_all_plugins_config_shows_every_builtin_plugin_and_runs(tmp_path):
     assert result.returncode == 0, result.stderr
     run = tmp_path / "runs/all-plugins"
     assert sorted(p.name for p in run.iterdir()) == [
+        ".train.lock",
         "checkpoints",
         "config.yaml",
         "history.csv",
@@ -1295,3 +1301,143 @@ def test_a_value_nested_500_deep_is_one_line_and_exit_2(workdir, capsys, form):
     assert result.returncode == 2, result.stderr[-2000:]
     [line] = result.stderr.strip().splitlines()
     assert "nested too deeply" in line and "Traceback" not in result.stderr and len(line) < 300
+
+
+# --------------------------------------------------------------------------- one process per run folder
+
+
+def start_long_run(tmp_path, name="locked"):
+    config = write(
+        tmp_path / "long.yaml",
+        SPIRALS.replace("n_samples: 200", "n_samples: 4000").replace("epochs: 2", "epochs: 100000"),
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tapefit", "train", "--config", str(config), "--set", f"name={name}"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    run = tmp_path / "runs" / name
+    deadline = time.monotonic() + 60
+    while not list(run.glob("checkpoints/epoch*.npz")) and time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    return process, config, run
+
+
+def test_a_second_process_on_a_running_run_exits_2_naming_the_holder(tmp_path):
+    process, config, run = start_long_run(tmp_path)
+    written = (run / "config.yaml").read_text()
+    try:
+        for extra in ([], ["--resume", "auto"], ["--overwrite"]):
+            second = train(tmp_path, "--config", str(config), "--set", "name=locked", *extra)
+            assert second.returncode == 2, second.stderr
+            [line] = second.stderr.strip().splitlines()
+            assert f"runs/locked is in use by process {process.pid}" in line, line
+        assert process.poll() is None  # the first run goes on, undisturbed
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+        assert process.returncode == 130, err
+        assert "Traceback" not in err
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert (run / "config.yaml").read_text() == written  # nobody else wrote into the run
+    assert (run / "checkpoints/interrupted.npz").is_file()
+    # The lock went with the process: the run continues.
+    resumed = train(
+        tmp_path,
+        "--config",
+        str(config),
+        "--set",
+        "name=locked",
+        "--resume",
+        "auto",
+        "--set",
+        "trainer.epochs=1",
+    )
+    assert resumed.returncode == 0, resumed.stderr
+
+
+def test_a_killed_run_leaves_no_stale_lock(tmp_path):
+    process, config, _ = start_long_run(tmp_path, name="killed")
+    process.kill()
+    process.communicate(timeout=60)
+    resumed = train(
+        tmp_path,
+        "--config",
+        str(config),
+        "--set",
+        "name=killed",
+        "--resume",
+        "auto",
+        "--set",
+        "trainer.epochs=1",
+    )
+    assert resumed.returncode == 0, resumed.stderr
+
+
+# --------------------------------------------------------------------------- Ctrl-C at the edges
+
+
+def test_ctrl_c_while_train_starts_is_one_line_and_exit_130(tmp_path):
+    script = Path(sys.executable).parent / "train"
+    if not script.exists() or not Path("/proc/self/maps").exists():
+        pytest.skip("needs the installed train script and /proc")
+    config = write(tmp_path / "c.yaml", SPIRALS)
+    process = subprocess.Popen(
+        [str(script), "--config", str(config)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    maps = Path(f"/proc/{process.pid}/maps")
+    deadline = time.monotonic() + 30
+    # Interrupt once NumPy's library is mapped: the import of tapefit is under way.
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if "numpy" in maps.read_text():
+                break
+        except OSError:
+            pass
+        time.sleep(0.001)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert len(err.strip().splitlines()) == 1 and "interrupted" in err and "Traceback" not in err
+
+
+def test_a_double_ctrl_c_is_still_one_line_and_exit_130(tmp_path):
+    process, _, _ = start_long_run(tmp_path, name="twice")
+    try:
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.01)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert [line for line in lines if "train: interrupted" in line] == [lines[-1]]  # said once, last
+
+
+@pytest.mark.parametrize("name", ["..", "../x", "/abs", "", "a/b", "."])
+def test_a_run_name_that_is_not_one_folder_is_refused(workdir, capsys, name):
+    config = write(workdir / "c.yaml", SPIRALS)
+    status, _, err = run_main(["--config", config, "--set", f"name='{name}'"], capsys)
+    assert status == 2, err
+    assert "name: must be a folder name" in err and len(err.strip().splitlines()) == 1
+
+
+def test_output_paths_outside_runs_are_allowed_by_design(workdir, capsys):
+    # Documented: trainer.output_dir and a plugin's path may point anywhere the user can write.
+    config = write(workdir / "c.yaml", SPIRALS)
+    outside = f"../{workdir.name}-outside"
+    overrides = [f"trainer.output_dir={outside}", f"plugins[0].dirpath={workdir / 'ck'}"]
+    status, _, err = run_main(["--config", config, *(a for o in overrides for a in ("--set", o))], capsys)
+    assert status == 0, err
+    assert (workdir / outside / "config.yaml").is_file() and list((workdir / "ck").glob("*.npz"))
