@@ -18,6 +18,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from tapefit.core import dtypes as _dt
 from tapefit.core import random as _random
+from tapefit.core.function import draw as _draw
 from tapefit.core.ops.math import exp, identity, sigmoid, square, tanh, where
 from tapefit.core.ops.reduce import reduce_sum
 from tapefit.core.ops.shape import expand_dims, getitem, reshape
@@ -534,9 +535,10 @@ def dropout(x: Any, rate: Any, noise_shape: Any = None, seed: int | None = None)
     if rate_value == 0:
         return identity(x) if x._is_variable else x  # a Variable still gets a Tensor
     draw_dtype = np.float64 if x.dtype == _dt.float64 else np.float32
-    keep = _random.generator(seed).random(shape, dtype=draw_dtype) >= rate_value
     scale = x.dtype.type(1 / (1 - rate_value))
-    return x * _wrap(keep * scale)
+    # A tp.function replay draws a fresh mask, from the generator as it is then.
+    mask = _draw(lambda: (_random.generator(seed).random(shape, dtype=draw_dtype) >= rate_value) * scale)
+    return x * _wrap(mask)
 
 
 # -- convolution -------------------------------------------------------------
