@@ -196,7 +196,7 @@ class _Program:
     def __init__(
         self, trace: _Trace, inputs: list[int], outputs: list[Any], structure: Any, objects: list[Any]
     ):
-        self.code = trace.code
+        self.code = _with_frees(trace.code, outputs)
         self.init = trace.init
         self.inputs = inputs
         self.outputs = outputs
@@ -207,7 +207,7 @@ class _Program:
         slots = self.init.copy()
         for slot, array in zip(self.inputs, arrays):
             slots[slot] = array
-        for kind, a, b, c, d in self.code:
+        for kind, a, b, c, d, free in self.code:
             if kind == _OP:
                 result = a(*[slots[i] for i in b], **c)
                 if d.__class__ is int:
@@ -219,17 +219,55 @@ class _Program:
                 slots[b] = a._value
             elif kind == _ASSIGN:
                 value = slots[c]
+                for slot in free:  # an assign* writes in place only when it holds the sole reference
+                    slots[slot] = None
                 getattr(a, b)(_wrap(value) if d else value)
+                del value
+                continue
             elif kind == _DRAW:
                 slots[b] = a()
             else:
                 structure, template = b
-                flat = [_wrap(slots[x.slot]) if x.__class__ is _Ref else x for x in template]
-                result = a(*nest.pack_sequence_as(structure, flat))
+                args = nest.pack_sequence_as(
+                    structure, [_wrap(slots[x.slot]) if x.__class__ is _Ref else x for x in template]
+                )
+                for slot in free:  # before the call: the optimizer then updates in place
+                    slots[slot] = None
+                result = a(*args)
+                del args
                 if c is not None:
                     slots[c] = result._value
+                continue
+            for slot in free:
+                slots[slot] = None
         flat = [_wrap(slots[x.slot]) if x.__class__ is _Ref else x for x in self.outputs]
         return nest.pack_sequence_as(self.structure, flat)
+
+
+def _with_frees(code: list[tuple[Any, ...]], outputs: list[Any]) -> list[tuple[Any, ...]]:
+    """``code`` with, on each instruction, the slots read for the last time there: a replay
+    drops them at once, so that memory is reused and ``assign*`` can write in place."""
+    kept = {x.slot for x in outputs if isinstance(x, _Ref)}
+    last: dict[int, int] = {}
+    for index, (kind, _a, b, c, d) in enumerate(code):
+        if kind == _OP:
+            reads: Any = b
+            written: Any = (d,) if isinstance(d, int) else d
+        elif kind == _ASSIGN:
+            reads, written = (c,), ()
+        elif kind == _HOST:
+            reads, written = [x.slot for x in b[1] if isinstance(x, _Ref)], () if c is None else (c,)
+        else:  # a Variable read or a random draw
+            reads, written = (), (b,)
+        for slot in reads:
+            last[slot] = index
+        for slot in written:  # a value never read is dropped where it is made
+            last.setdefault(slot, index)
+    frees: list[list[int]] = [[] for _ in code]
+    for slot, index in last.items():
+        if slot not in kept:
+            frees[index].append(slot)
+    return [(*ins, tuple(free)) for ins, free in zip(code, frees)]
 
 
 def _same(a: Any, b: Any) -> bool:
