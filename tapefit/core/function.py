@@ -25,6 +25,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable
+from threading import get_ident
 from typing import Any, TypeVar, overload
 
 import numpy as np
@@ -76,6 +77,7 @@ class _Trace:
         # Every array seen stays alive until the trace ends, so that no id is reused.
         self.keep: list[Any] = []
         self.failure: tuple[str, int, str] | None = None
+        self.thread = get_ident()  # other threads' ops are not this function's
 
     def new_slot(self, array: Any) -> int:
         slot = len(self.init)
@@ -113,6 +115,8 @@ class _Trace:
 
         ``outputs`` is the op's output Tensor, or a tuple of them for a multi-output op.
         """
+        if get_ident() != self.thread:
+            return
         slots = tuple([self.ref(t) for t in inputs])
         if isinstance(outputs, tuple):
             out: Any = tuple([self.new_slot(t._value) for t in outputs])
@@ -122,6 +126,8 @@ class _Trace:
 
     def assign(self, variable: Variable, method: str, value: Any) -> None:
         """Writes down ``variable.<method>(value)``: replays call it with the replay's value."""
+        if get_ident() != self.thread:
+            return
         if isinstance(value, Tensor):
             slot, wrap = self.ref(value), True
         elif isinstance(value, np.ndarray):
@@ -132,7 +138,7 @@ class _Trace:
 
     def value_read(self, t: Tensor) -> None:
         """Called when a tensor's value leaves for Python (``bool``, ``float``, ``numpy()``...)."""
-        if self.failure is None and self.is_dynamic(t):
+        if self.failure is None and get_ident() == self.thread and self.is_dynamic(t):
             self.failure = _user_frame()
             _tracing.clear()  # the call goes on eagerly from here
 
@@ -145,7 +151,7 @@ def draw(sample: Callable[[], np.ndarray]) -> np.ndarray:
     checkpoint's ``set_state``), in the same order as eager code.
     """
     array = sample()
-    if _tracing:
+    if _tracing and _tracing[-1].thread == get_ident():
         trace = _tracing[-1]
         trace.code.append((_DRAW, sample, trace.new_slot(array), None, None))
     return array
@@ -160,7 +166,7 @@ def host_call(fn: Callable[..., Any], *args: Any) -> Any:
     the replays' values; Variables and other objects are passed as they are. Nothing ``fn``
     does is traced. A Tensor ``fn`` returns is followed like an op's output.
     """
-    if not _tracing:
+    if not _tracing or _tracing[-1].thread != get_ident():
         return fn(*args)
     trace = _tracing.pop()
     try:
@@ -335,7 +341,8 @@ class Function:
         self._python_function = fn
         self._reduce_retracing = bool(reduce_retracing)
         self._programs: dict[Any, _Program] = {}
-        self._first_traces: dict[Any, _Program] = {}  # traced once, to be checked by a second trace
+        # Traced, to be confirmed by the next trace of the signature: (program, traces so far).
+        self._first_traces: dict[Any, tuple[_Program, int]] = {}
         self._eager_reason: str | None = None
 
     @property
@@ -401,11 +408,11 @@ class Function:
         trace.keep.clear()
         trace.slot_of.clear()
         program = _Program(trace, inputs, outputs, structure, objects)
-        first = self._first_traces.pop(key, None)
-        if first is None:
-            self._first_traces[key] = program
-        elif _same_program(first, program):
+        earlier, count = self._first_traces.pop(key, (None, 0))
+        if earlier is not None and _same_program(earlier, program):
             self._programs[key] = program
+        elif count < 2:  # a first call may differ (a model building itself): compare the next two
+            self._first_traces[key] = (program, count + 1)
         else:
             self._fall_back(
                 "two traces of the same signature differ (a constant or an op depends on a tensor's "

@@ -290,3 +290,34 @@ def test_decorator_forms_methods_and_ndarray_arguments():
         out = g({"a": np.ones(2, np.float32), "b": tp.constant([1.0, 2.0])})
     np.testing.assert_array_equal(out["sum"].numpy(), [2.0, 3.0])
     assert isinstance(out["sum"], tp.Tensor)
+
+
+def test_reduce_logsumexp_shifts_by_each_calls_maximum():
+    # The overflow guard's shift is an op, so a replay does not keep the traced call's maximum.
+    f = tp.function(tp.reduce_logsumexp)
+    for i in range(5):
+        x = tp.constant([1.0, 2.0, 40.0 * i])
+        np.testing.assert_array_equal(f(x).numpy(), tp.reduce_logsumexp(x).numpy())
+    assert not f.eager and f.experimental_get_tracing_count() == 1
+
+
+def test_clipping_ops_and_an_update_inside_the_function_replay():
+    v = tp.Variable(np.ones(3, np.float32))
+
+    def step(x):
+        with tp.GradientTape() as tape:
+            loss = tp.reduce_sum(v * x * x)
+        (g,) = tape.gradient(loss, [v])
+        (clipped,), norm = tp.clip_by_global_norm([g], 1.0)
+        v.assign_sub(0.1 * clipped)
+        return norm
+
+    f = tp.function(step)
+    xs = [tp.constant([1.0, 2.0, float(i)]) for i in range(5)]
+    compiled = [f(x).numpy() for x in xs]
+    after = v.numpy()
+    v.assign(np.ones(3, np.float32))
+    eager = [step(x).numpy() for x in xs]
+    np.testing.assert_array_equal(compiled, eager)
+    np.testing.assert_array_equal(after, v.numpy())
+    assert not f.eager
