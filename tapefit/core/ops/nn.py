@@ -21,9 +21,9 @@ from tapefit.core import random as _random
 from tapefit.core.function import draw as _draw
 from tapefit.core.ops.math import exp, identity, sigmoid, square, tanh, where
 from tapefit.core.ops.reduce import reduce_sum
-from tapefit.core.ops.shape import expand_dims, getitem, reshape
+from tapefit.core.ops.shape import expand_dims, gather, reshape
 from tapefit.core.record import Op, active_tapes
-from tapefit.core.registry import OpDef, execute, register_gradient, unary
+from tapefit.core.registry import OpDef, execute, not_differentiable, register_gradient, unary
 from tapefit.core.tensor import Tensor, _wrap, as_tensor, weak_operand
 
 
@@ -886,9 +886,15 @@ def max_pool2d(input: Any, ksize: Any, strides: Any, padding: str, data_format: 
     if x.dtype.kind not in "fiu":
         raise TypeError(f"max_pool2d: input must be a numeric tensor, got {x.dtype.name}")
     win = _pool_window("max_pool2d", x, ksize, strides, padding, data_format)
-    index = _max_pool_indices(x._value, _hw(ksize, "max_pool2d", "ksize"), win)
-    # A gather at the argmax positions: its gradient is the scatter back, whose gradient is the gather.
-    return getitem(reshape(x, [-1]), index)
+    # The argmax positions come from an op (not differentiable), so that tp.function computes
+    # them from each call's input. A gather there: its gradient is the scatter back, whose
+    # gradient is the gather.
+    index = execute(_MAX_POOL_INDICES, (x,), {"ksize": _hw(ksize, "max_pool2d", "ksize"), "win": win})
+    return gather(reshape(x, [-1]), index)
+
+
+_MAX_POOL_INDICES = OpDef("MaxPoolIndices", _max_pool_indices, save="")
+not_differentiable("MaxPoolIndices")
 
 
 __all__ = [
