@@ -117,6 +117,8 @@ class _Trace:
         """
         if get_ident() != self.thread:
             return
+        if attrs:
+            self._check_attrs(attrs)
         slots = tuple([self.ref(t) for t in inputs])
         if isinstance(outputs, tuple):
             out: Any = tuple([self.new_slot(t._value) for t in outputs])
@@ -135,6 +137,14 @@ class _Trace:
         else:
             slot, wrap = self.const(value), False
         self.code.append((_ASSIGN, variable, method, slot, wrap))
+
+    def _check_attrs(self, attrs: dict[str, Any]) -> None:
+        """An op attribute holding a traced array (``x[index_tensor]``) would be frozen."""
+        for value in attrs.values():
+            for item in value if isinstance(value, tuple) else (value,):
+                if isinstance(item, np.ndarray) and id(item) in self.slot_of and self.failure is None:
+                    self.failure = _user_frame()
+                    _tracing.clear()
 
     def value_read(self, t: Tensor) -> None:
         """Called when a tensor's value leaves for Python (``bool``, ``float``, ``numpy()``...)."""
