@@ -140,3 +140,18 @@ def test_config_key_trainer_compile(tmp_path, monkeypatch, capsys):
     assert logs[0] == logs[1]
     assert cli.main(["--config", "c.yaml", "--set", "trainer.compile=3"]) == 2
     assert "trainer.compile" in capsys.readouterr().err
+
+
+def test_freezing_a_layer_between_fits_traces_again_and_stays_equal_to_eager():
+    weights = []
+    for compile in (False, True):
+        trainer = build(compile)
+        fit(trainer, 1)
+        trainer.model.layers[0].trainable = False  # the step's variables change
+        fit(trainer, 2)
+        weights.append(_weights(trainer))
+    for a, b in zip(*weights):
+        np.testing.assert_array_equal(a, b)
+    # Replayed programs: batches of 5 before and after freezing, batches of 2 after it (the one
+    # batch of 2 before freezing was traced once, never confirmed by a second trace).
+    assert trainer._compiled_gradients.experimental_get_tracing_count() == 3

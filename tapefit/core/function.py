@@ -443,7 +443,8 @@ class Function:
         )
 
     def experimental_get_tracing_count(self) -> int:
-        """How many signatures were traced (as ``tf.function``'s method of that name)."""
+        """How many signatures have a confirmed program that calls replay (``tf.function``'s
+        method of that name counts traces; here a signature's checking traces count once)."""
         return len(self._programs)
 
 
