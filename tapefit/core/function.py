@@ -94,7 +94,7 @@ class _Trace:
 
     def ref(self, t: Tensor) -> int:
         """The slot of ``t``'s array: a Variable is read here, in program order."""
-        if t._is_variable:
+        if t._is_variable and get_ident() == self.thread:
             value = t._value
             slot = self.new_slot(value)
             self.code.append((_READ, t, slot, None, None))

@@ -356,6 +356,8 @@ def to_array(value: Any, dtype: _dt.DTypeLike = None) -> np.ndarray:
     """Converts ``value`` to an ndarray by tapefit's dtype rules (see ``constant``)."""
     want = None if dtype is None else _dt.as_dtype(dtype)
     if isinstance(value, Tensor):
+        if _traces and value._is_variable:  # tp.constant(v) while tracing: a read of v
+            _traces[-1].ref(value)
         array = value._value
         return array if want is None or want == array.dtype else _lossless_astype(array, want, value)
     if isinstance(value, (np.ndarray, np.generic)):

@@ -335,3 +335,16 @@ def test_clipping_ops_and_an_update_inside_the_function_replay():
     np.testing.assert_array_equal(compiled, eager)
     np.testing.assert_array_equal(after, v.numpy())
     assert not f.eager
+
+
+def test_a_constant_made_from_a_variable_reads_it_on_each_call():
+    v = tp.Variable([1.0, 2.0])
+
+    @tp.function
+    def f():
+        return tp.constant(v) * 2.0
+
+    for _ in range(3):
+        f()
+    v.assign([3.0, 4.0])
+    np.testing.assert_array_equal(f().numpy(), [6.0, 8.0])
