@@ -482,7 +482,10 @@ def function(fn: Any = None, *, reduce_retracing: bool = False) -> Any:
 
     As ``tf.function``: the first call with a new signature runs ``fn`` eagerly while
     writing down every NumPy call its ops make (forward, the tape's backward, ``assign*``,
-    optimizer updates, random draws); later calls with that signature replay the program,
+    optimizer updates, random draws). The second call traces again and checks that both
+    traces agree (a program that differs, because some code read a tensor's array outside
+    the ops, makes the function eager; a first call that builds a model may differ, and then
+    the next two traces are compared). Later calls with that signature replay the program,
     bit for bit equal to eager, without Tensors or tapes. The signature is the shape and
     dtype of each Tensor or ndarray argument, the value of each Python number, string,
     bool or None, and the identity of any other object (Variables, models, optimizers);
@@ -490,7 +493,8 @@ def function(fn: Any = None, *, reduce_retracing: bool = False) -> Any:
     Tensors.
 
     Python side effects (``print``, appending to a list, creating Variables, changing an
-    attribute) happen at trace time only, as in TensorFlow. Variables are read and assigned
+    attribute) happen at trace time only, as in TensorFlow (so on the first two calls of a
+    signature). Variables are read and assigned
     at replay time, so they always see their current values; random ops draw afresh on each
     replay from the same generators, in the same order, as eager code; optimizers update
     with their step's learning rate.
