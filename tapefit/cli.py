@@ -756,7 +756,14 @@ def prepare(args: argparse.Namespace) -> Run:
             _check_resume_target(resume_from, args.resume, plugins, output_dir)
         try:  # registering the plugins checks their hooks (a misspelt hook name is an error)
             trainer = Trainer(
-                model, optimizer, loss, metrics=metrics, plugins=plugins, output_dir=output_dir, config=config
+                model,
+                optimizer,
+                loss,
+                metrics=metrics,
+                plugins=plugins,
+                output_dir=output_dir,
+                config=config,
+                compile=config["trainer"].get("compile", False),
             )
         except Exception as e:
             raise ConfigError(f"plugins: {_error_text(e)}", "plugins") from e

@@ -802,6 +802,7 @@ TRAINER_PARAMS: dict[str, Param] = {
     "batch_size": Param("batch_size", 32, int, _at_least(1)),
     "shuffle": Param("shuffle", True, bool),
     "output_dir": Param("output_dir", None, str | None),
+    "compile": Param("compile", False, bool),
 }
 """The ``trainer`` section: ``Trainer.fit`` arguments and where the run's files go."""
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from tapefit.core import nest
 from tapefit.core import random as _random
+from tapefit.core.function import function
 from tapefit.core.ops import add_n
 from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor
@@ -281,6 +282,10 @@ class Trainer:
             ``checkpoints/``, ``history.csv``); default ``runs/default``.
         config: the run's resolved config, saved in checkpoints and logged as
             TensorBoard hyperparameters.
+        compile: run the forward and backward pass of each training step as a
+            ``tp.function`` (traced once per batch shape, then replayed; bit for bit the
+            eager results). The ``transform_gradients`` hooks and the optimizer update stay
+            Python, so plugins see and change the gradients as in eager mode. Default eager.
 
     Attributes a plugin may read: ``model``, ``optimizer``, ``loss``, ``metrics``,
     ``plugins`` (the ``PluginManager``), ``output_dir``, ``config``, ``epoch`` (index of
@@ -300,6 +305,7 @@ class Trainer:
         *,
         output_dir: str | os.PathLike[str] | None = None,
         config: dict[str, Any] | None = None,
+        compile: bool = False,
     ) -> None:
         self.model = model
         self.optimizer = _resolve_optimizer(optimizer)
@@ -321,6 +327,8 @@ class Trainer:
         self.batch_size = 0
         self.resumed = False
         self.update_in_progress = False
+        self.compile = bool(compile)
+        self._compiled_gradients = function(self._loss_and_gradients) if self.compile else None
         self._pass_training = _accepts_training(model)
         self._has_losses: bool | None = None  # None: not known yet (see _total_loss)
         self._loader: BatchLoader | None = None
@@ -517,11 +525,13 @@ class Trainer:
         # waits until it is whole again, so the interrupted checkpoint can be saved.
         self._interrupts.hold = True
         try:
-            with GradientTape() as tape:
-                y_pred = self._call(x, training=True)
-                loss = self._total_loss(y, y_pred)
-            variables = self.model.trainable_variables
-            grads = tape.gradient(loss, variables)
+            if self._compiled_gradients is not None:
+                # The variables before the call are part of the signature: a model that builds
+                # in its first call, or a layer made (non-)trainable, traces again.
+                before = tuple(self.model.trainable_variables)
+                loss, y_pred, grads, variables = self._compiled_gradients(x, y, before)
+            else:
+                loss, y_pred, grads, variables = self._loss_and_gradients(x, y)
             loss_value = float(loss)
             logs = {"loss": loss_value}
             pairs = self.plugins.transform_gradients(self, step, list(zip(grads, variables)), logs)
@@ -540,6 +550,14 @@ class Trainer:
         for metric in self.metrics:
             logs[metric.name] = float(metric.result())
         return logs
+
+    def _loss_and_gradients(self, x: Any, y: Any, _signature: Any = None) -> tuple[Any, Any, Any, Any]:
+        """The forward and backward pass of a step (traced and replayed with ``compile=True``)."""
+        with GradientTape() as tape:
+            y_pred = self._call(x, training=True)
+            loss = self._total_loss(y, y_pred)
+        variables = self.model.trainable_variables
+        return loss, y_pred, tape.gradient(loss, variables), variables
 
     # -- evaluate / predict ------------------------------------------------------
 

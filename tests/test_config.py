@@ -273,7 +273,13 @@ def test_resolved_config_fills_defaults_and_expands_shorthands():
     assert resolved["loss"] == {"type": "mse"}
     assert resolved["metrics"] == [{"type": "accuracy"}]
     assert resolved["optimizer"] == {"type": "adam", "learning_rate": 0.001, "beta_1": 0.9, "amsgrad": False}
-    assert resolved["trainer"] == {"epochs": 1, "batch_size": 32, "shuffle": True, "output_dir": None}
+    assert resolved["trainer"] == {
+        "epochs": 1,
+        "batch_size": 32,
+        "shuffle": True,
+        "output_dir": None,
+        "compile": False,
+    }
     assert resolved["plugins"] == [
         {"type": "progress"},
         {"type": "checkpoint", "every_n_epochs": 1, "keep_last": 3, "mode": "min"},

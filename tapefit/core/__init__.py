@@ -5,6 +5,7 @@ from tapefit.core import ops as _ops
 from tapefit.core import random, testing
 from tapefit.core.custom_gradient import custom_gradient
 from tapefit.core.dtypes import bool, float16, float32, float64, int32, int64
+from tapefit.core.function import Function, function
 from tapefit.core.ops import *  # noqa: F403
 from tapefit.core.record import Op
 from tapefit.core.registry import not_differentiable, primitive, register_gradient
@@ -20,9 +21,11 @@ __all__ = [
     "bool",
     "constant",
     "custom_gradient",
+    "Function",
     "float16",
     "float32",
     "float64",
+    "function",
     "int32",
     "int64",
     "not_differentiable",

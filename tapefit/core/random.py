@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from tapefit.core import dtypes as _dt
+from tapefit.core.function import draw as _draw
 from tapefit.core.ops.creation import checked_shape
 from tapefit.core.tensor import Tensor, _wrap
 
@@ -130,15 +131,19 @@ def normal(
     shape = checked_shape(shape, "random.normal")
     work = np.float64 if dtype == _dt.float64 else np.float32
     mean, stddev = _param(mean, work, "normal", "mean"), _param(stddev, work, "normal", "stddev")
-    draw = generator(seed).standard_normal(shape, dtype=work)
-    try:
-        sample = draw * stddev + mean
-    except ValueError:
-        raise ValueError(
-            f"random.normal: mean (shape {mean.shape}) and stddev (shape {stddev.shape}) do not "
-            f"broadcast to the requested shape {shape}"
-        ) from None
-    return _wrap(_fitted(sample, shape, "normal", "mean and stddev").astype(dtype, copy=False))
+
+    def sample() -> np.ndarray:  # a tp.function replay draws again, from the generator as it is then
+        draw = generator(seed).standard_normal(shape, dtype=work)
+        try:
+            values = draw * stddev + mean
+        except ValueError:
+            raise ValueError(
+                f"random.normal: mean (shape {mean.shape}) and stddev (shape {stddev.shape}) do not "
+                f"broadcast to the requested shape {shape}"
+            ) from None
+        return _fitted(values, shape, "normal", "mean and stddev").astype(dtype, copy=False)
+
+    return _wrap(_draw(sample))
 
 
 def uniform(
@@ -163,20 +168,24 @@ def uniform(
         )
         if low >= high:
             raise ValueError(f"random.uniform: needs minval < maxval, got minval={low}, maxval={high}")
-        return _wrap(generator(seed).integers(low, high, shape, dtype=dtype))
+        return _wrap(_draw(lambda: generator(seed).integers(low, high, shape, dtype=dtype)))
     dtype = _float_dtype(dtype, "uniform")
     work = np.float64 if dtype == _dt.float64 else np.float32
     low = _param(minval, work, "uniform", "minval")
     high = _param(1.0 if maxval is None else maxval, work, "uniform", "maxval")
-    draw = generator(seed).random(shape, dtype=work)
-    try:
-        sample = draw * (high - low) + low
-    except ValueError:
-        raise ValueError(
-            f"random.uniform: minval (shape {low.shape}) and maxval (shape {high.shape}) do not "
-            f"broadcast to the requested shape {shape}"
-        ) from None
-    return _wrap(_fitted(sample, shape, "uniform", "minval and maxval").astype(dtype, copy=False))
+
+    def sample() -> np.ndarray:  # a tp.function replay draws again, from the generator as it is then
+        draw = generator(seed).random(shape, dtype=work)
+        try:
+            values = draw * (high - low) + low
+        except ValueError:
+            raise ValueError(
+                f"random.uniform: minval (shape {low.shape}) and maxval (shape {high.shape}) do not "
+                f"broadcast to the requested shape {shape}"
+            ) from None
+        return _fitted(values, shape, "uniform", "minval and maxval").astype(dtype, copy=False)
+
+    return _wrap(_draw(sample))
 
 
 __all__ = ["generator", "get_global_generator", "get_state", "normal", "set_seed", "set_state", "uniform"]

@@ -18,7 +18,7 @@ import numpy as np
 
 from tapefit.core import dtypes as _dt
 from tapefit.core.record import _NO_ATTRS, active_tapes, record_op
-from tapefit.core.tensor import Tensor, _wrap, as_tensor, weak_operand
+from tapefit.core.tensor import Tensor, _traces, _wrap, as_tensor, weak_operand
 
 F = TypeVar("F", bound=Callable[..., Any])
 GradFn = Callable[..., Any]
@@ -121,6 +121,13 @@ def execute(opdef: OpDef, inputs: tuple[Tensor, ...], attrs: dict[str, Any] = _N
         outputs = (_wrap(result),)
     if active_tapes:
         record_op(opdef.name, inputs, outputs, attrs, opdef.save_inputs, opdef.save_outputs)
+    if _traces:  # tp.function writes the NumPy call down
+        _traces[-1].op(
+            opdef.forward,
+            inputs,
+            attrs,
+            outputs if len(outputs) > 1 or isinstance(result, (tuple, list)) else outputs[0],
+        )
     return outputs if isinstance(result, (tuple, list)) else outputs[0]
 
 
@@ -186,6 +193,8 @@ def unary(
         out._value = result if result.__class__ is _ndarray else _asarray(result)
         if active_tapes:
             record_op(name, (x,), (out,), _NO_ATTRS, save_inputs, save_outputs)
+        if _traces:
+            _traces[-1].op(forward, (x,), _NO_ATTRS, out)
         return out
 
     op.__name__ = op.__qualname__ = name
@@ -235,6 +244,8 @@ def binary(
         out._value = result if result.__class__ is _ndarray else _asarray(result)
         if active_tapes:
             record_op(name, (x, y), (out,), _NO_ATTRS, save_inputs, save_outputs)
+        if _traces:
+            _traces[-1].op(forward, (x, y), _NO_ATTRS, out)
         return out
 
     op.__name__ = op.__qualname__ = name

@@ -15,6 +15,9 @@ import numpy as np
 from tapefit.core import dtypes as _dt
 
 _next_id = itertools.count(1).__next__
+# The tp.function trace being written, if any (see core/function.py): ops, assigns and
+# values turned into Python values report to it.
+_traces: list[Any] = []
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
@@ -66,6 +69,8 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         """The value as a read-only ndarray view."""
+        if _traces:
+            _traces[-1].value_read(self)
         view = self._value.view()
         view.flags.writeable = False
         return view
@@ -73,6 +78,8 @@ class Tensor:
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         if dtype is None and not copy:
             return self.numpy()  # read-only: writing through np.asarray(t) would change the tensor
+        if _traces:
+            _traces[-1].value_read(self)
         value = self._value if dtype is None else self._value.astype(dtype)
         return value.copy() if copy else value
 
@@ -88,6 +95,8 @@ class Tensor:
             yield self[i]  # type: ignore[index]
 
     def _scalar(self, kind: str) -> Any:
+        if _traces:
+            _traces[-1].value_read(self)
         if self._value.size != 1:
             raise ValueError(
                 f"{kind}() of a tensor needs exactly one element, got shape {self.shape}; "
@@ -226,6 +235,8 @@ class Variable(Tensor):
 
     def numpy(self) -> np.ndarray:
         """A copy of the current value."""
+        if _traces:
+            _traces[-1].value_read(self)
         return self._value.copy()
 
     def _checked(self, value: Any, method: str) -> np.ndarray:
@@ -268,10 +279,14 @@ class Variable(Tensor):
         else:
             # A Tensor's array is immutable; anything else may be changed by its owner later.
             self._value = array if isinstance(value, Tensor) else array.copy()
+        if _traces:
+            _traces[-1].assign(self, "assign", value)
         return self
 
     def assign_add(self, delta: Any) -> Variable:
         """Adds ``delta`` (same shape and dtype) and returns the variable."""
+        if _traces:
+            _traces[-1].assign(self, "assign_add", delta)
         delta = self._checked(delta, "assign_add")
         if self._owns_value():
             np.add(self._value, delta, out=self._value)
@@ -281,6 +296,8 @@ class Variable(Tensor):
 
     def assign_sub(self, delta: Any) -> Variable:
         """Subtracts ``delta`` (same shape and dtype) and returns the variable."""
+        if _traces:
+            _traces[-1].assign(self, "assign_sub", delta)
         delta = self._checked(delta, "assign_sub")
         if self._owns_value():
             np.subtract(self._value, delta, out=self._value)
@@ -339,6 +356,8 @@ def to_array(value: Any, dtype: _dt.DTypeLike = None) -> np.ndarray:
     """Converts ``value`` to an ndarray by tapefit's dtype rules (see ``constant``)."""
     want = None if dtype is None else _dt.as_dtype(dtype)
     if isinstance(value, Tensor):
+        if _traces and value._is_variable:  # tp.constant(v) while tracing: a read of v
+            _traces[-1].ref(value)
         array = value._value
         return array if want is None or want == array.dtype else _lossless_astype(array, want, value)
     if isinstance(value, (np.ndarray, np.generic)):

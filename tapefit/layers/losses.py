@@ -16,12 +16,13 @@ from typing import Any
 import numpy as np
 
 from tapefit.core import dtypes as _dt
+from tapefit.core.function import host_call
 from tapefit.core.naming import Registry
 from tapefit.core.ops import nn as _nn
 from tapefit.core.ops.math import abs, cast, clip_by_value, log, square, where
 from tapefit.core.ops.reduce import reduce_mean, reduce_sum
-from tapefit.core.ops.shape import squeeze
-from tapefit.core.tensor import Tensor, _wrap, as_tensor
+from tapefit.core.ops.shape import one_hot, squeeze
+from tapefit.core.tensor import Tensor, as_tensor
 
 EPSILON = 1e-7
 _REDUCTIONS = ("sum_over_batch_size", "sum", "none")
@@ -296,8 +297,8 @@ class SparseCategoricalCrossentropy(Loss):
         labels = sparse_labels(y_true, y_pred, "SparseCategoricalCrossentropy")
         if self.from_logits:
             return _nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=y_pred)
-        one_hot = _wrap(np.eye(y_pred.shape[-1], dtype=y_pred.dtype)[labels.numpy()])
-        return -reduce_sum(one_hot * log(_class_probabilities(y_pred, -1)), axis=-1)
+        targets = one_hot(labels, y_pred.shape[-1], dtype=y_pred.dtype)
+        return -reduce_sum(targets * log(_class_probabilities(y_pred, -1)), axis=-1)
 
 
 def sparse_labels(y_true: Any, y_pred: Tensor, what: str) -> Tensor:
@@ -315,22 +316,24 @@ def sparse_labels(y_true: Any, y_pred: Tensor, what: str) -> Tensor:
             f"{what}: y_true of shape {labels.shape} does not fit y_pred of shape {y_pred.shape}; expected integer "
             f"labels of shape {y_pred.shape[:-1]} (for one-hot targets use CategoricalCrossentropy)"
         )
-    values = labels.numpy()
-    if labels.dtype.kind == "f":
-        if not np.all(values == np.floor(values)):
-            raise ValueError(
-                f"{what}: y_true must hold integer class labels, got non-integral {labels.dtype.name} values"
-            )
-        labels = cast(labels, _dt.int32)
-    elif labels.dtype.kind not in "iu":
+    if labels.dtype.kind not in "iuf":
         raise TypeError(f"{what}: y_true must hold integer class labels, got dtype {labels.dtype.name}")
-    classes = y_pred.shape[-1]
+    # A host call: a tp.function checks the labels of every call, not only those it traced with.
+    host_call(_check_label_values, labels, y_pred.shape[-1], what)
+    return cast(labels, _dt.int32) if labels.dtype.kind == "f" else labels
+
+
+def _check_label_values(labels: Tensor, classes: int, what: str) -> None:
+    values = labels.numpy()
+    if labels.dtype.kind == "f" and not np.all(values == np.floor(values)):
+        raise ValueError(
+            f"{what}: y_true must hold integer class labels, got non-integral {labels.dtype.name} values"
+        )
     if values.size and (values.min() < 0 or values.max() >= classes):
         raise ValueError(
             f"{what}: labels must lie in [0, {classes}) for y_pred with {classes} classes, got values from "
             f"{values.min():g} to {values.max():g}"
         )
-    return labels
 
 
 def _smoothing(value: float, loss: str) -> float:

@@ -201,12 +201,11 @@ class BatchNormalization(_Normalization):
             mean = reduce_mean(x, axis=self._reduce_axes, keepdims=True)
             centered = x - mean
             variance = reduce_mean(square(centered), axis=self._reduce_axes, keepdims=True)
-            # moving <- moving * momentum + batch * (1 - momentum), as Keras; plain values, not recorded
+            # moving <- moving * momentum + batch * (1 - momentum), as Keras; in tapefit ops, so
+            # that tp.function replays the update with each batch's statistics
             m = self.momentum
-            self.moving_mean.assign(self.moving_mean.numpy() * m + mean.numpy().reshape(features) * (1 - m))
-            self.moving_variance.assign(
-                self.moving_variance.numpy() * m + variance.numpy().reshape(features) * (1 - m)
-            )
+            self.moving_mean.assign(self.moving_mean * m + reshape(mean, (features,)) * (1 - m))
+            self.moving_variance.assign(self.moving_variance * m + reshape(variance, (features,)) * (1 - m))
         else:
             centered = x - reshape(self.moving_mean, self._broadcast_shape)
             variance = reshape(self.moving_variance, self._broadcast_shape)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from tapefit.core import record as _record
+from tapefit.core.function import host_call, tracing
 from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor, Variable
 from tapefit.optimizers import _config, schedules
@@ -242,6 +243,10 @@ class Optimizer:
             TypeError: an entry is not a pair, a variable is not a floating ``tp.Variable``, or a
                 gradient is not floating.
         """
+        if tracing():
+            # In a tp.function the update runs as Python on every call, with that step's
+            # learning rate and slots; the trace passes it the gradients of the call.
+            return host_call(self.apply_gradients, list(grads_and_vars))
         grads, variables, every = self._checked_pairs(grads_and_vars)
         # Variables without a gradient get their positions too (Keras 3 builds on them all), so
         # positions follow the order of the pairs, not which gradients happened to be None.

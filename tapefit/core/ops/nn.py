@@ -18,11 +18,12 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from tapefit.core import dtypes as _dt
 from tapefit.core import random as _random
+from tapefit.core.function import draw as _draw
 from tapefit.core.ops.math import exp, identity, sigmoid, square, tanh, where
 from tapefit.core.ops.reduce import reduce_sum
-from tapefit.core.ops.shape import expand_dims, getitem, reshape
+from tapefit.core.ops.shape import expand_dims, gather, reshape
 from tapefit.core.record import Op, active_tapes
-from tapefit.core.registry import OpDef, execute, register_gradient, unary
+from tapefit.core.registry import OpDef, execute, not_differentiable, register_gradient, unary
 from tapefit.core.tensor import Tensor, _wrap, as_tensor, weak_operand
 
 
@@ -534,9 +535,10 @@ def dropout(x: Any, rate: Any, noise_shape: Any = None, seed: int | None = None)
     if rate_value == 0:
         return identity(x) if x._is_variable else x  # a Variable still gets a Tensor
     draw_dtype = np.float64 if x.dtype == _dt.float64 else np.float32
-    keep = _random.generator(seed).random(shape, dtype=draw_dtype) >= rate_value
     scale = x.dtype.type(1 / (1 - rate_value))
-    return x * _wrap(keep * scale)
+    # A tp.function replay draws a fresh mask, from the generator as it is then.
+    mask = _draw(lambda: (_random.generator(seed).random(shape, dtype=draw_dtype) >= rate_value) * scale)
+    return x * _wrap(mask)
 
 
 # -- convolution -------------------------------------------------------------
@@ -884,9 +886,15 @@ def max_pool2d(input: Any, ksize: Any, strides: Any, padding: str, data_format: 
     if x.dtype.kind not in "fiu":
         raise TypeError(f"max_pool2d: input must be a numeric tensor, got {x.dtype.name}")
     win = _pool_window("max_pool2d", x, ksize, strides, padding, data_format)
-    index = _max_pool_indices(x._value, _hw(ksize, "max_pool2d", "ksize"), win)
-    # A gather at the argmax positions: its gradient is the scatter back, whose gradient is the gather.
-    return getitem(reshape(x, [-1]), index)
+    # The argmax positions come from an op (not differentiable), so that tp.function computes
+    # them from each call's input. A gather there: its gradient is the scatter back, whose
+    # gradient is the gather.
+    index = execute(_MAX_POOL_INDICES, (x,), {"ksize": _hw(ksize, "max_pool2d", "ksize"), "win": win})
+    return gather(reshape(x, [-1]), index)
+
+
+_MAX_POOL_INDICES = OpDef("MaxPoolIndices", _max_pool_indices, save="")
+not_differentiable("MaxPoolIndices")
 
 
 __all__ = [

@@ -178,6 +178,17 @@ def _prod_others_grad(op: Op, dy: Tensor) -> Tensor:
     return (reduce_sum(dy * out, axes, keepdims=True) - dy * out) / x
 
 
+def _logsumexp_shift(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    if not x.size:
+        return np.zeros(_kept_shape(x.shape, axes), x.dtype)
+    shift = np.max(x, axis=axes, keepdims=True)
+    return np.where(np.isfinite(shift), shift, 0).astype(x.dtype)
+
+
+_LOGSUMEXP_SHIFT = OpDef("LogSumExpShift", _logsumexp_shift, save="")
+not_differentiable("LogSumExpShift")
+
+
 def reduce_logsumexp(input_tensor: Any, axis: Axis = None, keepdims: bool = False) -> Tensor:
     """``log(reduce_sum(exp(x)))`` over ``axis``, computed without overflow (floating tensors only)."""
     x = as_tensor(input_tensor)
@@ -186,13 +197,9 @@ def reduce_logsumexp(input_tensor: Any, axis: Axis = None, keepdims: bool = Fals
             f"reduce_logsumexp needs a floating tensor, got {x.dtype.name}; use tp.cast(x, tp.float32)"
         )
     axes = normalize_axes(axis, x.ndim)
-    # Shifting by the (constant) max changes nothing mathematically and keeps exp finite.
-    shift = (
-        np.max(x._value, axis=axes, keepdims=True)
-        if x.size
-        else np.zeros(_kept_shape(x.shape, axes), x.dtype)
-    )
-    shift = Tensor(np.where(np.isfinite(shift), shift, 0).astype(x.dtype))
+    # Shifting by the (constant: not differentiated) max changes nothing mathematically and
+    # keeps exp finite. An op, so that tp.function computes it from each call's values.
+    shift = execute(_LOGSUMEXP_SHIFT, (x,), {"axes": axes})
     total = reduce_sum(exp(x - shift), axes, keepdims=True)
     with np.errstate(divide="ignore"):  # all -inf (or empty): log(0) = -inf is the answer
         out = log(total) + shift

@@ -1,0 +1,350 @@
+"""tp.function: traced programs replay bit for bit what eager code computes."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import tapefit as tp
+
+
+def _data(n=12, features=6, classes=3, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, features)).astype(np.float32)
+    y = rng.integers(0, classes, n)
+    return x, y
+
+
+def _train(make_model, make_optimizer, batches, compiled, loss_fn=None):
+    """Runs one training step per batch, eagerly or through tp.function; returns what it saw."""
+    tp.random.set_seed(0)
+    model = make_model()
+    optimizer = make_optimizer()
+    loss_fn = loss_fn or tp.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def step(x, y):
+        with tp.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    fn = tp.function(step) if compiled else step
+    losses = [np.asarray(fn(x, y)) for x, y in batches]
+    state = {
+        "variables": [v.numpy() for v in model.variables],
+        "optimizer": optimizer.get_state(),
+        "random": tp.random.normal((3,)).numpy(),  # the generator's position after the run
+    }
+    return losses, state, fn
+
+
+def _assert_same(a, b):
+    losses_a, state_a, _ = a
+    losses_b, state_b, fn = b
+    assert not fn.eager and fn.experimental_get_tracing_count() == 1  # replayed, no fallback
+    for x, y in zip(losses_a, losses_b):
+        np.testing.assert_array_equal(x, y)
+    assert len(state_a["variables"]) == len(state_b["variables"])
+    for x, y in zip(state_a["variables"], state_b["variables"]):
+        assert x.dtype == y.dtype
+        np.testing.assert_array_equal(x, y)
+    assert state_a["optimizer"].keys() == state_b["optimizer"].keys()
+    for key, value in state_a["optimizer"].items():
+        np.testing.assert_array_equal(value, state_b["optimizer"][key], err_msg=key)
+    np.testing.assert_array_equal(state_a["random"], state_b["random"])
+
+
+def _replays(fn) -> int:
+    return fn.experimental_get_tracing_count()
+
+
+def test_mlp_training_loop_compiled_equals_eager_bit_for_bit():
+    x, y = _data(24)
+    batches = [(x[i : i + 8], y[i : i + 8]) for i in (0, 8, 16)] * 3
+
+    def make_model():
+        return tp.layers.Sequential(
+            [
+                tp.layers.Dense(16, activation="relu"),
+                tp.layers.Dense(8, activation="tanh"),
+                tp.layers.Dense(3),
+            ]
+        )
+
+    def make_optimizer():  # a schedule: the learning rate must follow the step, not the trace
+        return tp.optimizers.Adam(tp.optimizers.schedules.ExponentialDecay(0.05, 2, 0.5))
+
+    eager = _train(make_model, make_optimizer, batches, compiled=False)
+    compiled = _train(make_model, make_optimizer, batches, compiled=True)
+    _assert_same(eager, compiled)
+    assert _replays(compiled[2]) == 1  # traced (twice, to check), then replayed
+    assert compiled[1]["optimizer"]["iterations"] == 9
+
+
+def test_cnn_with_dropout_and_batch_norm_compiled_equals_eager_bit_for_bit():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(6, 6, 6, 2)).astype(np.float32)
+    y = rng.integers(0, 3, 6)
+    batches = [(x, y)] * 5
+
+    def make_model():
+        return tp.layers.Sequential(
+            [
+                tp.layers.Conv2D(4, 3, padding="same", activation="relu"),
+                tp.layers.MaxPool2D(2),
+                tp.layers.BatchNormalization(),
+                tp.layers.Dropout(0.4),
+                tp.layers.Flatten(),
+                tp.layers.Dense(3),
+            ]
+        )
+
+    def make_optimizer():
+        return tp.optimizers.SGD(0.05, momentum=0.9)
+
+    eager = _train(make_model, make_optimizer, batches, compiled=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback to eager
+        compiled = _train(make_model, make_optimizer, batches, compiled=True)
+    _assert_same(eager, compiled)  # moving statistics, dropout masks and generator state included
+    assert _replays(compiled[2]) == 1
+    assert not np.array_equal(eager[1]["variables"][4], np.zeros(4))  # moving_mean moved
+
+
+def test_user_module_with_python_control_flow_compiled_equals_eager():
+    class Residual(tp.Module):
+        def __init__(self, depth, skip_every):
+            super().__init__()
+            self.depth, self.skip_every = depth, skip_every
+            self.layers = [tp.layers.Dense(5, activation="tanh") for _ in range(depth)]
+            self.head = tp.layers.Dense(3)
+
+        def call(self, x, training=False):
+            h = None
+            for i, layer in enumerate(self.layers):
+                out = layer(x if i == 0 else h)
+                h = out + h if i % self.skip_every and i > 0 else out
+            if training:
+                h = tp.nn.dropout(h, 0.2)
+            return self.head(h)
+
+    x, y = _data(8, features=5)
+    batches = [(x, y)] * 4
+    eager = _train(lambda: Residual(4, 2), lambda: tp.optimizers.RMSprop(0.01), batches, compiled=False)
+    compiled = _train(lambda: Residual(4, 2), lambda: tp.optimizers.RMSprop(0.01), batches, compiled=True)
+    _assert_same(eager, compiled)
+
+
+def test_a_new_shape_or_python_value_traces_again():
+    traces = []
+
+    @tp.function
+    def f(x, scale):
+        traces.append((x.shape, scale))  # a Python side effect: runs at trace time only
+        return tp.reduce_sum(x * scale)
+
+    a = np.ones((2, 3), np.float32)
+    for _ in range(4):
+        assert float(f(a, 2.0)) == 12.0
+    assert traces == [((2, 3), 2.0)] * 2  # traced, then traced again to check the trace
+    assert float(f(np.ones((4, 3), np.float32), 2.0)) == 24.0
+    assert float(f(a, 3.0)) == 18.0
+    assert float(f(a.astype(np.float64), 2.0)) == 12.0
+    assert [t for t in traces[2:]] == [((4, 3), 2.0), ((2, 3), 3.0), ((2, 3), 2.0)]
+    for _ in range(3):  # each known signature replays: no more traces
+        f(a, 2.0)
+    assert len(traces) == 5
+
+
+def test_python_side_effects_run_at_trace_time_only():
+    seen = []
+    v = tp.Variable([1.0, 2.0])
+
+    @tp.function
+    def f(x):
+        seen.append("traced")
+        v.assign_add(x)
+        return v * 2.0
+
+    outputs = [f(tp.constant([1.0, 1.0])).numpy() for _ in range(5)]
+    assert seen == ["traced", "traced"]  # the first call traces, the second checks it
+    np.testing.assert_array_equal(v.numpy(), [6.0, 7.0])  # the assigns ran on every call
+    np.testing.assert_array_equal(outputs[-1], [12.0, 14.0])
+
+
+def test_variables_are_read_and_assigned_at_replay_time():
+    w = tp.Variable([[1.0, 2.0]])
+
+    @tp.function
+    def f(x):
+        return tp.matmul(x, w, transpose_b=True)
+
+    x = tp.constant([[1.0, 1.0]])
+    for _ in range(3):
+        f(x)
+    w.assign([[5.0, 7.0]])  # changed outside the function
+    assert float(f(x)[0, 0]) == 12.0
+
+
+def test_random_ops_draw_fresh_values_from_the_eager_generators():
+    def draws(fn):
+        tp.random.set_seed(3)
+        return [fn(tp.constant(0.0)).numpy() for _ in range(5)]
+
+    def sample(shift):
+        return tp.random.normal((4,)) + tp.random.uniform((2,), seed=7)[0] + shift
+
+    eager = draws(sample)
+    f = tp.function(sample)
+    compiled = draws(f)
+    assert not f.eager
+    for a, b in zip(eager, compiled):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(compiled[3], compiled[4])  # fresh numbers on each replay
+
+
+def test_a_tensor_value_used_in_python_falls_back_to_eager_with_a_warning_naming_the_line():
+    calls = []
+
+    @tp.function
+    def f(x):
+        calls.append(1)
+        if tp.reduce_sum(x) > 0:  # depends on the value: cannot be traced
+            return x * 2.0
+        return x - 1.0
+
+    with pytest.warns(RuntimeWarning, match=r"test_function\.py:\d+ \('if tp\.reduce_sum\(x\) > 0:"):
+        assert f(tp.constant([1.0])).numpy() == 2.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once only
+        assert f(tp.constant([-1.0])).numpy() == -2.0  # eager: the other branch, correctly
+        assert f(tp.constant([3.0])).numpy() == 6.0
+    assert f.eager and len(calls) == 3
+
+
+def test_float_of_a_loss_falls_back_and_keeps_eager_results():
+    v = tp.Variable(1.0)
+
+    @tp.function
+    def f():
+        v.assign_add(1.0)
+        return float(v)  # the value leaves for Python
+
+    with pytest.warns(RuntimeWarning, match="return float"):
+        assert f() == 2.0
+    assert f() == 3.0 and f() == 4.0
+
+
+def test_indexing_with_a_traced_tensor_falls_back_naming_the_line():
+    xs = [tp.constant(np.roll(np.arange(5, dtype=np.float32), i)) for i in range(4)]  # maxima move
+
+    def pick(x):
+        return x[tp.argmax(x)] * 2.0
+
+    f = tp.function(pick)
+    with pytest.warns(RuntimeWarning, match=r"test_function\.py:\d+ \('return x\[tp\.argmax"):
+        results = [f(x).numpy() for x in xs]
+    for x, r in zip(xs, results):
+        np.testing.assert_array_equal(r, pick(x).numpy())
+    assert f.eager
+
+
+def test_code_that_reads_arrays_directly_is_caught_by_the_second_trace():
+    # Reading the private array bypasses every check: the constant it makes differs between
+    # the first two traces, so the function falls back to eager instead of freezing it.
+    xs = [tp.constant(np.roll(np.arange(5, dtype=np.float32), i)) for i in range(4)]
+
+    def centred(x):
+        return x - tp.constant(x._value[0])
+
+    f = tp.function(centred)
+    with pytest.warns(RuntimeWarning, match="two traces of the same signature differ"):
+        results = [f(x).numpy() for x in xs]
+    for x, r in zip(xs, results):
+        np.testing.assert_array_equal(r, centred(x).numpy())
+
+
+def test_an_active_tape_sees_the_ops_of_a_compiled_function():
+    @tp.function
+    def f(x):
+        return x * x
+
+    x = tp.Variable(3.0)
+    for _ in range(3):
+        f(x)
+    with tp.GradientTape() as tape:
+        y = f(x)
+    assert float(tape.gradient(y, x)) == 6.0
+
+
+def test_decorator_forms_methods_and_ndarray_arguments():
+    class Model(tp.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tp.Variable(2.0)
+
+        @tp.function
+        def scaled(self, x):
+            return x * self.w
+
+    m = Model()
+    for _ in range(3):
+        assert m.scaled(np.float32(3.0)).numpy() == 6.0
+    m.w.assign(4.0)
+    assert m.scaled(np.float32(3.0)).numpy() == 12.0
+
+    @tp.function(reduce_retracing=True)
+    def g(d):
+        return {"sum": d["a"] + d["b"]}
+
+    for _ in range(3):
+        out = g({"a": np.ones(2, np.float32), "b": tp.constant([1.0, 2.0])})
+    np.testing.assert_array_equal(out["sum"].numpy(), [2.0, 3.0])
+    assert isinstance(out["sum"], tp.Tensor)
+
+
+def test_reduce_logsumexp_shifts_by_each_calls_maximum():
+    # The overflow guard's shift is an op, so a replay does not keep the traced call's maximum.
+    f = tp.function(tp.reduce_logsumexp)
+    for i in range(5):
+        x = tp.constant([1.0, 2.0, 40.0 * i])
+        np.testing.assert_array_equal(f(x).numpy(), tp.reduce_logsumexp(x).numpy())
+    assert not f.eager and f.experimental_get_tracing_count() == 1
+
+
+def test_clipping_ops_and_an_update_inside_the_function_replay():
+    v = tp.Variable(np.ones(3, np.float32))
+
+    def step(x):
+        with tp.GradientTape() as tape:
+            loss = tp.reduce_sum(v * x * x)
+        (g,) = tape.gradient(loss, [v])
+        (clipped,), norm = tp.clip_by_global_norm([g], 1.0)
+        v.assign_sub(0.1 * clipped)
+        return norm
+
+    f = tp.function(step)
+    xs = [tp.constant([1.0, 2.0, float(i)]) for i in range(5)]
+    compiled = [f(x).numpy() for x in xs]
+    after = v.numpy()
+    v.assign(np.ones(3, np.float32))
+    eager = [step(x).numpy() for x in xs]
+    np.testing.assert_array_equal(compiled, eager)
+    np.testing.assert_array_equal(after, v.numpy())
+    assert not f.eager
+
+
+def test_a_constant_made_from_a_variable_reads_it_on_each_call():
+    v = tp.Variable([1.0, 2.0])
+
+    @tp.function
+    def f():
+        return tp.constant(v) * 2.0
+
+    for _ in range(3):
+        f()
+    v.assign([3.0, 4.0])
+    np.testing.assert_array_equal(f().numpy(), [6.0, 8.0])
