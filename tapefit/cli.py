@@ -37,6 +37,9 @@ from tapefit.run_lock import LOCK_NAME, RunFolderBusy, RunLock
 CONFIG_FILE_NAME = "config.yaml"
 """The resolved config in the run folder; its presence marks a folder as a tapefit run."""
 
+MODEL_FILE_NAME = "model.safetensors"
+"""The final weights in the run folder (with early_stopping's restore_best_weights, the best ones)."""
+
 EXAMPLES = """\
 examples:
   train --config configs/digits_mlp.yaml
@@ -558,23 +561,19 @@ def build_plugins(entries: list[dict[str, Any]]) -> list[Any]:
 
 
 def check_monitors(plugins: list[Any], metrics: list[Any], data: Data) -> None:
-    """Checks that every built-in plugin's ``monitor`` names a key the epoch logs will have.
+    """Checks that every plugin's ``monitor`` names a key the epoch logs will have.
 
     The keys are ``loss``, the metrics' names, their ``val_`` twins when there is validation
-    data, and ``learning_rate`` with ``reduce_lr_on_plateau``. A user's plugin may add keys of
-    its own, so with one in the run a missing key stays a warning at the first epoch's end.
+    data, and what each plugin's ``adds_log_keys`` lists (``learning_rate`` with
+    ``reduce_lr_on_plateau``). A plugin without ``adds_log_keys`` may add keys of its own, so
+    with one in the run a missing key stays a warning at the first epoch's end.
     """
-    from tapefit.plugins import manager
-    from tapefit.plugins.reduce_lr_on_plateau import ReduceLROnPlateau
-
-    builtin = tuple(manager.resolve_plugin(name) for name in manager.BUILTIN_PLUGINS)
-    if not all(isinstance(plugin, builtin) for plugin in plugins):
-        return
+    if not all(hasattr(plugin, "adds_log_keys") for plugin in plugins):
+        return  # a plugin that does not say which keys it adds may add the one monitored
     keys = ["loss", *(m.name for m in metrics)]
     if data.validation is not None:
         keys += [f"val_{k}" for k in keys]
-    if any(isinstance(plugin, ReduceLROnPlateau) for plugin in plugins):
-        keys.append("learning_rate")
+    keys += [key for plugin in plugins for key in plugin.adds_log_keys if key not in keys]
     for i, plugin in enumerate(plugins):
         monitor = getattr(plugin, "monitor", None)
         if not isinstance(monitor, str) or monitor in keys:
@@ -635,11 +634,11 @@ def check_model_on_data(
 
 
 def _checkpoint_folder(plugins: list[Any], output_dir: Path) -> Path | None:
-    from tapefit.plugins.checkpoint import Checkpoint
-
+    """The folder of the first plugin that saves checkpoints (``checkpoint_folder``, hookspecs.py)."""
     for plugin in plugins:
-        if isinstance(plugin, Checkpoint):
-            return plugin.dirpath if plugin.dirpath is not None else output_dir / "checkpoints"
+        folder = getattr(plugin, "checkpoint_folder", None)
+        if callable(folder):
+            return Path(folder(output_dir))
     return None
 
 
@@ -853,11 +852,19 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
                 shutil.rmtree(path)
             else:
                 path.unlink()
-    run.output_dir.mkdir(parents=True, exist_ok=True)
-    (run.output_dir / CONFIG_FILE_NAME).write_text(_config.dump_config(run.config), encoding="utf-8")
     trainer = run.trainer
     settings = run.config["trainer"]
     print(f"train: {run.config['name']}: {run.data.description}", file=out)
+    if run.resume_from is not None and run.resume_epoch >= settings["epochs"]:
+        print(f"train: resuming from {run.resume_from}", file=out)
+        print(
+            f"train: the checkpoint has {run.resume_epoch} epochs done and trainer.epochs is "
+            f"{settings['epochs']}: nothing to train (train longer with --set trainer.epochs=N)",
+            file=out,
+        )
+        return 0  # and nothing written: the run folder stays as the finished run left it
+    run.output_dir.mkdir(parents=True, exist_ok=True)
+    (run.output_dir / CONFIG_FILE_NAME).write_text(_config.dump_config(run.config), encoding="utf-8")
     if run.resume_from is None and args.resume == "auto":
         folder = _checkpoint_folder(run.plugins, run.output_dir)
         print(
@@ -866,12 +873,6 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
         )
     if run.resume_from is not None:
         print(f"train: resuming from {run.resume_from}", file=out)
-        if run.resume_epoch >= settings["epochs"]:
-            print(
-                f"train: the checkpoint has {run.resume_epoch} epochs done and trainer.epochs is "
-                f"{settings['epochs']}: nothing to train (train longer with --set trainer.epochs=N)",
-                file=out,
-            )
     started = time.perf_counter()
     history = trainer.fit(
         run.data.x_train,
@@ -888,25 +889,58 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
     epochs = len(history.history.get("loss", []))
     trained = max(epochs - run.resume_epoch, 0) if run.resume_from is not None else epochs
     total = f" ({epochs} in all)" if run.resume_from is not None else ""
+    failure = _failure(run.plugins, final)
+    if failure is None:
+        _export(run.model, run.output_dir / MODEL_FILE_NAME)
     print(
-        f"train: done: {run.config['name']}, {trained} epoch{'' if trained == 1 else 's'} in {seconds:.1f} s"
-        f"{total}",
+        f"train: {'stopped' if failure else 'done'}: {run.config['name']}, {trained} "
+        f"epoch{'' if trained == 1 else 's'} in {seconds:.1f} s{total}",
         file=out,
     )
     if final:
         print(f"  final   {_format_logs(final)}", file=out)
     _print_outputs(run, out)
-    from tapefit.plugins.terminate_on_nan import TerminateOnNaN
-
-    nan_steps = [
-        p.stopped_step for p in run.plugins if isinstance(p, TerminateOnNaN) and p.stopped_step is not None
-    ]
-    loss = final.get("loss")
-    if nan_steps or (isinstance(loss, float) and not math.isfinite(loss)):
-        where = f" at step {nan_steps[0]}, so terminate_on_nan stopped the run" if nan_steps else ""
-        print(f"{args.prog}: error: the training loss was not finite{where}", file=sys.stderr)
+    if failure is not None:
+        print(f"{args.prog}: error: {failure}", file=sys.stderr)
         return 1
     return 0
+
+
+def export(run: Run, path: Path, out: Any) -> int:
+    """``train --export PATH``: the weights of the checkpoint ``--resume`` chose, as ``.safetensors``."""
+    from tapefit.plugins.checkpoint import load_checkpoint
+
+    try:
+        if run.resume_from is None:
+            raise ConfigError("--export: there is no checkpoint to export (the run has not saved one yet)")
+        try:
+            run.model.load_state_dict(load_checkpoint(run.resume_from)["model"])
+            _export(run.model, path)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--export: {_error_text(e)}") from e
+    finally:
+        if run.lock is not None:
+            run.lock.release()
+    print(f"train: exported the weights of {run.resume_from} to {path}", file=out)
+    return 0
+
+
+def _failure(plugins: list[Any], final: Mapping[str, float]) -> str | None:
+    """Why the fit failed (a plugin's ``failure``, or a non-finite final loss), or ``None``."""
+    for plugin in plugins:
+        failure = getattr(plugin, "failure", None)
+        if isinstance(failure, str) and failure:
+            return failure
+    loss = final.get("loss")
+    if isinstance(loss, float) and not math.isfinite(loss):
+        return "the training loss was not finite"
+    return None
+
+
+def _export(model: Any, path: Path) -> None:
+    """Writes the model's weights to ``path`` (``.safetensors``), when the model can save them."""
+    if callable(getattr(model, "save_weights", None)):
+        model.save_weights(path)
 
 
 def _print_outputs(run: Run, out: Any) -> None:
@@ -916,6 +950,7 @@ def _print_outputs(run: Run, out: Any) -> None:
     print(f"  outputs {folder}/", file=out)
     known = {
         CONFIG_FILE_NAME: "resolved config",
+        MODEL_FILE_NAME: "the trained weights (Module.load_weights)",
         "tensorboard": "TensorBoard (tensorboard --logdir runs)",
         "checkpoints": "checkpoints",
     }
@@ -932,14 +967,14 @@ def _print_outputs(run: Run, out: Any) -> None:
 
 def _what_was_saved(run: Run) -> str:
     """Where an interrupted run can continue from, in words."""
-    from tapefit.plugins.checkpoint import Checkpoint, latest_checkpoint
+    from tapefit.plugins.checkpoint import latest_checkpoint
 
-    plugin = next((p for p in run.plugins if isinstance(p, Checkpoint)), None)
-    if plugin is None:
-        return "no checkpoint was saved (the run has no checkpoint plugin)"
-    if plugin.interrupted_path is not None:
-        return f"the state was saved to {plugin.interrupted_path} (continue with --resume auto)"
     folder = _checkpoint_folder(run.plugins, run.output_dir)
+    if folder is None:
+        return "no checkpoint was saved (the run has no checkpoint plugin)"
+    saved = [p.interrupted_path for p in run.plugins if getattr(p, "interrupted_path", None) is not None]
+    if saved:
+        return f"the state was saved to {saved[0]} (continue with --resume auto)"
     last = latest_checkpoint(folder) if folder is not None else None
     if last is None:
         return "no checkpoint was saved yet"
@@ -988,6 +1023,14 @@ def build_parser(prog: str = "train") -> argparse.ArgumentParser:
     parser.add_argument(
         "--overwrite", action="store_true", help="delete an earlier run of the same name first"
     )
+    parser.add_argument(
+        "--export",
+        metavar="PATH",
+        help=(
+            "write the model weights of the checkpoint that --resume names (default: the run's newest) to "
+            "PATH, a .safetensors file, and exit without training"
+        ),
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
     from tapefit import __version__
 
@@ -1003,6 +1046,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "train") -> int:
         args.prog = prog
         if args.overwrite and args.resume is not None:
             parser.error("--overwrite deletes the run that --resume would continue; give one of them")
+        if args.export is not None:
+            if args.overwrite or args.print_config:
+                parser.error(
+                    "--export writes a checkpoint's weights and trains nothing; drop --overwrite/--print-config"
+                )
+            if not args.export.endswith(".safetensors"):
+                parser.error(f"--export: the file name must end in '.safetensors', got {args.export!r}")
+            args.resume = args.resume or "auto"
     except SystemExit as e:  # --help, --version and usage errors
         return e.code if isinstance(e.code, int) else 2
     # tapefit's warnings (a plugin that failed to clean up, ...) go to stderr while train runs;
@@ -1041,6 +1092,8 @@ def _main(args: argparse.Namespace, prog: str) -> int:
             sys.stdout.write(_config.dump_config(resolve(args, default_schema())))
             return 0
         run = prepare(args)
+        if args.export is not None:
+            return export(run, Path(args.export), sys.stdout)
     except ConfigError as e:
         if args.debug:
             traceback.print_exc()

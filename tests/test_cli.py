@@ -44,7 +44,7 @@ def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
     return {
         str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
         for p in sorted(root.rglob("*"))
-        if p.is_file()
+        if p.is_file() and p.name != ".train.lock"  # bookkeeping: the holder's pid
     }
 
 
@@ -880,6 +880,7 @@ def test_spirals_config_end_to_end_and_resume_auto(tmp_path):
         "checkpoints",
         "config.yaml",
         "history.csv",
+        "model.safetensors",
     ]
     resolved = parse_yaml((run / "config.yaml").read_text())
     assert resolved["trainer"]["epochs"] == 3 and resolved["model"]["output_units"] == 3
@@ -1117,6 +1118,7 @@ def test_all_plugins_config_shows_every_builtin_plugin_and_runs(tmp_path):
         "checkpoints",
         "config.yaml",
         "history.csv",
+        "model.safetensors",
         "tensorboard",
     ]
     assert (run / "checkpoints/best").is_file() and (run / "checkpoints/last").is_file()
@@ -1441,3 +1443,96 @@ def test_output_paths_outside_runs_are_allowed_by_design(workdir, capsys):
     status, _, err = run_main(["--config", config, *(a for o in overrides for a in ("--set", o))], capsys)
     assert status == 0, err
     assert (workdir / outside / "config.yaml").is_file() and list((workdir / "ck").glob("*.npz"))
+
+
+# --------------------------------------------------------------------------- the trained weights, exported
+
+
+def test_a_run_writes_its_final_weights_as_safetensors(workdir, capsys):
+    from safetensors.numpy import load_file
+
+    config = write(workdir / "c.yaml", SPIRALS)
+    plugins = (
+        "plugins=[{type: checkpoint}, {type: early_stopping, monitor: val_loss, restore_best_weights: true}]"
+    )
+    status, out, err = run_main(["--config", config, "--set", "name=w", "--set", plugins], capsys)
+    assert status == 0, err
+    assert "model.safetensors" in out
+    weights = load_file(workdir / "runs/w/model.safetensors")
+    from tapefit.plugins.checkpoint import latest_checkpoint, load_checkpoint
+
+    last = load_checkpoint(latest_checkpoint(workdir / "runs/w/checkpoints"))
+    best = last["plugins"]["early_stopping"]["best_weights"]  # restored at the end of the fit
+    assert sorted(weights) == sorted(best)
+    for key in best:
+        np.testing.assert_array_equal(weights[key], best[key])
+
+
+def test_export_writes_a_checkpoints_weights_without_training(workdir, capsys):
+    from safetensors.numpy import load_file
+
+    from tapefit.plugins.checkpoint import load_checkpoint
+
+    config = write(workdir / "c.yaml", SPIRALS)
+    status, _, err = run_main(["--config", config, "--set", "name=e"], capsys)
+    assert status == 0, err
+    before = snapshot(workdir / "runs/e")
+    first = workdir / "runs/e/checkpoints/epoch0000-step00000004.npz"
+    status, out, err = run_main(
+        ["--config", config, "--set", "name=e", "--resume", first, "--export", "w.safetensors"], capsys
+    )
+    assert status == 0, err
+    assert f"exported the weights of {first}" in out
+    weights, saved = load_file(workdir / "w.safetensors"), load_checkpoint(first)["model"]
+    assert sorted(weights) == sorted(saved)
+    for key in saved:
+        np.testing.assert_array_equal(weights[key], saved[key])
+    assert snapshot(workdir / "runs/e") == before  # nothing trained, nothing rewritten
+    status, _, err = run_main(["--config", config, "--set", "name=none", "--export", "x.safetensors"], capsys)
+    assert status == 2 and "no checkpoint to export" in err
+    status, _, err = run_main(["--config", config, "--export", "x.npz"], capsys)
+    assert status == 2 and "must end in '.safetensors'" in err
+
+
+def test_a_resume_with_nothing_to_train_writes_nothing(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    status, _, err = run_main(["--config", config, "--set", "name=done"], capsys)
+    assert status == 0, err
+    before = snapshot(workdir / "runs/done")
+    status, out, err = run_main(["--config", config, "--set", "name=done", "--resume", "auto"], capsys)
+    assert status == 0, err
+    assert "nothing to train" in out
+    assert snapshot(workdir / "runs/done") == before
+
+
+def test_a_non_finite_run_is_reported_as_stopped_not_done(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    overrides = ["name=nan", "optimizer={type: sgd, learning_rate: 1.0e+30}", "plugins=[terminate_on_nan]"]
+    with np.errstate(all="ignore"):
+        status, out, err = run_main(
+            ["--config", config, *(a for o in overrides for a in ("--set", o))], capsys
+        )
+    assert status == 1
+    assert "train: done" not in out and "train: stopped: nan, 1 epoch" in out
+    assert err.strip().splitlines()[-1].startswith("train: error: the training loss was not finite at step ")
+    assert not (workdir / "runs/nan/model.safetensors").exists()
+
+
+def test_a_plugin_that_declares_its_log_keys_lets_train_check_monitors(workdir, capsys):
+    write(
+        workdir / "declared.py",
+        """\
+        import tapefit as tp
+
+        class Declared:
+            adds_log_keys = ()
+
+            @tp.hookimpl
+            def on_epoch_end(self, logs):
+                pass
+        """,
+    )
+    config = write(workdir / "c.yaml", SPIRALS)
+    plugins = "plugins=[{type: 'declared:Declared'}, {type: early_stopping, monitor: mine}]"
+    status, _, err = run_main(["--config", config, "--set", plugins], capsys)
+    assert status == 2 and "plugins[1].monitor: 'mine' is not a key of this run's epoch logs" in err

@@ -368,6 +368,7 @@ class Checkpoint:
     """
 
     plugin_name = "checkpoint"
+    adds_log_keys: tuple[str, ...] = ()  # epoch log keys it adds (hookspecs.py)
 
     def __init__(
         self,
@@ -412,6 +413,10 @@ class Checkpoint:
             self._monitor.reset()
         self.interrupted_path: Path | None = None
 
+    def checkpoint_folder(self, output_dir: str | os.PathLike[str]) -> Path:
+        """Where this plugin saves for a run whose output folder is ``output_dir`` (hookspecs.py)."""
+        return self.dirpath if self.dirpath is not None else Path(output_dir) / "checkpoints"
+
     # -- state -------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
@@ -429,7 +434,7 @@ class Checkpoint:
     @hookimpl
     def on_fit_start(self, trainer: Any) -> None:
         self._reset()
-        self.folder = self.dirpath if self.dirpath is not None else Path(trainer.output_dir) / "checkpoints"
+        self.folder = self.checkpoint_folder(trainer.output_dir)
         self.folder.mkdir(parents=True, exist_ok=True)
         for tmp in remove_stale_temporaries(self.folder):
             logger.info("removed %s, left by an interrupted checkpoint write", tmp)

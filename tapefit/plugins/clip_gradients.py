@@ -83,6 +83,7 @@ class ClipGradients:
     """
 
     plugin_name = "clip_gradients"
+    adds_log_keys: tuple[str, ...] = ()  # epoch log keys it adds (hookspecs.py)
 
     def __init__(
         self, global_norm: float | None = None, norm: float | None = None, value: float | None = None

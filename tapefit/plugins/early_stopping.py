@@ -36,6 +36,7 @@ class EarlyStopping:
     """
 
     plugin_name = "early_stopping"
+    adds_log_keys: tuple[str, ...] = ()  # epoch log keys it adds (hookspecs.py)
 
     def __init__(
         self,

@@ -25,6 +25,21 @@ regularization losses) and the running epoch value of every metric; a plugin may
 keys. ``on_epoch_end`` gets the epoch's logs: ``loss`` and every metric averaged over
 the epoch, and their ``val_`` versions when there is validation data; keys a plugin adds
 there go into the ``History``.
+
+**What ``train`` reads from plugins.** Besides the hooks, the ``train`` command reads these
+optional attributes, so any plugin, built-in or not, can take part; it never asks a plugin's
+class:
+
+* ``adds_log_keys``: a tuple of the epoch log keys the plugin adds (``("learning_rate",)``
+  for ``reduce_lr_on_plateau``, ``()`` for one that adds none). When every plugin of a run
+  declares it, a ``monitor`` naming no key of the epoch logs is refused before training;
+  otherwise it stays a warning at the first epoch's end.
+* ``checkpoint_folder(output_dir)``: for a plugin that saves checkpoints, the folder it saves
+  into for a run whose output folder is ``output_dir``; ``--resume auto`` looks there.
+* ``interrupted_path``: the checkpoint the plugin saved when an exception ended the last fit,
+  or ``None``; ``train`` names it after a Ctrl-C.
+* ``failure``: why the plugin ended the last fit as a failure, in words (``train`` prints it
+  and exits 1), or ``None``.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ class Progress:
     """
 
     plugin_name = "progress"
+    adds_log_keys: tuple[str, ...] = ()  # epoch log keys it adds (hookspecs.py)
 
     def __init__(
         self,

@@ -31,6 +31,7 @@ class ReduceLROnPlateau:
     """
 
     plugin_name = "reduce_lr_on_plateau"
+    adds_log_keys: tuple[str, ...] = ("learning_rate",)  # epoch log keys it adds (hookspecs.py)
 
     def __init__(
         self,

@@ -160,6 +160,7 @@ class TensorBoard:
     """
 
     plugin_name = "tensorboard"
+    adds_log_keys: tuple[str, ...] = ()  # epoch log keys it adds (hookspecs.py)
 
     def __init__(
         self,

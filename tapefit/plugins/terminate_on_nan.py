@@ -25,9 +25,17 @@ class TerminateOnNaN:
     """
 
     plugin_name = "terminate_on_nan"
+    adds_log_keys: tuple[str, ...] = ()  # epoch log keys it adds (hookspecs.py)
 
     def __init__(self) -> None:
         self.stopped_step: int | None = None
+
+    @property
+    def failure(self) -> str | None:
+        """Why the last fit failed, in words, or ``None`` (read by ``train``; hookspecs.py)."""
+        if self.stopped_step is None:
+            return None
+        return f"the training loss was not finite at step {self.stopped_step}, so terminate_on_nan stopped the run"
 
     @hookimpl
     def on_fit_start(self) -> None:
