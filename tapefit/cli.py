@@ -664,9 +664,11 @@ def find_resume_point(resume: str, plugins: list[Any], output_dir: Path) -> Path
 def _check_resume_fits(path: Path, model: Any, config: dict[str, Any], data: Data) -> int:
     """Checks that the checkpoint at ``path`` can continue this config; returns its epoch."""
     from tapefit.plugins import checkpoint as _checkpoint
+    from tapefit.resume import check_checkpoint
 
     try:
         contents = _checkpoint.load_checkpoint(path)
+        check_checkpoint(contents, model=model, num_samples=len(data.x_train), source=path)
     except (OSError, ValueError) as e:
         raise ConfigError(f"--resume: {e}") from e
     state = contents.get("trainer", {})

@@ -32,6 +32,7 @@ from tapefit.core.tensor import Tensor
 from tapefit.data.loader import BatchLoader
 from tapefit.plugins.checkpoint import load_checkpoint, save_checkpoint
 from tapefit.plugins.manager import PluginManager
+from tapefit.resume import check_checkpoint
 
 logger = logging.getLogger("tapefit")
 
@@ -665,6 +666,7 @@ class Trainer:
         return save_checkpoint(path, self.checkpoint_contents())
 
     def _restore(self, checkpoint: dict[str, Any], loader: BatchLoader, source: Any) -> None:
+        check_checkpoint(checkpoint, source=source)  # the fields read below; the model's after it is built
         state = checkpoint["trainer"]
         ours = {
             "batch_size": loader.batch_size,
@@ -681,6 +683,7 @@ class Trainer:
         modules = [self.model, *getattr(self.model, "submodules", [])]
         if not all(getattr(module, "built", True) for module in modules):
             self._call(_to_tensors(loader.batch(None, 0)[0]), training=False)
+        check_checkpoint(checkpoint, model=self.model, num_samples=loader.num_samples, source=source)
         self.model.load_state_dict(checkpoint["model"])
         self.optimizer.set_state(checkpoint["optimizer"])
         if checkpoint["metrics"]:

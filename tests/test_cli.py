@@ -1536,3 +1536,20 @@ def test_a_plugin_that_declares_its_log_keys_lets_train_check_monitors(workdir, 
     plugins = "plugins=[{type: 'declared:Declared'}, {type: early_stopping, monitor: mine}]"
     status, _, err = run_main(["--config", config, "--set", plugins], capsys)
     assert status == 2 and "plugins[1].monitor: 'mine' is not a key of this run's epoch logs" in err
+
+
+def test_a_checkpoint_with_a_bad_field_is_exit_2_naming_it(workdir, capsys):
+    from tapefit.plugins.checkpoint import load_checkpoint, save_checkpoint
+
+    config = write(workdir / "c.yaml", SPIRALS)
+    status, _, err = run_main(["--config", config, "--set", "name=f"], capsys)
+    assert status == 0, err
+    contents = load_checkpoint(workdir / "runs/f/checkpoints")
+    contents["trainer"]["epoch"] = "many"
+    save_checkpoint(
+        workdir / "bad.npz", {k: v for k, v in contents.items() if k not in ("format", "version")}
+    )
+    status, out, err = run_main(["--config", config, "--set", "name=g", "--resume", "bad.npz"], capsys)
+    assert status == 2 and out == ""
+    [line] = err.strip().splitlines()
+    assert "bad.npz: trainer.epoch: expected a non-negative integer, got 'many'" in line

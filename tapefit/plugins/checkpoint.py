@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import re
 import secrets
 import zipfile
 from collections.abc import Callable
@@ -46,6 +47,12 @@ _METADATA = "__metadata__"
 _DIGEST = "__digest__"
 _ARRAY_REF = "__ndarray__"
 _TMP_SUFFIX = ".tmp"
+_MAX_METADATA_BYTES = 64 * 2**20
+
+OWN_NAME = re.compile(r"epoch\d{4,}-step\d{8,}\.npz|interrupted\.npz|last|best")
+"""The names of the files the checkpoint plugin writes in its folder (and nothing else)."""
+
+_OWN_TEMPORARY = re.compile(rf"\.(?:{OWN_NAME.pattern})\.[0-9a-f]{{12}}{re.escape(_TMP_SUFFIX)}")
 
 
 class CheckpointError(ValueError):
@@ -107,9 +114,15 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None
 
 
 def remove_stale_temporaries(folder: str | os.PathLike[str]) -> list[Path]:
-    """Deletes temporary files that a killed writer left in ``folder``; returns them."""
+    """Deletes the temporary files that a killed checkpoint write left in ``folder``; returns them.
+
+    Only ``atomic_write``'s temporaries of the plugin's own file names
+    (``.epoch0003-step00000120.npz.<12 hex digits>.tmp``); a user's ``.draft.tmp`` stays.
+    """
     removed = []
     for tmp in Path(folder).glob(f".*{_TMP_SUFFIX}"):
+        if not _OWN_TEMPORARY.fullmatch(tmp.name) or not tmp.is_file():
+            continue
         with contextlib.suppress(OSError):
             tmp.unlink()
             removed.append(tmp)
@@ -266,6 +279,53 @@ def latest_checkpoint(folder: str | os.PathLike[str]) -> Path | None:
         return None
 
 
+def _read_members(path: Path) -> dict[str, np.ndarray]:
+    """The ``.npy`` members of the checkpoint's zip, checked before any byte is inflated.
+
+    ``save_checkpoint`` stores members uncompressed, so a member that claims compression, or
+    an uncompressed size that the file cannot hold, is refused from the zip directory alone:
+    a small file whose member claims gigabytes (a zip bomb) is never decompressed. Each
+    member's ``.npy`` header (its dtype and shape) must then account for its size exactly.
+    """
+    file_size = path.stat().st_size
+    members: dict[str, np.ndarray] = {}
+    with zipfile.ZipFile(path) as zf:
+        infos = zf.infolist()
+        for info in infos:
+            if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
+                raise CheckpointError(
+                    f"{path}: member {info.filename!r} is compressed ({info.file_size} bytes declared); "
+                    "tapefit checkpoints store their members uncompressed, so it is not read"
+                )
+        if sum(info.file_size for info in infos) > file_size:
+            raise CheckpointError(f"{path}: its members declare more bytes than the file holds")
+        for info in infos:
+            name = info.filename.removesuffix(".npy")
+            if name == _METADATA and info.file_size > _MAX_METADATA_BYTES:
+                raise CheckpointError(
+                    f"{path}: its metadata is {info.file_size} bytes, more than a checkpoint holds"
+                )
+            with zf.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+                elif version == (2, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+                else:
+                    raise CheckpointError(f"{path}: member {info.filename!r} has .npy format {version}")
+                if dtype.hasobject:
+                    raise CheckpointError(f"{path}: member {info.filename!r} holds Python objects")
+                declared = member.tell() + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                if declared != info.file_size:
+                    raise CheckpointError(
+                        f"{path}: member {info.filename!r} declares {declared} bytes of {dtype} {shape}, "
+                        f"but holds {info.file_size}"
+                    )
+            with zf.open(info) as member:
+                members[name] = np.lib.format.read_array(member, allow_pickle=False)
+    return members
+
+
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Reads and verifies a checkpoint written by ``save_checkpoint``.
 
@@ -291,9 +351,10 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
             "plugin writes)"
         )
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            members = {name: npz[name] for name in npz.files}
-    except Exception as error:  # zipfile, zlib, numpy and OS errors all mean the same here
+        members = _read_members(path)
+    except CheckpointError:
+        raise
+    except Exception as error:  # zipfile, numpy and OS errors all mean the same here
         raise CheckpointError(
             f"{path}: cannot read the checkpoint, the file is truncated or corrupted "
             f"({type(error).__name__}: {error})"
@@ -308,6 +369,8 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         data = json.loads(metadata.decode("utf-8"))
     except ValueError as error:
         raise CheckpointError(f"{path}: unreadable metadata: {error}") from error
+    except RecursionError:
+        raise CheckpointError(f"{path}: unreadable metadata: nested too deeply") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
         raise CheckpointError(f"{path}: not a tapefit checkpoint")
     if data.get("version") != FORMAT_VERSION:
@@ -424,10 +487,33 @@ class Checkpoint:
         return {"saved": list(self.saved), "best_value": self.best_value, "best_name": self.best_name}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores what ``state_dict`` returned."""
-        self.saved = list(state["saved"])
-        self.best_value = state["best_value"]
-        self.best_name = state["best_name"]
+        """Restores what ``state_dict`` returned.
+
+        A checkpoint is untrusted input and ``keep_last`` deletes the files this list names:
+        a name that is not a plain file name of this plugin's own pattern (``/home/x``,
+        ``../../x``) is dropped with a warning, never deleted.
+        """
+        saved = state.get("saved")
+        self.saved = [name for name in saved if self._own(name, "saved")] if isinstance(saved, list) else []
+        best_value = state.get("best_value")
+        self.best_value = (
+            float(best_value)
+            if isinstance(best_value, (int, float)) and not isinstance(best_value, bool)
+            else None
+        )
+        best_name = state.get("best_name")
+        self.best_name = best_name if best_name is None or self._own(best_name, "best_name") else None
+
+    @staticmethod
+    def _own(name: Any, field: str) -> bool:
+        if isinstance(name, str) and OWN_NAME.fullmatch(name) and name not in (LAST_POINTER, BEST_POINTER):
+            return True
+        logger.warning(
+            "checkpoint: ignoring %r in the resumed checkpoint's %s: not a checkpoint file name of this plugin",
+            name,
+            field,
+        )
+        return False
 
     # -- hooks -------------------------------------------------------------
 

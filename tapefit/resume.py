@@ -1,0 +1,161 @@
+"""What a checkpoint must hold to continue a fit, every field checked before anything is restored.
+
+A checkpoint file is untrusted input: its digest proves that it is whole, not who wrote it
+(anyone can recompute a digest). So before a resume changes the model, the optimizer or the
+random generators, each field is checked against what it must be (its type, its range, the
+model's shapes and dtypes), and the first one that is not is named in a ``CheckpointError``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from tapefit.plugins.checkpoint import CheckpointError
+
+_SECTIONS = ("trainer", "model", "optimizer", "metrics", "random", "loader", "plugins")
+_COUNTERS = ("epoch", "batch_in_epoch", "step", "epochs", "batch_size", "num_samples", "loss_count")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    )
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_generator_state(state: Any, field: str) -> None:
+    """A NumPy bit generator's state, checked by giving it to a scratch generator."""
+    try:
+        scratch = np.random.default_rng()
+        scratch.bit_generator.state = state
+    except Exception:
+        raise ValueError(f"{field}: not a random generator state, got {_shown(state)}") from None
+
+
+def _check_trainer(state: Any, num_samples: int | None) -> None:
+    if not isinstance(state, dict):
+        raise ValueError(f"trainer: expected a mapping, got {_shown(state)}")
+    for key in _COUNTERS:
+        value = state.get(key)
+        if not _is_int(value) or value < 0:
+            raise ValueError(f"trainer.{key}: expected a non-negative integer, got {_shown(value)}")
+    for key in ("in_epoch", "shuffle", "drop_last"):
+        if not isinstance(state.get(key), bool):
+            raise ValueError(f"trainer.{key}: expected true or false, got {_shown(state.get(key))}")
+    loss_sum = state.get("loss_sum")
+    if not _is_number(loss_sum) or not math.isfinite(float(loss_sum)):
+        raise ValueError(f"trainer.loss_sum: expected a finite number, got {_shown(loss_sum)}")
+    if state["batch_size"] < 1:
+        raise ValueError(f"trainer.batch_size: expected at least 1, got {state['batch_size']}")
+    if num_samples is not None and state["num_samples"] == num_samples:
+        batches = -(-num_samples // state["batch_size"])
+        if state["batch_in_epoch"] > batches:
+            raise ValueError(
+                f"trainer.batch_in_epoch: {state['batch_in_epoch']} is past the {batches} batches of an epoch"
+            )
+    history = state.get("history")
+    if not isinstance(history, list):
+        raise ValueError(f"trainer.history: expected a list, got {_shown(history)}")
+    for i, record in enumerate(history):
+        if not isinstance(record, dict) or not _is_int(record.get("epoch")) or record["epoch"] < 0:
+            raise ValueError(f"trainer.history[{i}]: expected {{epoch, logs}}, got {_shown(record)}")
+        logs = record.get("logs")
+        if not isinstance(logs, dict) or not all(
+            isinstance(k, str) and _is_number(v) for k, v in logs.items()
+        ):
+            raise ValueError(f"trainer.history[{i}].logs: expected a mapping of numbers, got {_shown(logs)}")
+
+
+def _check_model(saved: Any, model: Any) -> None:
+    if not isinstance(saved, dict):
+        raise ValueError(f"model: expected a mapping of arrays, got {_shown(saved)}")
+    ours = model.state_dict() if model is not None else {}
+    for name, value in saved.items():
+        if not isinstance(value, np.ndarray):
+            raise ValueError(f"model.{name}: expected an array, got {_shown(value)}")
+        if name in ours:
+            expected = np.asarray(ours[name])
+            if value.dtype != expected.dtype:
+                raise ValueError(
+                    f"model.{name}: the model's variable is {expected.dtype}, the checkpoint holds {value.dtype}"
+                )
+            if value.shape != expected.shape:
+                raise ValueError(
+                    f"model.{name}: the model's variable has shape {expected.shape}, the checkpoint {value.shape}"
+                )
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            raise ValueError(f"model.{name}: holds NaN or infinite values")
+
+
+def _check_random(state: Any) -> None:
+    if not isinstance(state, dict):
+        raise ValueError(f"random: expected a mapping, got {_shown(state)}")
+    seed = state.get("seed")
+    if seed is not None and (not _is_int(seed) or seed < 0):
+        raise ValueError(f"random.seed: expected null or a non-negative integer, got {_shown(seed)}")
+    _check_generator_state(state.get("main"), "random.main")
+    by_op_seed = state.get("by_op_seed")
+    if not isinstance(by_op_seed, dict):
+        raise ValueError(f"random.by_op_seed: expected a mapping, got {_shown(by_op_seed)}")
+    for key, value in by_op_seed.items():
+        if not (isinstance(key, str) and key.isdigit()):
+            raise ValueError(f"random.by_op_seed: keys are seeds, got {_shown(key)}")
+        _check_generator_state(value, f"random.by_op_seed.{key}")
+
+
+def _check_loader(state: Any, trainer: dict[str, Any]) -> None:
+    if not isinstance(state, dict):
+        raise ValueError(f"loader: expected a mapping, got {_shown(state)}")
+    _check_generator_state(state.get("rng"), "loader.rng")
+    order = state.get("order")
+    if order is None:
+        return
+    n = trainer["num_samples"]
+    if not isinstance(order, np.ndarray) or order.ndim != 1 or order.dtype.kind not in "iu":
+        raise ValueError(f"loader.order: expected a 1-d integer array, got {_shown(order)}")
+    if order.shape[0] != n or not np.array_equal(np.sort(order), np.arange(n)):
+        raise ValueError(f"loader.order: expected an order of all {n} samples, got {order.shape[0]} entries")
+
+
+def check_checkpoint(
+    contents: Any, *, model: Any = None, num_samples: int | None = None, source: Any
+) -> None:
+    """Checks every field a resume reads; raises ``CheckpointError`` naming the first bad one.
+
+    Args:
+        contents: what ``load_checkpoint`` returned.
+        model: the model to resume (built): the saved weights must have its dtypes and shapes.
+        num_samples: the fit's number of training samples, when known.
+        source: the file, for the message.
+    """
+    try:
+        if not isinstance(contents, dict):
+            raise ValueError("expected a mapping of sections")
+        for section in _SECTIONS:
+            if section not in contents:
+                raise ValueError(f"{section}: missing")
+        _check_trainer(contents["trainer"], num_samples)
+        _check_model(contents["model"], model)
+        if not isinstance(contents["optimizer"], dict):
+            raise ValueError(f"optimizer: expected a mapping, got {_shown(contents['optimizer'])}")
+        if not isinstance(contents["metrics"], list) or not all(
+            isinstance(m, dict) for m in contents["metrics"]
+        ):
+            raise ValueError(f"metrics: expected a list of mappings, got {_shown(contents['metrics'])}")
+        _check_random(contents["random"])
+        _check_loader(contents["loader"], contents["trainer"])
+        if not isinstance(contents["plugins"], dict):
+            raise ValueError(f"plugins: expected a mapping, got {_shown(contents['plugins'])}")
+    except ValueError as error:
+        raise CheckpointError(f"{source}: {error}") from None

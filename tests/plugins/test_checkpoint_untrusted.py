@@ -1,0 +1,152 @@
+"""A checkpoint is untrusted input: a crafted one may not delete, inflate or smuggle anything."""
+
+from __future__ import annotations
+
+import io
+import tracemalloc
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tapefit.plugins.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    load_checkpoint,
+    remove_stale_temporaries,
+    save_checkpoint,
+)
+from tests.plugins.conftest import make_data, make_trainer
+
+
+def first_run(tmp_path: Path) -> tuple[Path, Path]:
+    folder = tmp_path / "ck"
+    x, y = make_data()
+    make_trainer([Checkpoint(dirpath=str(folder), keep_last=2)]).fit(x, y, epochs=3, batch_size=8)
+    return folder, folder / "epoch0002-step00000009.npz"
+
+
+def resume(folder: Path, source: Path, epochs: int = 5) -> None:
+    x, y = make_data()
+    make_trainer([Checkpoint(dirpath=str(folder), keep_last=2)]).fit(
+        x, y, epochs=epochs, batch_size=8, resume_from=source
+    )
+
+
+def test_a_crafted_keep_last_list_deletes_nothing_outside_the_folder(tmp_path, caplog):
+    folder, last = first_run(tmp_path)
+    victims = [tmp_path / "thesis.tex", tmp_path / "ck" / "notes.npz"]
+    for victim in victims:
+        victim.write_text("precious\n")
+    contents = load_checkpoint(last)
+    # An attacker edits the list and recomputes the digest, as save_checkpoint does.
+    contents["plugins"]["checkpoint"]["saved"] = [str(victims[0]), "../thesis.tex", "notes.npz", "last"]
+    contents["plugins"]["checkpoint"]["best_name"] = "../../thesis.tex"
+    crafted = tmp_path / "crafted.npz"
+    save_checkpoint(crafted, {k: v for k, v in contents.items() if k not in ("format", "version")})
+    resume(folder, crafted)
+    assert all(victim.read_text() == "precious\n" for victim in victims)
+    assert "ignoring '../thesis.tex' in the resumed checkpoint's saved" in caplog.text
+
+
+def test_a_users_temporary_files_survive_the_plugin(tmp_path):
+    folder = tmp_path / "userdir"
+    folder.mkdir()
+    draft = folder / ".draft.tmp"
+    draft.write_text("mine\n")
+    stale = folder / ".epoch0001-step00000006.npz.0123456789ab.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    assert remove_stale_temporaries(folder) == [stale]
+    assert draft.read_text() == "mine\n" and not stale.exists()
+    x, y = make_data()
+    make_trainer([Checkpoint(dirpath=str(folder))]).fit(x, y, epochs=1, batch_size=8)
+    assert draft.read_text() == "mine\n"
+
+
+def npy_header(dtype: str, shape: tuple[int, ...]) -> bytes:
+    out = io.BytesIO()
+    np.lib.format.write_array_header_1_0(out, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return out.getvalue()
+
+
+def zip_bomb(path: Path, claimed: int = 2**31) -> Path:
+    """An .npz whose one member inflates to ``claimed`` bytes of zeros from a few MB."""
+    header = npy_header("|u1", (claimed,))
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        with zf.open("__metadata__.npy", "w", force_zip64=True) as member:
+            member.write(header)
+            chunk = bytes(2**24)
+            for _ in range(claimed // len(chunk)):
+                member.write(chunk)
+    return path
+
+
+def test_a_zip_bomb_is_refused_without_inflating_it(tmp_path):
+    bomb = zip_bomb(tmp_path / "bomb.npz", claimed=2**28)  # 256 MB of zeros in about 250 kB
+    assert bomb.stat().st_size < 2**21
+    tracemalloc.start()
+    try:
+        with pytest.raises(CheckpointError, match=r"is compressed .* so it is not read"):
+            load_checkpoint(bomb)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**22  # nothing near the member's claimed size was allocated
+
+
+def test_a_member_whose_header_claims_more_than_it_holds_is_refused(tmp_path):
+    path = tmp_path / "liar.npz"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
+        zf.writestr("__metadata__.npy", npy_header("<f4", (10**9,)) + bytes(16))
+    with pytest.raises(CheckpointError, match="declares 4000000128 bytes"):
+        load_checkpoint(path)
+
+
+def corrupt(tmp_path: Path, last: Path, edit) -> Path:
+    contents = load_checkpoint(last)
+    edit(contents)
+    path = tmp_path / "edited.npz"
+    save_checkpoint(path, {k: v for k, v in contents.items() if k not in ("format", "version")})
+    return path
+
+
+def first_weight(contents):
+    return next(iter(contents["model"]))
+
+
+EDITS = {
+    "trainer.epoch": lambda c: c["trainer"].update(epoch="many"),
+    "trainer.step": lambda c: c["trainer"].update(step=-3),
+    "random.main": lambda c: c["random"].update(main={"garbage": 1}),
+    "loader.order": lambda c: c["loader"].update(order=np.arange(5)),
+    "model.": lambda c: c["model"].update({first_weight(c): c["model"][first_weight(c)].astype(np.int64)}),
+    "holds NaN": lambda c: c["model"][first_weight(c)].fill(np.nan),
+}
+
+
+@pytest.mark.parametrize("field", sorted(EDITS))
+def test_each_bad_field_is_refused_by_name_before_anything_is_restored(tmp_path, field):
+    folder, last = first_run(tmp_path)
+    x, y = make_data()
+    edited = corrupt(tmp_path, last, EDITS[field])
+    trainer = make_trainer([Checkpoint(dirpath=str(folder))])
+    trainer.fit(x, y, epochs=1, batch_size=8)  # builds the model
+    before = trainer.model.state_dict()
+    with pytest.raises(CheckpointError, match=f"edited.npz: .*{field.replace('.', '[.]')}"):
+        trainer.fit(x, y, epochs=5, batch_size=8, resume_from=edited)
+    after = trainer.model.state_dict()
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+
+
+def test_a_mid_epoch_order_must_be_an_order_of_every_sample(tmp_path):
+    folder, last = first_run(tmp_path)
+
+    def shorten(c):
+        c["trainer"].update(in_epoch=True)
+        c["loader"].update(order=np.arange(23))
+
+    edited = corrupt(tmp_path, last, shorten)
+    x, y = make_data()
+    with pytest.raises(CheckpointError, match=r"loader\.order: expected an order of all 24 samples, got 23"):
+        make_trainer([Checkpoint(dirpath=str(folder))]).fit(x, y, epochs=5, batch_size=8, resume_from=edited)
