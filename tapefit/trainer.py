@@ -292,8 +292,10 @@ class Trainer:
     ``plugins`` (the ``PluginManager``), ``output_dir``, ``config``, ``epoch`` (index of
     the current epoch), ``step`` (optimizer steps done in the whole run),
     ``batch_in_epoch`` (batches done in the current epoch), ``steps_per_epoch``,
-    ``epochs``, ``batch_size``, ``resumed``, ``history``, ``learning_rate``; and set
-    ``stop_training``.
+    ``epochs`` (the index of the epoch the fit stops before), ``batch_size``, ``resumed`` (the
+    fit resumed from a checkpoint), ``continued`` (the fit continues an earlier ``fit`` of this
+    trainer: plugins keep their files and counters going), ``history``, ``learning_rate``; and
+    set ``stop_training``.
     """
 
     def __init__(
@@ -327,6 +329,8 @@ class Trainer:
         self.epochs = 0
         self.batch_size = 0
         self.resumed = False
+        self.continued = False
+        self._epochs_done = 0
         self.update_in_progress = False
         self.compile = bool(compile)
         self._compiled_gradients = function(self._loss_and_gradients) if self.compile else None
@@ -401,6 +405,7 @@ class Trainer:
         shuffle: bool = True,
         resume_from: str | os.PathLike[str] | None = None,
         drop_last: bool = False,
+        initial_epoch: int | None = None,
     ) -> History:
         """Trains the model for ``epochs`` epochs.
 
@@ -408,9 +413,12 @@ class Trainer:
             x: the inputs (an array, or a dict/list of arrays); float64 arrays are used as
                 float32, as in Keras.
             y: the targets.
-            epochs: the index of the epoch to stop before. Every call counts epochs and
-                steps from 0 (as Keras's ``fit`` with ``initial_epoch=0``); when resuming,
-                training continues from the checkpoint's epoch and step up to this epoch.
+            epochs: how many epochs to train. A second ``fit`` on the same trainer continues
+                the run: its epochs and steps go on from where the last one stopped (a new
+                epoch), so the logs, CSV rows, checkpoint names and TensorBoard steps of both
+                fits follow each other. With ``initial_epoch`` or ``resume_from`` it is, as in
+                Keras, the index of the epoch to stop before: a resume continues from the
+                checkpoint's epoch and step up to this epoch.
             batch_size: samples per batch.
             validation_data: ``(x_val, y_val)``, evaluated after every epoch into the
                 ``val_`` logs.
@@ -419,12 +427,19 @@ class Trainer:
                 continue from exactly (model, optimizer, position in the epoch, random
                 generators, metrics, plugin states, history).
             drop_last: drop the last batch of an epoch when it is smaller than ``batch_size``.
+            initial_epoch: the index of the first epoch to train (Keras's ``initial_epoch``);
+                ``None``: 0 for a trainer's first fit, else the epoch after the last one.
 
         Returns:
             A ``History``.
         """
         if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
             raise ValueError(f"epochs must be a non-negative integer, got {epochs!r}")
+        if initial_epoch is not None:
+            if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, (int, np.integer)) or initial_epoch < 0:
+                raise ValueError(f"initial_epoch must be a non-negative integer, got {initial_epoch!r}")
+            if resume_from is not None:
+                raise ValueError("initial_epoch and resume_from both say where to start; give one of them")
         if validation_data is not None and (
             not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2
         ):
@@ -447,7 +462,10 @@ class Trainer:
             except (TypeError, ValueError) as error:
                 raise type(error)(f"validation_data: {error}") from None
         self._loader = loader
-        self.epochs = int(epochs)
+        continued = resume_from is None and self.step > 0
+        first_epoch = self._epochs_done if initial_epoch is None and continued else int(initial_epoch or 0)
+        end = first_epoch + int(epochs) if initial_epoch is None and resume_from is None else int(epochs)
+        self.epochs = end
         self.batch_size = loader.batch_size
         self.steps_per_epoch = loader.num_batches
         self.stop_training = False
@@ -458,7 +476,10 @@ class Trainer:
             "batch_size": self.batch_size,
             "steps": self.steps_per_epoch,
         }
-        self.epoch = self.step = self.batch_in_epoch = 0
+        self.continued = continued
+        if not continued:
+            self.step = 0
+        self.epoch, self.batch_in_epoch = first_epoch, 0
         self._records = []
         self._pending_logs = None
         self._epoch_ended = True  # no epoch in progress yet
@@ -514,6 +535,7 @@ class Trainer:
                 self._epoch_ended = True
                 self._records.append((epoch, logs, self.batch_in_epoch >= self.steps_per_epoch))
                 self.history._append(epoch, logs)
+                self._epochs_done = epoch + 1
             finally:
                 self._interrupts.release()
             if self.stop_training:
@@ -691,7 +713,7 @@ class Trainer:
         _random.set_state(checkpoint["random"])
         loader.set_state(checkpoint["loader"])
         self._order = checkpoint["loader"]["order"]
-        self.epoch = int(state["epoch"])
+        self.epoch = self._epochs_done = int(state["epoch"])
         self.batch_in_epoch = int(state["batch_in_epoch"])
         self.step = int(state["step"])
         self._loss_sum = float(state["loss_sum"])

@@ -519,7 +519,10 @@ class Checkpoint:
 
     @hookimpl
     def on_fit_start(self, trainer: Any) -> None:
-        self._reset()
+        if trainer.continued:  # a second fit goes on with the files and the best value it has
+            self._fitting, self._bad_loss, self.interrupted_path = False, None, None
+        else:
+            self._reset()
         self.folder = self.checkpoint_folder(trainer.output_dir)
         self.folder.mkdir(parents=True, exist_ok=True)
         for tmp in remove_stale_temporaries(self.folder):

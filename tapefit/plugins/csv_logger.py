@@ -26,7 +26,8 @@ class CSVLogger:
         filename: the file; default ``<trainer.output_dir>/history.csv``.
         separator: the column separator.
         append: ``True`` appends to an existing file, ``False`` starts it anew; ``None``
-            (default) appends when the fit resumes from a checkpoint, after dropping the
+            (default) appends when the fit continues an earlier fit of the trainer, or
+            resumes from a checkpoint, after dropping the
             rows of epochs the resumed fit will run again (those after the checkpoint),
             and starts anew otherwise.
     """
@@ -48,7 +49,7 @@ class CSVLogger:
     def on_fit_start(self, trainer: Any) -> None:
         self.path = self.filename if self.filename is not None else Path(trainer.output_dir) / "history.csv"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        append = trainer.resumed if self.append is None else self.append
+        append = (trainer.resumed or trainer.continued) if self.append is None else self.append
         self._keys = None
         self._warned = set()
         mode = "w"

@@ -223,8 +223,8 @@ class TensorBoard:
         self.folder = self.log_dir if self.log_dir is not None else Path(trainer.output_dir) / "tensorboard"
         self.folder.mkdir(parents=True, exist_ok=True)
         self._purge_step = trainer.step if trainer.resumed else None
-        self._graph_due = self.log_graph and not trainer.resumed
-        if not trainer.resumed:
+        self._graph_due = self.log_graph and not (trainer.resumed or trainer.continued)
+        if not (trainer.resumed or trainer.continued):
             # A resumed fit gets both back from the checkpoint (load_state_dict).
             self._start_time = time.time()
             self._configured_learning_rate = _learning_rate_of(trainer.optimizer)
