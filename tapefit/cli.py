@@ -857,6 +857,17 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
     trainer = run.trainer
     settings = run.config["trainer"]
     print(f"train: {run.config['name']}: {run.data.description}", file=out)
+    if run.resume_from is not None:
+        from tapefit.plugins.checkpoint import load_checkpoint
+
+        finished = trainer.finished_by(load_checkpoint(run.resume_from))
+        if finished is not None:
+            print(
+                f"train: {run.resume_from}: {finished}; nothing to train (to train on anyway, remove "
+                "that plugin from the config)",
+                file=out,
+            )
+            return 0
     if run.resume_from is not None and run.resume_epoch >= settings["epochs"]:
         print(f"train: resuming from {run.resume_from}", file=out)
         print(

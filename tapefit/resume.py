@@ -64,6 +64,11 @@ def _check_trainer(state: Any, num_samples: int | None) -> None:
             raise ValueError(
                 f"trainer.batch_in_epoch: {state['batch_in_epoch']} is past the {batches} batches of an epoch"
             )
+    stopped = state.get("stopped")
+    if stopped is not None and not (
+        isinstance(stopped, dict) and isinstance(stopped.get("by"), str) and isinstance(stopped.get("reason"), str)
+    ):
+        raise ValueError(f"trainer.stopped: expected null or {{by, reason}}, got {_shown(stopped)}")
     history = state.get("history")
     if not isinstance(history, list):
         raise ValueError(f"trainer.history: expected a list, got {_shown(history)}")

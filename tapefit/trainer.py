@@ -330,6 +330,7 @@ class Trainer:
         self.batch_size = 0
         self.resumed = False
         self.continued = False
+        self._stop: dict[str, Any] | None = None  # which plugin ended the fit, and why
         self._epochs_done = 0
         self.update_in_progress = False
         self.compile = bool(compile)
@@ -351,6 +352,17 @@ class Trainer:
     def learning_rate(self) -> float:
         """The learning rate of the optimizer's next step, as a float."""
         return float(self.optimizer.learning_rate)
+
+    def request_stop(self, plugin: Any, reason: str) -> None:
+        """Ends the fit after the current batch (as ``stop_training = True``) and records which
+        plugin finished the run and why.
+
+        A checkpoint taken after it holds that record, and resuming it trains nothing while
+        that plugin is still in the run (``early_stopping`` ends a run this way): the run is
+        finished. Without the plugin, the resume trains on.
+        """
+        self.stop_training = True
+        self._stop = {"by": self.plugins.get_name(plugin) or type(plugin).__name__, "reason": str(reason)}
 
     def _call(self, x: Any, training: bool) -> Any:
         if self._pass_training:
@@ -469,6 +481,7 @@ class Trainer:
         self.batch_size = loader.batch_size
         self.steps_per_epoch = loader.num_batches
         self.stop_training = False
+        self._stop = None
         self._has_losses = None
         self.history = History()
         self.history.params = {
@@ -486,6 +499,9 @@ class Trainer:
         self.resumed = checkpoint is not None
         if checkpoint is not None:
             self._restore(checkpoint, loader, resume_from)  # type: ignore[arg-type]
+        if checkpoint is not None and self.finished_by(checkpoint) is not None:
+            logger.info("%s; nothing to train", self.finished_by(checkpoint))
+            return self.history
         hooks = self.plugins.hook
         with self._interrupts:
             try:
@@ -641,6 +657,17 @@ class Trainer:
             return self.epoch + 1, 0, records
         return self.epoch, self.batch_in_epoch, records
 
+    def finished_by(self, checkpoint: dict[str, Any]) -> str | None:
+        """Why ``checkpoint`` ends its run, when a plugin of this trainer finished it, else ``None``.
+
+        A plugin that ended the run with ``request_stop`` (``early_stopping``) finished it; a
+        resume of it trains nothing while that plugin is registered.
+        """
+        stopped = checkpoint.get("trainer", {}).get("stopped")
+        if not isinstance(stopped, dict) or self.plugins.get_plugin(str(stopped.get("by"))) is None:
+            return None
+        return f"the run was finished by {stopped['by']}: {stopped.get('reason', '')}".rstrip(": ")
+
     def position_key(self) -> tuple[int, int, int]:
         """``(epoch, batch in epoch, step)`` a checkpoint taken now would resume at."""
         epoch, position, _ = self._resume_point()
@@ -671,6 +698,7 @@ class Trainer:
                 "history": [{"epoch": e, "logs": logs} for e, logs in records],
                 "loss_sum": self._loss_sum,
                 "loss_count": self._loss_count,
+                "stopped": self._stop if self.stop_training else None,
             },
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.get_state(),

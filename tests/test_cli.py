@@ -1553,3 +1553,17 @@ def test_a_checkpoint_with_a_bad_field_is_exit_2_naming_it(workdir, capsys):
     assert status == 2 and out == ""
     [line] = err.strip().splitlines()
     assert "bad.npz: trainer.epoch: expected a non-negative integer, got 'many'" in line
+
+
+def test_resume_auto_after_early_stopping_says_so_and_trains_nothing(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    plugins = "plugins=[checkpoint, {type: early_stopping, monitor: loss, patience: 1, min_delta: 100.0}]"
+    args = ["--config", config, "--set", "name=es", "--set", plugins, "--set", "trainer.epochs=10"]
+    status, out, err = run_main(args, capsys)
+    assert status == 0, err
+    before = snapshot(workdir / "runs/es")
+    status, out, err = run_main([*args, "--resume", "auto", "--set", "trainer.epochs=30"], capsys)
+    assert status == 0, err
+    finished = [line for line in out.splitlines() if "finished by early_stopping" in line]
+    assert len(finished) == 1 and "nothing to train" in finished[0]
+    assert snapshot(workdir / "runs/es") == before

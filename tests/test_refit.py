@@ -45,3 +45,27 @@ def test_initial_epoch_is_the_keras_start_index():
         trainer.fit(x, y, initial_epoch=-1)
     with pytest.raises(ValueError, match="give one of them"):
         trainer.fit(x, y, initial_epoch=1, resume_from="somewhere")
+
+
+def stopping_trainer(folder, with_early_stopping=True):
+    plugins = [tp.plugins.Checkpoint(dirpath=str(folder))]
+    if with_early_stopping:
+        # Nothing improves by 100: the run stops after its second epoch.
+        plugins.append(tp.plugins.EarlyStopping(monitor="loss", patience=1, min_delta=100.0))
+    return make_trainer(plugins)
+
+
+def test_resuming_a_run_that_early_stopping_finished_trains_nothing(tmp_path, caplog):
+    x, y = make_data()
+    history = stopping_trainer(tmp_path / "ck").fit(x, y, epochs=10, batch_size=8)
+    assert history.epoch == [0, 1]
+    files = sorted(p.name for p in (tmp_path / "ck").iterdir())
+    resumed = stopping_trainer(tmp_path / "ck")
+    caplog.set_level("INFO", logger="tapefit")
+    history = resumed.fit(x, y, epochs=20, batch_size=8, resume_from=tmp_path / "ck")
+    assert resumed.step == 6 and history.epoch == [0, 1]
+    assert "the run was finished by early_stopping: loss did not improve for 1 epochs" in caplog.text
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == files
+    # Without early stopping in the run, the resume trains on.
+    on = stopping_trainer(tmp_path / "ck", with_early_stopping=False)
+    assert on.fit(x, y, epochs=4, batch_size=8, resume_from=tmp_path / "ck").epoch == [0, 1, 2, 3]

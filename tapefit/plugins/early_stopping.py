@@ -90,14 +90,12 @@ class EarlyStopping:
             return
         if self.wait >= self.patience and epoch > 0:
             self.stopped_epoch = epoch
-            trainer.stop_training = True
-            logger.info(
-                "early_stopping: stopped after epoch %d; best %s = %.6g at epoch %d",
-                epoch,
-                self.monitor,
-                self.best,
-                self.best_epoch,
+            reason = (
+                f"{self.monitor} did not improve for {self.wait} epochs; stopped after epoch {epoch}, "
+                f"best {self.monitor} = {self.best:.6g} at epoch {self.best_epoch}"
             )
+            trainer.request_stop(self, reason)
+            logger.info("early_stopping: %s", reason)
 
     @hookimpl
     def on_fit_end(self, trainer: Any) -> None:

@@ -191,7 +191,9 @@ def transform_gradients(
 def on_train_batch_end(trainer: Any, step: int, logs: dict[str, float]) -> None:
     """Called after the optimizer step of every training batch.
 
-    Setting ``trainer.stop_training = True`` here ends ``fit`` after this batch.
+    Setting ``trainer.stop_training = True`` here ends ``fit`` after this batch;
+    ``trainer.request_stop(self, reason)`` does the same and records that this plugin finished
+    the run, so a resume of it trains nothing while the plugin is in the run.
 
     Args:
         trainer: the ``tp.Trainer``.
