@@ -409,7 +409,8 @@ class Checkpoint:
         every_n_epochs: save at the end of every n-th epoch (``None`` or 0: never).
         every_n_steps: save after every n-th optimizer step (``None`` or 0: never).
         keep_last: keep only the newest n checkpoints (``None``: keep all). The best
-            one (with ``monitor``) and ``interrupted.npz`` are never deleted.
+            one (with ``monitor``) is never deleted; ``interrupted.npz`` is deleted only by
+            a later fit that ends well and saved past it.
         monitor: an epoch log key (``"val_loss"``) to rank checkpoints by; checked at
             epoch ends.
         mode: ``"min"``, ``"max"`` or ``"auto"`` (max for accuracy/AUC, else min), as Keras.
@@ -582,6 +583,13 @@ class Checkpoint:
         self._fitting = False
         if self.save_on_fit_end and not self.save_best_only and trainer.position_key() != self._last_saved:
             self._save(trainer)
+        # A fit that ended well has moved past an earlier interrupted state; once ``last`` names
+        # a newer checkpoint, interrupted.npz would only be resumed from by mistake.
+        interrupted = self.folder / INTERRUPTED_NAME
+        if interrupted.is_file() and latest_checkpoint(self.folder) not in (None, interrupted):
+            with contextlib.suppress(OSError):
+                interrupted.unlink()
+                logger.info("checkpoint: removed %s: the run went on past it", interrupted)
 
     @hookimpl
     def on_exception(self, trainer: Any, exception: BaseException) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import tapefit as tp
 from tapefit.plugins.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -150,3 +151,21 @@ def test_a_mid_epoch_order_must_be_an_order_of_every_sample(tmp_path):
     x, y = make_data()
     with pytest.raises(CheckpointError, match=r"loader\.order: expected an order of all 24 samples, got 23"):
         make_trainer([Checkpoint(dirpath=str(folder))]).fit(x, y, epochs=5, batch_size=8, resume_from=edited)
+
+
+def test_a_fit_that_went_on_past_an_interrupted_checkpoint_removes_it(tmp_path):
+    folder = tmp_path / "ck"
+    x, y = make_data()
+
+    class Interrupt:
+        @tp.hookimpl
+        def on_train_batch_start(self, step):
+            if step == 4:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        make_trainer([Checkpoint(dirpath=str(folder)), Interrupt()]).fit(x, y, epochs=3, batch_size=8)
+    assert (folder / "interrupted.npz").is_file()
+    make_trainer([Checkpoint(dirpath=str(folder))]).fit(x, y, epochs=3, batch_size=8, resume_from=folder)
+    assert not (folder / "interrupted.npz").exists()
+    assert (folder / "last").read_text().strip() == "epoch0002-step00000009.npz"
