@@ -96,6 +96,7 @@ class Op:
         "output_dtypes",
         "needs_grad",
         "grad_fn",
+        "custom",
     )
 
     def __init__(
@@ -127,6 +128,7 @@ class Op:
         self.attrs = attrs
         self.needs_grad = needs_grad
         self.grad_fn = grad_fn
+        self.custom = grad_fn is not None
 
     def __repr__(self) -> str:
         return f"<tp.Op {self.type} inputs={self.input_shapes} outputs={self.output_shapes}>"
