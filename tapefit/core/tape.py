@@ -10,6 +10,7 @@ import contextlib
 import enum
 import logging
 import math
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,11 +20,14 @@ from tapefit.core import nest
 from tapefit.core.explain import explain
 from tapefit.core.graph import Node, downstream, node_fields, upstream
 from tapefit.core.ops import add, ones_like, reduce_sum, reshape, stack, zeros, zeros_like
-from tapefit.core.record import Op, pop_tape, push_tape
+from tapefit.core.record import Op, active_tapes, pop_tape, push_tape
 from tapefit.core.registry import get_gradient
 from tapefit.core.tensor import Tensor, Variable, _wrap
 
 logger = logging.getLogger("tapefit")
+
+# getrefcount of a gradient Tensor held only by the backward pass's dict (see _accumulate).
+_SOLE_TENSOR_REFS = 3
 
 NON_PERSISTENT_MESSAGE = (
     "A non-persistent GradientTape can only be used to compute one set of gradients (or jacobians)"
@@ -396,8 +400,8 @@ class GradientTape:
                         or value.dtype != op.input_dtypes[i]
                     ):
                         g = _fit_gradient(g, op, i)
-                    previous = grads.get(ids[i])
-                    grads[ids[i]] = g if previous is None else add(previous, g)
+                    key = ids[i]
+                    grads[key] = _accumulate(grads, key, g) if key in grads else g
         finally:
             self._paused = paused
         return [grads.get(s._id) if _float(s) else None for s in sources]
@@ -462,6 +466,33 @@ def _single(value: Any, role: str, method: str) -> Any:
             f"call {method} once per {role} (or tp.stack them)"
         )
     return value
+
+
+def _accumulate(grads: dict[int, Tensor], key: int, g: Tensor) -> Tensor:
+    """``grads[key] + g``, written into ``grads[key]``'s buffer when no one else can see it.
+
+    Only when no tape records (a recorded backward pass needs the ``Add`` op) and the
+    running total is a Tensor held by ``grads`` alone around an array held by it alone:
+    not a view, not shared with another gradient (``add``'s gradient passes ``dy`` to both
+    inputs), not a value a user or a saved op holds.
+    """
+    total = grads[key]
+    value = total._value
+    if (
+        not any(not tape._paused for tape in active_tapes)
+        and total.__class__ is Tensor
+        and g.__class__ is Tensor
+        and value.base is None
+        and value.flags.writeable
+        and value.shape == g._value.shape
+        and value.dtype == g._value.dtype
+        # grads, ``total`` and getrefcount's argument; the array: ``total``, ``value``, the argument
+        and sys.getrefcount(total) <= _SOLE_TENSOR_REFS
+        and sys.getrefcount(value) <= 3
+    ):
+        np.add(value, g._value, out=value)
+        return total
+    return add(total, g)
 
 
 def _fit_gradient(g: Any, op: Op, i: int) -> Tensor:
