@@ -136,6 +136,10 @@ class Op:
 
 def _specs(tensors: tuple[Tensor, ...]) -> tuple[tuple[int, ...], tuple[Any, ...], tuple[Any, ...]]:
     """Ids, shapes and dtypes in one pass: this runs for every recorded op."""
+    if len(tensors) == 1:  # most ops' outputs and the unary ops' inputs: no lists to build
+        t = tensors[0]
+        value = t._value
+        return (t._id,), (value.shape,), (value.dtype,)
     ids, shapes, dtypes = [], [], []
     for t in tensors:
         value = t._value
