@@ -175,8 +175,10 @@ def record_op(
         watched = tape._watched
         found = False
         for i, t in enumerate(inputs):
-            # _watches also auto-watches a trainable Variable read here.
-            if t._id in watched or (t._is_variable and tape._watches(t)):
+            # A Tensor with no id yet was never watched: reading the id through the property
+            # would give one to every unwatched input. _watches also auto-watches a trainable
+            # Variable read here.
+            if getattr(t, "_tid", 0) in watched or (t._is_variable and tape._watches(t)):
                 found = True
                 needs[i] = needs[i] or t._value.dtype.kind == "f"
         if found:
