@@ -66,7 +66,9 @@ def _check_trainer(state: Any, num_samples: int | None) -> None:
             )
     stopped = state.get("stopped")
     if stopped is not None and not (
-        isinstance(stopped, dict) and isinstance(stopped.get("by"), str) and isinstance(stopped.get("reason"), str)
+        isinstance(stopped, dict)
+        and isinstance(stopped.get("by"), str)
+        and isinstance(stopped.get("reason"), str)
     ):
         raise ValueError(f"trainer.stopped: expected null or {{by, reason}}, got {_shown(stopped)}")
     history = state.get("history")

@@ -448,7 +448,11 @@ class Trainer:
         if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
             raise ValueError(f"epochs must be a non-negative integer, got {epochs!r}")
         if initial_epoch is not None:
-            if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, (int, np.integer)) or initial_epoch < 0:
+            if (
+                isinstance(initial_epoch, bool)
+                or not isinstance(initial_epoch, (int, np.integer))
+                or initial_epoch < 0
+            ):
                 raise ValueError(f"initial_epoch must be a non-negative integer, got {initial_epoch!r}")
             if resume_from is not None:
                 raise ValueError("initial_epoch and resume_from both say where to start; give one of them")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tapefit.core import nest
-from tapefit.core.record import Op, _state, record_op
+from tapefit.core.record import Op, current_tapes, pause_recording, record_op
 from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor, _wrap, as_tensor
 
@@ -27,16 +27,11 @@ def custom_gradient(f: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(f)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         inputs = tuple(as_tensor(a) for a in args)
-        if not _state.tapes:
+        if not current_tapes():
             return _checked(f, f(*inputs, **kwargs))[0]
         # Run f unrecorded by the outer tapes; an inner tape finds the variables it reads.
-        outer = _state.tapes
-        _state.tapes = []
-        try:
-            with GradientTape() as inner:
-                result, grad_fn = _checked(f, f(*inputs, **kwargs))
-        finally:
-            _state.tapes = outer
+        with pause_recording(), GradientTape() as inner:
+            result, grad_fn = _checked(f, f(*inputs, **kwargs))
         # As in TensorFlow, ``variables`` are the ones f reads that are not among its inputs.
         variables = tuple(v for v in inner.watched_variables() if all(v is not x for x in inputs))
         if variables and not _takes_variables(grad_fn):

@@ -13,7 +13,6 @@ int32 = np.dtype(np.int32)
 int64 = np.dtype(np.int64)
 bool = np.dtype(np.bool_)
 
-DType = np.dtype
 DTypeLike = Any  # anything ``np.dtype()`` accepts
 
 # NumPy reads these as float64 and int64: an accidental 64-bit tensor next to float32 ones.
@@ -45,11 +44,6 @@ def as_dtype(dtype: DTypeLike) -> np.dtype:
             "(tp.float32, tp.int32, tp.bool, ...)"
         )
     return dtype
-
-
-def is_floating(dtype: np.dtype) -> bool:
-    """True for the dtypes that carry gradients (float16, float32, float64)."""
-    return dtype.kind == "f"
 
 
 def mix_error(op_name: str, dtypes: list[np.dtype]) -> TypeError:

@@ -40,21 +40,39 @@ def is_nested(structure: Any) -> bool:
 
 
 def pack_sequence_as(structure: Any, flat: list[Any]) -> Any:
-    """Rebuilds ``structure`` with the leaves replaced by ``flat``, in order."""
+    """Rebuilds ``structure`` with the leaves replaced by ``flat``, in order.
+
+    An explicit stack, not a recursive closure: a closure that calls itself is a reference
+    cycle, and every gradient call would leave one (with the gradients in it) for the
+    cyclic collector.
+    """
     leaves = iter(flat)
-
-    def build(node: Any) -> Any:
-        if isinstance(node, dict):
-            built = {k: build(node[k]) for k in sorted(node)}
-            return type(node)((k, built[k]) for k in node)  # the caller's key order
-        if isinstance(node, (list, tuple)):
-            items = [build(child) for child in node]
-            if isinstance(node, tuple) and hasattr(node, "_fields"):  # namedtuple
-                return type(node)(*items)
-            return type(node)(items)
+    if not is_nested(structure):
         return next(leaves)
+    stack: list[tuple[Any, Iterator[Any], list[Any]]] = [(structure, iter(_children(structure) or ()), [])]
+    while True:
+        node, children, built = stack[-1]
+        child = next(children, _END)
+        if child is _END:
+            stack.pop()
+            value = _rebuild(node, built)
+            if not stack:
+                return value
+            stack[-1][2].append(value)
+        elif is_nested(child):
+            stack.append((child, iter(_children(child) or ()), []))
+        else:
+            built.append(next(leaves))
 
-    return build(structure)
+
+def _rebuild(node: Any, items: list[Any]) -> Any:
+    """``node``'s container type around ``items`` (given in flatten order)."""
+    if isinstance(node, dict):
+        by_key = dict(zip(sorted(node), items))
+        return type(node)((k, by_key[k]) for k in node)  # the caller's key order
+    if isinstance(node, tuple) and hasattr(node, "_fields"):  # namedtuple
+        return type(node)(*items)
+    return type(node)(items)
 
 
 class _End:

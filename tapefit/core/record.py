@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from tapefit.core.tensor import Tensor, _next_id
@@ -19,9 +20,12 @@ class _TapeStack(threading.local):
         self.tapes: list[GradientTape] = []
 
 
+# The one source of truth: this thread's active tapes, innermost last. Only push_tape,
+# pop_tape and pause_recording change it (and keep ``active_tapes`` in step).
 _state = _TapeStack()
-# The tapes active in any thread. Ops test this plain list first (cheaper than the
-# thread-local stack): with no active tape, that test is all they pay.
+# The tapes active in any thread, a mirror of every thread's ``_state.tapes``. Ops test this
+# plain list first (cheaper than the thread-local stack): with no active tape, that test is
+# all they pay.
 active_tapes: list[GradientTape] = []
 
 
@@ -37,6 +41,35 @@ def pop_tape(tape: GradientTape) -> None:
         _state.tapes.remove(tape)
     if tape in active_tapes:
         active_tapes.remove(tape)
+
+
+def current_tapes() -> tuple[GradientTape, ...]:
+    """The tapes recording in this thread, innermost last (a snapshot)."""
+    return tuple(_state.tapes)
+
+
+@contextlib.contextmanager
+def pause_recording() -> Iterator[None]:
+    """Suspends every tape active in this thread inside the ``with`` block.
+
+    Ops run inside are recorded by no tape that was active when the block began; a
+    tape entered inside the block records as usual. Optimizer updates and a
+    ``custom_gradient`` function's forward pass run under it.
+    """
+    tapes = _state.tapes
+    if not tapes:
+        yield
+        return
+    _state.tapes = []
+    for tape in tapes:
+        active_tapes.remove(tape)
+    try:
+        yield
+    finally:
+        # A tape exited inside the block (out of order) stays exited.
+        resumed = [tape for tape in tapes if tape._active]
+        _state.tapes[:0] = resumed
+        active_tapes.extend(resumed)
 
 
 class Op:
@@ -63,6 +96,7 @@ class Op:
         "output_dtypes",
         "needs_grad",
         "grad_fn",
+        "custom",
     )
 
     def __init__(
@@ -94,6 +128,7 @@ class Op:
         self.attrs = attrs
         self.needs_grad = needs_grad
         self.grad_fn = grad_fn
+        self.custom = grad_fn is not None
 
     def __repr__(self) -> str:
         return f"<tp.Op {self.type} inputs={self.input_shapes} outputs={self.output_shapes}>"
@@ -101,6 +136,10 @@ class Op:
 
 def _specs(tensors: tuple[Tensor, ...]) -> tuple[tuple[int, ...], tuple[Any, ...], tuple[Any, ...]]:
     """Ids, shapes and dtypes in one pass: this runs for every recorded op."""
+    if len(tensors) == 1:  # most ops' outputs and the unary ops' inputs: no lists to build
+        t = tensors[0]
+        value = t._value
+        return (t._id,), (value.shape,), (value.dtype,)
     ids, shapes, dtypes = [], [], []
     for t in tensors:
         value = t._value
@@ -136,8 +175,10 @@ def record_op(
         watched = tape._watched
         found = False
         for i, t in enumerate(inputs):
-            # _watches also auto-watches a trainable Variable read here.
-            if t._id in watched or (t._is_variable and tape._watches(t)):
+            # A Tensor with no id yet was never watched: reading the id through the property
+            # would give one to every unwatched input. _watches also auto-watches a trainable
+            # Variable read here.
+            if getattr(t, "_tid", 0) in watched or (t._is_variable and tape._watches(t)):
                 found = True
                 needs[i] = needs[i] or t._value.dtype.kind == "f"
         if found:

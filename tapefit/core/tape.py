@@ -10,18 +10,24 @@ import contextlib
 import enum
 import logging
 import math
+import sys
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from tapefit.core import nest
+from tapefit.core.explain import explain
+from tapefit.core.graph import Node, downstream, node_fields, upstream
 from tapefit.core.ops import add, ones_like, reduce_sum, reshape, stack, zeros, zeros_like
-from tapefit.core.record import Op, pop_tape, push_tape
-from tapefit.core.registry import get_gradient, has_gradient, is_not_differentiable
-from tapefit.core.tensor import Tensor, Variable, _wrap
+from tapefit.core.record import Op, active_tapes, pop_tape, push_tape
+from tapefit.core.registry import get_gradient
+from tapefit.core.tensor import Tensor, Variable, _traces, _wrap
 
 logger = logging.getLogger("tapefit")
+
+# getrefcount of a gradient Tensor held only by the backward pass's dict (see _accumulate).
+_SOLE_TENSOR_REFS = 3
 
 NON_PERSISTENT_MESSAGE = (
     "A non-persistent GradientTape can only be used to compute one set of gradients (or jacobians)"
@@ -33,34 +39,6 @@ class UnconnectedGradients(enum.Enum):
 
     NONE = "none"
     ZERO = "zero"
-
-
-class _Node(NamedTuple):
-    """What a released tape keeps of an op: enough for ``explain``, no values.
-
-    Not even a custom gradient's function, whose closure may hold forward values.
-    """
-
-    type: str
-    input_ids: tuple[int, ...]
-    output_ids: tuple[int, ...]
-    custom: bool  # has its own gradient function (``custom_gradient``)
-    input_dtypes: tuple[np.dtype, ...]  # gradients only enter floating inputs
-    output_dtypes: tuple[np.dtype, ...]
-
-    @property
-    def cut(self) -> bool:
-        return not self.custom and is_not_differentiable(self.type)
-
-    @property
-    def has_gradient(self) -> bool:
-        return self.custom or has_gradient(self.type)
-
-
-def _node(op: Op) -> _Node:
-    return _Node(
-        op.type, op.input_ids, op.output_ids, op.grad_fn is not None, op.input_dtypes, op.output_dtypes
-    )
 
 
 def _float(t: Tensor) -> bool:
@@ -163,11 +141,9 @@ class GradientTape:
 
     def _release(self) -> None:
         """Drops the recorded values; keeps the graph's shape for ``explain``."""
-        # Plain tuples: cheap to make on every release; explain() turns them into _Nodes.
-        self._skeleton = [
-            (op.type, op.input_ids, op.output_ids, op.grad_fn is not None, op.input_dtypes, op.output_dtypes)
-            for op in self._entries
-        ]
+        # Plain tuples of fields the ops already hold, made in C (no Python per op);
+        # explain() turns them into Nodes only when asked.
+        self._skeleton = list(map(node_fields, self._entries))
         self._entries = []
         self._released = True
         self._paused = True
@@ -277,9 +253,9 @@ class GradientTape:
             plan = self._plan([target], [source], set())
             cols = []
             for j in range(inner):
-                upstream = np.zeros((batch, inner), target.dtype)
-                upstream[:, j] = 1
-                cols.append(self._run(plan, [target], [_wrap(upstream.reshape(target.shape))], [source])[0])
+                seed = np.zeros((batch, inner), target.dtype)
+                seed[:, j] = 1
+                cols.append(self._run(plan, [target], [_wrap(seed.reshape(target.shape))], [source])[0])
         finally:
             if not self._persistent:
                 self._release()
@@ -372,21 +348,8 @@ class GradientTape:
     ) -> tuple[list[Op], set[int], set[int]]:
         """The recorded ops on a path from a source to a target, the ids downstream of a
         source, and the ids of ``stop_gradients``."""
-        needed = {t._id for t in targets if _float(t)} - stops
-        back: list[Op] = []
-        for op in reversed(self._entries):
-            if not needed.isdisjoint(op.output_ids):
-                back.append(op)
-                if op.grad_fn is not None or not is_not_differentiable(op.type):
-                    needed.update(op.input_ids)
-                    if stops:
-                        needed -= stops  # gradients stop at these: their producers are not needed
-        reach = {s._id for s in sources if _float(s)}
-        path: list[Op] = []
-        for op in reversed(back):
-            if not reach.isdisjoint(op.input_ids):
-                path.append(op)
-                reach.update(op.output_ids)
+        back = upstream(self._entries, {t._id for t in targets if _float(t)}, stops, through_cuts=False)[0]
+        path, reach, _ = downstream(back, {s._id for s in sources if _float(s)})
         return path, reach, stops
 
     def _run(
@@ -437,8 +400,8 @@ class GradientTape:
                         or value.dtype != op.input_dtypes[i]
                     ):
                         g = _fit_gradient(g, op, i)
-                    previous = grads.get(ids[i])
-                    grads[ids[i]] = g if previous is None else add(previous, g)
+                    key = ids[i]
+                    grads[key] = _accumulate(grads, key, g) if key in grads else g
         finally:
             self._paused = paused
         return [grads.get(s._id) if _float(s) else None for s in sources]
@@ -486,100 +449,13 @@ class GradientTape:
         differentiated as the sum of its tensors, as in ``gradient``: ``None`` if any of
         them has a gradient, else the first one's reason.
         """
-        if nest.is_nested(target):
-            leaves = nest.flatten(target)
-            if not leaves:
-                return f"the target is an empty {type(target).__name__}: there is nothing to differentiate"
-            reasons = [self.explain(leaf, source) for leaf in leaves]
-            return None if None in reasons else reasons[0]
-        if self._released and self._skeleton is not None:
-            nodes = [_Node(*fields) for fields in self._skeleton]
-        else:
-            nodes = [_node(op) for op in self._entries]
-        if not isinstance(target, Tensor):
-            return (
-                f"the target is a {type(target).__name__}, not a Tensor: computations outside tapefit "
-                "ops (for example in NumPy) are not recorded, so the tape cannot differentiate them"
-            )
-        if not isinstance(source, Tensor):
-            return f"the source is a {type(source).__name__}, not a Tensor or Variable"
-        what = _describe(source)
-        if not _float(source):
-            return f"{what} has dtype {source.dtype.name}; only floating-point tensors have gradients"
-        if not _float(target):
-            return f"the target has dtype {target.dtype.name}; only floating-point targets have gradients"
-        if source._id == target._id:
-            return None
-        if source._id not in self._watched:
-            return f"{what} was never watched by this tape: {self._why_unwatched(source)}"
-        downstream_all, cut_ops = _forward(nodes, source._id)
-        if target._id not in downstream_all:
-            return (
-                f"the target was computed without {what}: no recorded op connects them (was the target "
-                "computed from a copy, for example after `x = x + 1`, from an assigned value, or "
-                "through NumPy?)"
-            )
-        upstream_of_target = _backward_ids(nodes, target._id)
-        uncut = _forward(nodes, source._id, through_cuts=False)[0]
-        if target._id not in uncut:
-            names = sorted({n.type for n in cut_ops if any(o in upstream_of_target for o in n.output_ids)})
-            described = ", ".join(_cut_name(n) for n in names)
-            return f"every path from {what} to the target is cut by {described}"
-        # Gradients enter only floating inputs (op.needs_grad), so an integer tensor cuts a path too.
-        reachable = _forward(nodes, source._id, through_cuts=False, floating_only=True)[0]
-        if target._id not in reachable:
-            makers = sorted(
-                {
-                    n.type
-                    for n in nodes
-                    if any(i in reachable and d.kind == "f" for i, d in zip(n.input_ids, n.input_dtypes))
-                    and any(o in uncut and d.kind != "f" for o, d in zip(n.output_ids, n.output_dtypes))
-                    and not upstream_of_target.isdisjoint(n.output_ids)
-                }
-            )
-            made_by = f" (made by {', '.join(makers)})" if makers else ""
-            return (
-                f"every path from {what} to the target goes through an integer or bool tensor"
-                f"{made_by}; only floating-point tensors carry gradients"
-            )
-        missing = sorted(
-            {
-                n.type
-                for n in nodes
-                if not n.has_gradient
-                and not n.cut
-                and not reachable.isdisjoint(n.input_ids)
-                and not upstream_of_target.isdisjoint(n.output_ids)
-            }
-        )
-        if missing:
-            return (
-                f"the gradient is not None but an error: gradient registry has no entry for: {missing[0]} "
-                "(register one with @tp.register_gradient, or declare it with tp.not_differentiable)"
-            )
-        return None
+        return explain(self, target, source)
 
-    def _why_unwatched(self, source: Tensor) -> str:
-        if source._is_variable:
-            name = source.name  # type: ignore[attr-defined]
-            if not source.trainable:  # type: ignore[attr-defined]
-                return (
-                    f"the Variable '{name}' is not trainable, so reading it does not watch it; "
-                    "call tape.watch() on it"
-                )
-            if not self._watch_accessed:
-                return (
-                    f"the tape was created with watch_accessed_variables=False and the Variable '{name}' "
-                    "was not passed to tape.watch()"
-                )
-            return (
-                f"the Variable '{name}' was not read by any recorded op inside the tape's context "
-                "(assign, assign_add and assign_sub are not recorded, nor ops under stop_recording())"
-            )
-        return (
-            "it is a Tensor (not a Variable), and a tape only watches Tensors passed to tape.watch() "
-            "(a Variable turns into a Tensor after `x = x + 1`)"
-        )
+    def _nodes(self) -> list[Any]:
+        """The recorded ops, or what a released tape kept of them, for ``explain``."""
+        if self._released and self._skeleton is not None:
+            return [Node(*fields) for fields in self._skeleton]
+        return self._entries
 
 
 def _single(value: Any, role: str, method: str) -> Any:
@@ -592,47 +468,33 @@ def _single(value: Any, role: str, method: str) -> Any:
     return value
 
 
-def _describe(source: Tensor) -> str:
-    if source._is_variable:
-        return f"the Variable '{source.name}'"  # type: ignore[attr-defined]
-    return f"the source Tensor of shape {source.shape}"
+def _accumulate(grads: dict[int, Tensor], key: int, g: Tensor) -> Tensor:
+    """``grads[key] + g``, written into ``grads[key]``'s buffer when no one else can see it.
 
-
-def _cut_name(op_type: str) -> str:
-    if op_type == "StopGradient":
-        return "tp.stop_gradient (StopGradient)"
-    return f"the non-differentiable op '{op_type}'"
-
-
-def _forward(
-    nodes: list[Any], start: int, through_cuts: bool = True, floating_only: bool = False
-) -> tuple[set[int], list[Any]]:
-    """Ids downstream of ``start``, and the cutting ops met on the way.
-
-    ``floating_only`` follows an op only from its floating inputs, as gradients do.
+    Only when no tape records (a recorded backward pass needs the ``Add`` op), no
+    ``tp.function`` traces (it replays ops, not this NumPy call), and the
+    running total is a Tensor held by ``grads`` alone around an array held by it alone:
+    not a view, not shared with another gradient (``add``'s gradient passes ``dy`` to both
+    inputs), not a value a user or a saved op holds.
     """
-    reach = {start}
-    cuts = []
-    for n in nodes:
-        if floating_only:
-            entered = any(i in reach and d.kind == "f" for i, d in zip(n.input_ids, n.input_dtypes))
-        else:
-            entered = any(i in reach for i in n.input_ids)
-        if entered:
-            if n.cut:
-                cuts.append(n)
-                if not through_cuts:
-                    continue
-            reach.update(n.output_ids)
-    return reach, cuts
-
-
-def _backward_ids(nodes: list[Any], target: int) -> set[int]:
-    needed = {target}
-    for n in reversed(nodes):
-        if any(o in needed for o in n.output_ids):
-            needed.update(n.input_ids)
-    return needed
+    total = grads[key]
+    value = total._value
+    if (
+        not any(not tape._paused for tape in active_tapes)
+        and not _traces  # a trace replays ops only: the sum must be one
+        and total.__class__ is Tensor
+        and g.__class__ is Tensor
+        and value.base is None
+        and value.flags.writeable
+        and value.shape == g._value.shape
+        and value.dtype == g._value.dtype
+        # grads, ``total`` and getrefcount's argument; the array: ``total``, ``value``, the argument
+        and sys.getrefcount(total) <= _SOLE_TENSOR_REFS
+        and sys.getrefcount(value) <= 3
+    ):
+        np.add(value, g._value, out=value)
+        return total
+    return add(total, g)
 
 
 def _fit_gradient(g: Any, op: Op, i: int) -> Tensor:

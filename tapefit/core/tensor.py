@@ -497,7 +497,6 @@ def weak_operand(value: Any, like: Tensor, op_name: str) -> Tensor:
         raise ValueError(f"{op_name}: {error}") from None
 
 
-TensorLike = Tensor | np.ndarray | float | int | bool | list | tuple
 Initializer = Callable[[], Any]
 
 

@@ -60,6 +60,10 @@ class _KernelLayer(Layer):
         return self.activation(y)
 
 
+# Activations the fused dense op computes itself.
+_FUSED = (activations.linear, activations.relu)
+
+
 class Dense(_KernelLayer):
     """``activation(inputs @ kernel + bias)`` over the last axis of ``inputs``.
 
@@ -113,6 +117,9 @@ class Dense(_KernelLayer):
             raise ValueError(
                 f"Dense '{self.name}' was built for inputs with last dimension {in_dim}, got shape {x.shape}"
             )
+        if x.ndim == 2 and self.activation in _FUSED and x.dtype == self.kernel.dtype:
+            # One recorded op with a fused gradient (no broadcast to undo for the bias).
+            return _nn.dense(x, self.kernel, self.bias, relu=self.activation is activations.relu)
         if x.ndim == 2:
             y = matmul(x, self.kernel)
         else:

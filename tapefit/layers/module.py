@@ -300,10 +300,12 @@ class Module:
 
     # -- tracking --------------------------------------------------------------
 
-    def _walk(self) -> tuple[list[_Entry], list[Module], list[tuple[Module, int]]]:
+    def _walk(self, paths: bool = True) -> tuple[list[_Entry], list[Module], list[tuple[Module, int]]]:
         """Every reachable variable (with its path), every submodule, and each submodule's depth.
 
-        Depth-first, in attribute order, each object once; no recursion.
+        Depth-first, in attribute order, each object once; no recursion. ``paths=False``
+        leaves the paths empty, for the hot properties (``trainable_variables`` and ``losses``
+        are read at every training step).
         """
         entries: list[_Entry] = []
         modules: list[Module] = []
@@ -311,79 +313,39 @@ class Module:
         seen: set[int] = {id(self)}
         # A frame: (items to visit, module path, attribute path prefix, modules above are trainable,
         # depth, path segments taken by the owning module's children so far)
+        root = self._path_segment(set()) if paths else ""
         stack: list[tuple[Iterator[tuple[str, Any]], str, str, bool, int, set[str]]] = [
-            (self._own_items(), self._path_segment(set()), "", self._trainable, 0, set())
+            (self._own_items(), root, "", self._trainable, 0, set())
         ]
         while stack:
             items, module_path, prefix, trainable, depth, taken = stack[-1]
-            item = next(items, None)
-            if item is None:
-                stack.pop()
-                continue
-            key, value = item
-            if isinstance(value, Variable):
-                if id(value) not in seen:
-                    seen.add(id(value))
-                    entries.append(_Entry(f"{module_path}/{prefix}{key}", value, trainable))
-            elif isinstance(value, Module):
-                if id(value) not in seen:
-                    seen.add(id(value))
-                    modules.append(value)
-                    depths.append((value, depth + 1))
-                    path = f"{module_path}/{value._path_segment(taken)}"
-                    stack.append(
-                        (value._own_items(), path, "", trainable and value._trainable, depth + 1, set())
-                    )
-            else:
-                children = _container_items(value)
-                if children is not None and id(value) not in seen:
-                    seen.add(id(value))
-                    stack.append((children, module_path, f"{prefix}{key}/", trainable, depth, taken))
-        return entries, modules, depths
-
-    def _reach(self) -> tuple[list[Variable], list[bool], list[Module]]:
-        """``_walk`` without paths or depths, for the hot properties (``trainable_variables`` and
-        ``losses`` are read at every training step): every reachable variable, whether every
-        module above it is trainable, and every submodule, in ``_walk``'s order.
-
-        Returns:
-            (variables, modules above each variable are trainable, submodules)
-        """
-        variables: list[Variable] = []
-        unfrozen: list[bool] = []
-        modules: list[Module] = []
-        seen: set[int] = {id(self)}
-        stack: list[tuple[Iterator[Any], bool]] = [(iter(self._own_values()), self._trainable)]
-        while stack:
-            values, trainable = stack[-1]
             # Going down into a module or container leaves this loop by `break`; the frame's
             # iterator resumes where it stopped once the child's frame is done.
-            for value in values:
+            for key, value in items:
                 if isinstance(value, Variable):
                     if id(value) not in seen:
                         seen.add(id(value))
-                        variables.append(value)
-                        unfrozen.append(trainable)
+                        path = f"{module_path}/{prefix}{key}" if paths else ""
+                        entries.append(_Entry(path, value, trainable))
                 elif isinstance(value, Module):
                     if id(value) not in seen:
                         seen.add(id(value))
                         modules.append(value)
-                        stack.append((iter(value._own_values()), trainable and value._trainable))
+                        depths.append((value, depth + 1))
+                        path = f"{module_path}/{value._path_segment(taken)}" if paths else ""
+                        stack.append(
+                            (value._own_items(), path, "", trainable and value._trainable, depth + 1, set())
+                        )
                         break
-                elif isinstance(value, (dict, list, tuple)):
-                    if id(value) not in seen:
+                else:
+                    children = _container_items(value)
+                    if children is not None and id(value) not in seen:
                         seen.add(id(value))
-                        stack.append((iter(value.values() if isinstance(value, dict) else value), trainable))
+                        stack.append((children, module_path, f"{prefix}{key}/", trainable, depth, taken))
                         break
             else:
                 stack.pop()
-        return variables, unfrozen, modules
-
-    def _own_values(self) -> list[Any]:
-        """The values of ``_own_items``, in the same order."""
-        values = [value for key, value in self.__dict__.items() if key not in _INTERNAL]
-        values.extend(self._added_weights)
-        return values
+        return entries, modules, depths
 
     def _path_segment(self, taken: set[str]) -> str:
         """This module's part of variable paths: its name if one was given, else the snake-case
@@ -412,19 +374,19 @@ class Module:
     @property
     def variables(self) -> list[Variable]:
         """Every Variable of this module and its submodules, each once, in assignment order."""
-        return self._reach()[0]
+        return [e.variable for e in self._walk(paths=False)[0]]
 
     @property
     def trainable_variables(self) -> list[Variable]:
         """The trainable Variables not inside a frozen (``trainable = False``) module."""
-        variables, unfrozen, _ = self._reach()
-        return [v for v, ok in zip(variables, unfrozen) if ok and v.trainable]
+        entries = self._walk(paths=False)[0]
+        return [e.variable for e in entries if e.modules_trainable and e.variable.trainable]
 
     @property
     def non_trainable_variables(self) -> list[Variable]:
         """The Variables that are not in ``trainable_variables``."""
-        variables, unfrozen, _ = self._reach()
-        return [v for v, ok in zip(variables, unfrozen) if not (ok and v.trainable)]
+        entries = self._walk(paths=False)[0]
+        return [e.variable for e in entries if not (e.modules_trainable and e.variable.trainable)]
 
     @property
     def weights(self) -> list[Variable]:
@@ -444,7 +406,7 @@ class Module:
     @property
     def submodules(self) -> list[Module]:
         """Every Module below this one (not itself), each once, depth-first in assignment order."""
-        return self._reach()[2]
+        return self._walk(paths=False)[1]
 
     @property
     def losses(self) -> list[Tensor]:
@@ -454,7 +416,7 @@ class Module:
         ``loss = loss_fn(y, model(x)) + tp.add_n(model.losses)``.
         """
         result = list(self._regularization_losses())
-        for module in self._reach()[2]:
+        for module in self._walk(paths=False)[1]:
             result.extend(module._regularization_losses())
         return result
 

@@ -9,18 +9,17 @@ temporaries as it can, in the variable's dtype.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from tapefit.core import record as _record
 from tapefit.core.function import host_call, tracing
+from tapefit.core.record import pause_recording
 from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor, Variable
 from tapefit.optimizers import _config, schedules
@@ -42,17 +41,8 @@ def value_array(t: Tensor) -> np.ndarray:
     return t._value
 
 
-@contextlib.contextmanager
-def recording_paused() -> Iterator[None]:
-    """Suspends every tape active in this thread: optimizer updates are never recorded (as in TF)."""
-    tapes = [t for t in _record._state.tapes if t._active]
-    if not tapes:
-        yield
-        return
-    with contextlib.ExitStack() as stack:
-        for tape in tapes:
-            stack.enter_context(tape.stop_recording())
-        yield
+# Optimizer updates are never recorded (as in TF); kept under this name for subclasses.
+recording_paused = pause_recording
 
 
 def global_norm(arrays: Sequence[np.ndarray]) -> float:

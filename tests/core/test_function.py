@@ -348,3 +348,21 @@ def test_a_constant_made_from_a_variable_reads_it_on_each_call():
         f()
     v.assign([3.0, 4.0])
     np.testing.assert_array_equal(f().numpy(), [6.0, 8.0])
+
+
+def test_a_gradient_summed_over_several_uses_replays_right():
+    # The tape sums the gradients of a tensor used twice in place when no one else holds
+    # them; while tracing that sum must be an op, or replays would keep the traced sum.
+    w = tp.Variable(np.ones(3, np.float32))
+
+    @tp.function
+    def grad(x):
+        with tp.GradientTape() as tape:
+            h = w * x
+            y = tp.reduce_sum(h * h + h)
+        return tape.gradient(y, w)
+
+    for seed in range(4):
+        x = np.random.default_rng(seed).normal(size=3).astype(np.float32)
+        expected = 2 * x * x + x  # d/dw of (w x)^2 + w x at w = 1
+        np.testing.assert_allclose(grad(x).numpy(), expected, rtol=1e-6)

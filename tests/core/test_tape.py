@@ -1098,3 +1098,32 @@ def test_jacobian_of_an_empty_target_has_the_full_shape():
     assert jac.shape == (0, 2) and jac.dtype == np.float32  # as gradient gives zeros, not None
     assert tape.jacobian(y, other) is None
     assert tape.jacobian(y, other, unconnected_gradients="zero").shape == (0,)
+
+
+def test_gradients_accumulate_in_place_only_when_no_one_else_holds_them(monkeypatch):
+    import tapefit.core.tape as tape_module
+
+    adds = []
+    real_add = tape_module.add
+    monkeypatch.setattr(tape_module, "add", lambda a, b: adds.append(1) or real_add(a, b))
+    x = tp.Variable(np.full((3,), 0.5, np.float32))
+    with tp.GradientTape() as tape:
+        y = tp.reduce_sum(tp.exp(x) * tp.sin(x) + tp.square(x))
+    g = tape.gradient(y, x)
+    assert adds == []  # fresh buffers: summed in place
+    want = np.exp(0.5) * np.sin(0.5) + np.exp(0.5) * np.cos(0.5) + 2 * 0.5
+    np.testing.assert_allclose(g.numpy(), np.full(3, want, np.float32), rtol=1e-6)
+
+    # add's gradient hands the same dy to both inputs: never written in place.
+    with tp.GradientTape() as tape:
+        dy = tp.constant([1.0, 2.0, 3.0])
+        y = x + x
+    g = tape.gradient(y, x, output_gradients=dy)
+    assert g.numpy().tolist() == [2.0, 4.0, 6.0] and dy.numpy().tolist() == [1.0, 2.0, 3.0]
+
+    # A recording tape needs the Add op, for higher derivatives.
+    adds.clear()
+    with tp.GradientTape() as outer, tp.GradientTape() as inner:
+        y = tp.reduce_sum(tp.exp(x) * tp.sin(x))
+        g = inner.gradient(y, x)
+    assert adds and outer.gradient(g, x) is not None

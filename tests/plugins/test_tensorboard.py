@@ -356,7 +356,8 @@ def test_graph_is_written_once_and_changes_no_number_of_the_run(tmp_path, make_t
     graph = read(tmp_path / "tb" / "train").Graph()
     names = [node.name for node in graph.node]
     root = with_graph.model.name
-    assert names[0] == "input" and f"{root}/{with_graph.model.layers[0].name}/MatMul" in names
+    first = f"{root}/{with_graph.model.layers[0].name}/"
+    assert names[0] == "input" and any(name.startswith(first) for name in names)
     assert len(names) == len(set(names))
     assert not read(tmp_path / "plain" / "train").Tags()["graph"]
 

@@ -97,7 +97,7 @@ def test_a_tensorboard_server_shows_runs_scalars_graph_and_hparams(tmp_path, mak
 
         graph = get(base, "/data/plugin/graphs/graph?run=train").decode()
         root, first = trainer.model.name, trainer.model.layers[0].name
-        assert f'name: "{root}/{first}/MatMul"' in graph and 'op: "Placeholder"' in graph
+        assert f'name: "{root}/{first}/' in graph and 'op: "Placeholder"' in graph
         assert "_output_shapes" in graph
 
         experiment = json.loads(get(base, "/data/plugin/hparams/experiment", {"experimentName": ""}))

@@ -9,5 +9,12 @@ from tapefit.core.ops.reduce import *  # noqa: F403
 from tapefit.core.ops.shape import *  # noqa: F403
 
 # tp.nn's names stay in tp.nn (as in TensorFlow), except the few TF also has at the top.
-__all__ = [*clip.__all__, *creation.__all__, *linalg.__all__, *math.__all__, *reduce.__all__, *shape.__all__]
+# ``+=`` of each family's ``__all__``, the form mypy and pyright both read statically.
+__all__: list[str] = []
+__all__ += clip.__all__
+__all__ += creation.__all__
+__all__ += linalg.__all__
+__all__ += math.__all__
+__all__ += reduce.__all__
+__all__ += shape.__all__
 _ = nn

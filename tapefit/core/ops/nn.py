@@ -19,6 +19,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from tapefit.core import dtypes as _dt
 from tapefit.core import random as _random
 from tapefit.core.function import draw as _draw
+from tapefit.core.ops.linalg import matmul
 from tapefit.core.ops.math import exp, identity, sigmoid, square, tanh, where
 from tapefit.core.ops.reduce import reduce_sum
 from tapefit.core.ops.shape import expand_dims, gather, reshape
@@ -82,6 +83,50 @@ def _relu_grad(op: Op, dy: Tensor) -> Tensor:
 @register_gradient("ReluGrad")
 def _relu_grad_grad(op: Op, ddy: Tensor) -> tuple[Any, None]:
     return execute(_RELU_GRAD, (ddy, op.inputs[1])), None
+
+
+# -- fused dense ---------------------------------------------------------------
+# Dense layers' hot path as one op: x @ kernel (+ bias) (then relu), computed in one output
+# buffer, recorded once, and differentiated without undoing a broadcast. Its gradient is
+# made of tapefit ops (ReluGrad, MatMul, Sum), so it differentiates again.
+
+
+def _dense(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None, *, relu: bool) -> np.ndarray:
+    out = np.matmul(x, kernel)
+    if bias is not None:
+        np.add(out, bias, out=out)
+    if relu:
+        np.maximum(out, out.dtype.type(0), out=out)
+    return out
+
+
+_DENSE = OpDef("Dense", _dense, save="x y out")
+
+
+def dense(x: Tensor, kernel: Tensor, bias: Tensor | None = None, relu: bool = False) -> Tensor:
+    """``relu?(x @ kernel + bias)`` for a 2-D ``x``, one recorded op (used by ``layers.Dense``).
+
+    The caller checks shapes and dtypes: ``x`` (batch, in), ``kernel`` (in, units),
+    ``bias`` (units,), all of one floating dtype.
+    """
+    inputs = (x, kernel) if bias is None else (x, kernel, bias)
+    return execute(_DENSE, inputs, {"relu": relu})
+
+
+@register_gradient("Dense")
+def _dense_grad(op: Op, dy: Tensor) -> list[Any]:
+    x, kernel = op.inputs[0], op.inputs[1]
+    if op.attrs["relu"]:
+        dy = execute(_RELU_GRAD, (dy, op.outputs[0]))
+    need = op.needs_grad
+    # z = x W + b: dx = dz W^T, dW = x^T dz, db = the sum of dz over the batch.
+    grads: list[Any] = [
+        matmul(dy, kernel, transpose_b=True) if need[0] else None,
+        matmul(x, dy, transpose_a=True) if need[1] else None,
+    ]
+    if len(need) == 3:
+        grads.append(reduce_sum(dy, axis=0) if need[2] else None)
+    return grads
 
 
 @register_gradient("Softplus")
