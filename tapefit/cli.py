@@ -896,6 +896,7 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
         shuffle=settings["shuffle"],
         drop_last=settings["drop_last"],
         resume_from=run.resume_from,
+        verbose=settings["verbose"],
     )
     seconds = time.perf_counter() - started
     final = {k: v[-1] for k, v in history.history.items() if v}

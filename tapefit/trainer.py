@@ -13,11 +13,14 @@ around which the hooks of ``tapefit.plugins.hookspecs`` are called.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
 import signal
+import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +34,7 @@ from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor
 from tapefit.data.loader import BatchLoader
 from tapefit.plugins.checkpoint import load_checkpoint, save_checkpoint
-from tapefit.plugins.manager import PluginManager
+from tapefit.plugins.manager import PluginManager, create_plugin
 from tapefit.resume import check_checkpoint
 
 logger = logging.getLogger("tapefit")
@@ -254,6 +257,36 @@ class _InterruptGuard:
             self._previous = None
 
 
+@contextlib.contextmanager
+def _fit_output(plugins: PluginManager, verbose: Any) -> Iterator[None]:
+    """What a fit shows when no plugin was asked to: Keras's ``verbose`` progress, and the
+    plugins' log messages when the program has not configured logging."""
+    added: list[Any] = []
+    handler: logging.Handler | None = None
+    plugin_logger = logging.getLogger("tapefit.plugins")
+    if verbose != 0:
+        if plugins.get_plugin("progress") is None:
+            progress = create_plugin({"type": "progress", "verbose": verbose})
+            plugins.register(progress, name="progress")
+            added.append(progress)
+        if not plugin_logger.hasHandlers():
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(message)s"))
+            handler.setLevel(logging.INFO)
+            plugin_logger.addHandler(handler)
+    level = plugin_logger.level
+    if handler is not None and plugin_logger.getEffectiveLevel() > logging.INFO:
+        plugin_logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        for plugin in added:
+            plugins.unregister(plugin)
+        if handler is not None:
+            plugin_logger.removeHandler(handler)
+            plugin_logger.setLevel(level)
+
+
 def _require_targets(y: Any, where: str) -> None:
     # The loader takes y=None for inputs only; the loop would then unpack a batch of x as (x, y).
     if y is None:
@@ -353,6 +386,11 @@ class Trainer:
         """The learning rate of the optimizer's next step, as a float."""
         return float(self.optimizer.learning_rate)
 
+    @property
+    def running_loss(self) -> float:
+        """The loss averaged over the epoch's batches so far (NaN before the first), as Keras's bar shows it."""
+        return self._loss_sum / self._loss_count if self._loss_count else float("nan")
+
     def request_stop(self, plugin: Any, reason: str) -> None:
         """Ends the fit after the current batch (as ``stop_training = True``) and records which
         plugin finished the run and why.
@@ -418,6 +456,7 @@ class Trainer:
         resume_from: str | os.PathLike[str] | None = None,
         drop_last: bool = False,
         initial_epoch: int | None = None,
+        verbose: Any = "auto",
     ) -> History:
         """Trains the model for ``epochs`` epochs.
 
@@ -441,12 +480,20 @@ class Trainer:
             drop_last: drop the last batch of an epoch when it is smaller than ``batch_size``.
             initial_epoch: the index of the first epoch to train (Keras's ``initial_epoch``);
                 ``None``: 0 for a trainer's first fit, else the epoch after the last one.
+            verbose: as Keras: ``"auto"`` (a progress bar on a terminal and in Jupyter, one
+                line per epoch when the output is a file or a pipe), 0 (silent), 1 (bars),
+                2 (a line per epoch). A ``progress`` plugin of the trainer decides instead
+                when there is one. Unless 0, the plugins' decisions (early stopping's
+                restore, a learning-rate cut) are logged to standard error when logging is
+                not configured (the loggers are ``tapefit.plugins.<name>``).
 
         Returns:
             A ``History``.
         """
         if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
             raise ValueError(f"epochs must be a non-negative integer, got {epochs!r}")
+        if isinstance(verbose, bool) or verbose not in ("auto", 0, 1, 2):
+            raise ValueError(f"verbose must be 'auto', 0, 1 or 2 (as in Keras), got {verbose!r}")
         if initial_epoch is not None:
             if (
                 isinstance(initial_epoch, bool)
@@ -507,7 +554,7 @@ class Trainer:
             logger.info("%s; nothing to train", self.finished_by(checkpoint))
             return self.history
         hooks = self.plugins.hook
-        with self._interrupts:
+        with self._interrupts, _fit_output(self.plugins, verbose):
             try:
                 hooks.on_fit_start(trainer=self)
                 if checkpoint is not None:

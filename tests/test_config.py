@@ -279,6 +279,7 @@ def test_resolved_config_fills_defaults_and_expands_shorthands():
         "shuffle": True,
         "output_dir": None,
         "compile": False,
+        "verbose": "auto",
     }
     assert resolved["plugins"] == [
         {"type": "progress"},

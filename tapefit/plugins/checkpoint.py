@@ -36,7 +36,7 @@ from tapefit.core.tensor import Tensor
 from tapefit.plugins.hookspecs import hookimpl
 from tapefit.plugins.monitor import Monitor, infer_mode
 
-logger = logging.getLogger("tapefit")
+logger = logging.getLogger("tapefit.plugins.checkpoint")  # one logger per plugin: users may silence one
 
 FORMAT_NAME = "tapefit-checkpoint"
 FORMAT_VERSION = 1

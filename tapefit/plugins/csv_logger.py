@@ -11,7 +11,7 @@ from typing import IO, Any
 from tapefit.plugins.checkpoint import atomic_write
 from tapefit.plugins.hookspecs import hookimpl
 
-logger = logging.getLogger("tapefit")
+logger = logging.getLogger("tapefit.plugins.csv_logger")  # one logger per plugin: users may silence one
 
 
 class CSVLogger:

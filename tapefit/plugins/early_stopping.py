@@ -10,7 +10,7 @@ import numpy as np
 from tapefit.plugins.hookspecs import hookimpl
 from tapefit.plugins.monitor import Monitor
 
-logger = logging.getLogger("tapefit")
+logger = logging.getLogger("tapefit.plugins.early_stopping")  # one logger per plugin: users may silence one
 
 
 class EarlyStopping:

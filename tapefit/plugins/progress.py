@@ -1,4 +1,4 @@
-"""The ``progress`` plugin: a tqdm bar per epoch, with the loss and metrics in its postfix."""
+"""The ``progress`` plugin: a tqdm bar per epoch (or a line per epoch in a log), as Keras's ``verbose``."""
 
 from __future__ import annotations
 
@@ -16,20 +16,40 @@ def format_logs(logs: dict[str, float]) -> dict[str, str]:
     return {key: f"{value:.4g}" for key, value in logs.items()}
 
 
-class Progress:
-    """Shows one tqdm progress bar per epoch (config name ``progress``).
+VERBOSE_MODES = ("auto", 0, 1, 2)
 
-    The bar shows ``Epoch i/N``, batches done, speed, and the batch logs (this
-    batch's loss, running metrics) as its postfix; at the epoch's end the postfix
-    shows the epoch logs with the ``val_`` keys.
+
+def in_notebook() -> bool:
+    """Whether this process runs a Jupyter kernel (where tqdm draws a widget, not text)."""
+    shell = sys.modules.get("IPython")
+    get_ipython = getattr(shell, "get_ipython", None)
+    return get_ipython is not None and type(get_ipython()).__name__ == "ZMQInteractiveShell"
+
+
+def check_verbose(verbose: Any) -> Any:
+    """``verbose`` as Keras takes it: ``"auto"``, 0, 1 or 2; anything else is a ``ValueError``."""
+    if isinstance(verbose, bool) or verbose not in VERBOSE_MODES:
+        raise ValueError(f"verbose must be 'auto', 0, 1 or 2, got {verbose!r}")
+    return verbose
+
+
+class Progress:
+    """Shows the progress of ``fit`` (config name ``progress``), as Keras's ``verbose``.
+
+    ``verbose=1`` draws one tqdm bar per epoch: ``Epoch i/N``, batches done, speed, and as
+    its postfix the running mean of the loss over the epoch and the running metrics; at the
+    epoch's end the postfix shows the epoch logs with the ``val_`` keys. ``verbose=2``
+    prints one line per epoch instead. ``"auto"`` (the default) draws the bar on a terminal
+    and in Jupyter, and writes lines when the output is a file or a pipe (a log).
 
     Args:
         refresh_per_second: at most this many redraws a second; between redraws a
             batch costs one clock read.
-        enabled: ``True`` always shows the bars, ``False`` never; ``None`` (default)
-            shows them only when ``file`` is a terminal, so logs of batch jobs stay clean.
+        enabled: ``True`` is ``verbose=1``, ``False`` is ``verbose=0``; ``None`` (default)
+            leaves ``verbose`` to decide.
         leave: keep each epoch's finished bar on screen.
         file: where to draw; default standard error.
+        verbose: ``"auto"``, 0 (silent), 1 (bars) or 2 (a line per epoch).
     """
 
     plugin_name = "progress"
@@ -41,6 +61,7 @@ class Progress:
         enabled: bool | None = None,
         leave: bool = True,
         file: IO[str] | None = None,
+        verbose: Any = "auto",
     ) -> None:
         if refresh_per_second <= 0:
             raise ValueError(f"refresh_per_second must be positive, got {refresh_per_second!r}")
@@ -49,29 +70,32 @@ class Progress:
             raise TypeError(
                 f"file must be a text stream with a write method (standard error by default), got {got}"
             )
+        check_verbose(verbose)
         self.interval = 1.0 / float(refresh_per_second)
+        self.verbose = verbose if enabled is None else (1 if enabled else 0)
         self.enabled = enabled
         self.leave = bool(leave)
         self.file = file
         self._bar: Any = None
-        self._active = False
+        self._mode = 0
         self._pending = 0
         self._next_draw = 0.0
+        self._epoch_started = 0.0
 
     def _stream(self) -> IO[str]:
         return self.file if self.file is not None else sys.stderr
 
     @hookimpl
     def on_fit_start(self) -> None:
-        if self.enabled is None:
+        self._mode = self.verbose
+        if self._mode == "auto":
             isatty = getattr(self._stream(), "isatty", None)
-            self._active = bool(isatty and isatty())
-        else:
-            self._active = bool(self.enabled)
+            self._mode = 1 if (isatty is not None and isatty()) or in_notebook() else 2
 
     @hookimpl
     def on_epoch_start(self, trainer: Any, epoch: int) -> None:
-        if not self._active:
+        self._epoch_started = time.monotonic()
+        if self._mode != 1:
             return
         self._close()
         self._bar = tqdm(
@@ -88,19 +112,28 @@ class Progress:
         self._next_draw = time.monotonic() + self.interval
 
     @hookimpl
-    def on_train_batch_end(self, logs: dict[str, float]) -> None:
+    def on_train_batch_end(self, trainer: Any, logs: dict[str, float]) -> None:
         if self._bar is None:
             return
         self._pending += 1
         now = time.monotonic()
         if now >= self._next_draw:
-            self._bar.set_postfix(format_logs(logs), refresh=False)
+            # Keras's bar shows the loss averaged over the epoch so far, not the last batch's.
+            self._bar.set_postfix(format_logs({**logs, "loss": trainer.running_loss}), refresh=False)
             self._bar.update(self._pending)
             self._pending = 0
             self._next_draw = now + self.interval
 
     @hookimpl
-    def on_epoch_end(self, logs: dict[str, float]) -> None:
+    def on_epoch_end(self, trainer: Any, epoch: int, logs: dict[str, float]) -> None:
+        if self._mode == 2:
+            seconds = time.monotonic() - self._epoch_started
+            values = " - ".join(f"{k}: {v:.4g}" for k, v in logs.items())
+            print(
+                f"Epoch {epoch + 1}/{trainer.epochs} - {trainer.batch_in_epoch} batches - {seconds:.1f}s - {values}",
+                file=self._stream(),
+                flush=True,
+            )
         if self._bar is None:
             return
         self._bar.set_postfix(format_logs(logs), refresh=False)

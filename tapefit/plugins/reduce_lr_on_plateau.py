@@ -8,7 +8,9 @@ from typing import Any
 from tapefit.plugins.hookspecs import hookimpl
 from tapefit.plugins.monitor import Monitor
 
-logger = logging.getLogger("tapefit")
+logger = logging.getLogger(
+    "tapefit.plugins.reduce_lr_on_plateau"
+)  # one logger per plugin: users may silence one
 
 
 class ReduceLROnPlateau:

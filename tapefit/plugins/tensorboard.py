@@ -28,7 +28,7 @@ import numpy as np
 
 from tapefit.plugins.hookspecs import hookimpl
 
-logger = logging.getLogger("tapefit")
+logger = logging.getLogger("tapefit.plugins.tensorboard")  # one logger per plugin: users may silence one
 
 _writer_numbers = itertools.count()
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from tapefit.plugins.hookspecs import hookimpl
 
-logger = logging.getLogger("tapefit")
+logger = logging.getLogger("tapefit.plugins.terminate_on_nan")  # one logger per plugin: users may silence one
 
 
 class TerminateOnNaN:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 import tapefit as tp
-from tapefit.plugins.progress import Progress, format_logs
+from tapefit.plugins.progress import Progress
 
 
 class Terminal(io.StringIO):
@@ -25,40 +30,66 @@ def test_bars_show_epochs_batches_and_logs(make_trainer, make_data):
     assert "loss=" in text and "val_loss=" in text and "accuracy=" in text
 
 
-def test_quiet_unless_a_terminal_or_asked(make_trainer, make_data):
+def test_a_bar_on_a_terminal_a_line_per_epoch_in_a_log_and_silence_when_asked(make_trainer, make_data):
     x, y = make_data(12)
-    not_a_terminal = io.StringIO()
-    make_trainer([Progress(file=not_a_terminal)]).fit(x, y, epochs=1, batch_size=5)
-    assert not_a_terminal.getvalue() == ""
+    log = io.StringIO()
+    make_trainer([Progress(file=log)]).fit(x, y, epochs=2, batch_size=5)
+    lines = log.getvalue().splitlines()
+    assert [line.split(" - ")[:2] for line in lines] == [
+        ["Epoch 1/2", "3 batches"],
+        ["Epoch 2/2", "3 batches"],
+    ]
+    assert all("loss: " in line and "accuracy: " in line for line in lines)
     terminal = Terminal()
     make_trainer([Progress(file=terminal)]).fit(x, y, epochs=1, batch_size=5)
-    assert "Epoch 1/1" in terminal.getvalue()
-    silenced = Terminal()
-    make_trainer([Progress(enabled=False, file=silenced)]).fit(x, y, epochs=1, batch_size=5)
-    assert silenced.getvalue() == ""
+    assert "Epoch 1/1" in terminal.getvalue() and "3/3" in terminal.getvalue()
+    for silenced in (Progress(enabled=False, file=Terminal()), Progress(verbose=0, file=Terminal())):
+        make_trainer([silenced]).fit(x, y, epochs=1, batch_size=5)
+        assert silenced.file.getvalue() == ""
 
 
-def test_redraws_are_rate_limited(make_trainer, make_data):
-    x, y = make_data(40)
-    updates = []
+def test_the_bar_shows_the_running_mean_of_the_loss(make_trainer, make_data):
+    x, y = make_data(20)
+    shown, losses = [], []
 
-    class Counting(Progress):
+    class Recording(Progress):
         @tp.hookimpl
-        def on_epoch_start(self, trainer, epoch):
-            super().on_epoch_start(trainer, epoch)
-            original = self._bar.update
-            self._bar.update = lambda n: (updates.append(n), original(n))
+        def on_train_batch_end(self, trainer, logs):
+            losses.append(logs["loss"])
+            super().on_train_batch_end(trainer, logs)
+            shown.append(float(self._bar.postfix.split("loss=")[1].split(",")[0]))
 
-    # One redraw per hour at most: only the epoch's end updates the bar, with every batch at once.
-    plugin = Counting(refresh_per_second=1 / 3600, enabled=True, file=io.StringIO())
-    make_trainer([plugin]).fit(x, y, epochs=1, batch_size=4)
-    assert updates == [10]
+    plugin = Recording(refresh_per_second=1e9, enabled=True, file=io.StringIO())
+    make_trainer([plugin]).fit(x, y, epochs=1, batch_size=5, shuffle=False)
+    assert shown[-1] == pytest.approx(np.mean(losses), rel=1e-3)  # equal batches: the plain mean
+    assert shown[0] == pytest.approx(losses[0], rel=1e-3) and shown[-1] != pytest.approx(losses[-1], rel=1e-3)
 
 
-def test_format_and_errors():
-    assert format_logs({"loss": 0.123456789, "acc": 1.0}) == {"loss": "0.1235", "acc": "1"}
-    with pytest.raises(ValueError, match="refresh_per_second must be positive"):
-        Progress(refresh_per_second=0)
-    # a config can only give a string: a file name is not a stream (it crashed in the first epoch)
-    with pytest.raises(TypeError, match=r"file must be a text stream .*, got the string 'progress.log'"):
-        Progress(file="progress.log")
+def test_fit_shows_progress_by_default_and_logs_plugin_decisions(tmp_path):
+    # A fresh interpreter: no logging configured, standard error a pipe, as in a batch job.
+    script = tmp_path / "fit.py"
+    script.write_text(
+        "import numpy as np\n"
+        "import tapefit as tp\n"
+        "x = np.random.default_rng(0).normal(size=(12, 3)).astype(np.float32)\n"
+        "y = (x[:, 0] > 0).astype(np.int64)\n"
+        "stop = tp.plugins.EarlyStopping(monitor='loss', patience=1, min_delta=100.0, restore_best_weights=True)\n"
+        "trainer = tp.Trainer(tp.layers.Dense(2), 'sgd', tp.losses.SparseCategoricalCrossentropy(from_logits=True), plugins=[stop])\n"
+        "trainer.fit(x, y, epochs=5, batch_size=5)\n"
+        "trainer.fit(x, y, epochs=1, batch_size=5, verbose=0)\n"
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert [line.split(" - ")[0] for line in lines if line.startswith("Epoch")] == ["Epoch 1/5", "Epoch 2/5"]
+    assert "early_stopping: restoring the weights of epoch 0" in lines
+
+
+def test_a_bad_verbose_is_refused(make_trainer, make_data):
+    x, y = make_data(12)
+    with pytest.raises(ValueError, match="verbose must be 'auto', 0, 1 or 2"):
+        make_trainer([]).fit(x, y, verbose=3)
