@@ -257,6 +257,51 @@ class _InterruptGuard:
             self._previous = None
 
 
+def _sample_weights(y: Any, sample_weight: Any, class_weight: Any, loss: Any) -> np.ndarray | None:
+    """One float32 weight per sample from ``sample_weight`` and ``class_weight`` (Keras's rules), or ``None``."""
+    if sample_weight is None and class_weight is None:
+        return None
+    from tapefit.layers.losses import Loss
+
+    if not isinstance(loss, Loss):
+        raise TypeError(
+            f"sample_weight and class_weight need a tp.losses.Loss (it weights the per-sample losses), "
+            f"got the loss {loss!r}"
+        )
+    if not isinstance(y, (np.ndarray, Tensor)):
+        raise TypeError("sample_weight and class_weight need y as one array of targets")
+    labels = np.asarray(y)
+    n = labels.shape[0] if labels.ndim else 0
+    weights = np.ones(n, dtype=np.float64)
+    if sample_weight is not None:
+        given = np.asarray(sample_weight, dtype=np.float64)
+        if given.ndim == 2 and given.shape[1] == 1:
+            given = given[:, 0]
+        if given.shape != (n,):
+            raise ValueError(
+                f"sample_weight must have one weight per sample, shape ({n},), got {given.shape}"
+            )
+        if not np.all(np.isfinite(given)) or np.any(given < 0):
+            raise ValueError("sample_weight must be finite and non-negative")
+        weights *= given
+    if class_weight is not None:
+        if not isinstance(class_weight, dict) or not class_weight:
+            raise TypeError(f"class_weight must be a dict {{class index: weight}}, got {class_weight!r}")
+        classes = labels.argmax(axis=-1) if labels.ndim == 2 and labels.shape[1] > 1 else labels.reshape(n)
+        if classes.dtype.kind == "f" and not np.all(classes == np.round(classes)):
+            raise ValueError("class_weight needs class indices (or one-hot labels) as y")
+        classes = classes.astype(np.int64)
+        missing = sorted(set(np.unique(classes).tolist()) - set(class_weight))
+        if missing:
+            raise ValueError(f"class_weight has no weight for the classes {missing} of y")
+        table = np.zeros(int(classes.max()) + 1, dtype=np.float64)
+        for key, value in class_weight.items():
+            if 0 <= int(key) < table.size:
+                table[int(key)] = float(value)
+        weights *= table[classes]
+    return weights.astype(np.float32)
+
+
 @contextlib.contextmanager
 def _fit_output(plugins: PluginManager, verbose: Any) -> Iterator[None]:
     """What a fit shows when no plugin was asked to: Keras's ``verbose`` progress, and the
@@ -371,6 +416,7 @@ class Trainer:
         self._pass_training = _accepts_training(model)
         self._has_losses: bool | None = None  # None: not known yet (see _total_loss)
         self._loader: BatchLoader | None = None
+        self._weighted = False  # the loader's targets are (y, sample weights)
         self._order: np.ndarray | None = None
         self._loss_sum = 0.0
         self._loss_count = 0
@@ -407,8 +453,8 @@ class Trainer:
             return self.model(x, training=training)
         return self.model(x)
 
-    def _total_loss(self, y: Any, y_pred: Any) -> Any:
-        loss = self.loss(y, y_pred)
+    def _total_loss(self, y: Any, y_pred: Any, weights: Any = None) -> Any:
+        loss = self.loss(y, y_pred) if weights is None else self.loss(y, y_pred, sample_weight=weights)
         if self._has_losses is False:
             return loss
         regularization = getattr(self.model, "losses", None)
@@ -457,6 +503,8 @@ class Trainer:
         drop_last: bool = False,
         initial_epoch: int | None = None,
         verbose: Any = "auto",
+        sample_weight: Any = None,
+        class_weight: dict[int, float] | None = None,
     ) -> History:
         """Trains the model for ``epochs`` epochs.
 
@@ -486,6 +534,12 @@ class Trainer:
                 when there is one. Unless 0, the plugins' decisions (early stopping's
                 restore, a learning-rate cut) are logged to standard error when logging is
                 not configured (the loggers are ``tapefit.plugins.<name>``).
+            sample_weight: one non-negative weight per training sample; each sample's loss is
+                multiplied by it, and a batch's loss is the weighted sum over the batch size
+                (Keras's ``sum_over_batch_size``). Metrics stay unweighted, as Keras's
+                ``metrics`` (not ``weighted_metrics``). Needs a ``tp.losses.Loss`` loss.
+            class_weight: ``{class index: weight}``, multiplying the weight of each sample by
+                its class's (class indices, or one-hot labels by their argmax), as Keras.
 
         Returns:
             A ``History``.
@@ -511,9 +565,11 @@ class Trainer:
         if validation_data is not None:
             _require_targets(validation_data[1], "validation_data")
         checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
+        weights = _sample_weights(y, sample_weight, class_weight, self.loss)
+        self._weighted = weights is not None
         loader = BatchLoader(
             _float32_inputs(x),
-            _float32_inputs(y),
+            _float32_inputs(y) if weights is None else (_float32_inputs(y), weights),
             batch_size=batch_size,
             shuffle=shuffle,
             drop_last=drop_last,
@@ -585,7 +641,8 @@ class Trainer:
                 step = self.step
                 batch_start(trainer=self, step=step)
                 x, y = loader.batch(self._order, self.batch_in_epoch)
-                logs = self._train_step(x, y, step)
+                y, weights = y if self._weighted else (y, None)
+                logs = self._train_step(x, y, step, weights)
                 batch_end(trainer=self, step=step, logs=logs)
             logs = self._metric_logs()
             if validation_data is not None:
@@ -608,8 +665,9 @@ class Trainer:
             if self.stop_training:
                 break
 
-    def _train_step(self, x: Any, y: Any, step: int) -> dict[str, float]:
+    def _train_step(self, x: Any, y: Any, step: int, weights: Any = None) -> dict[str, float]:
         x, y = _to_tensors(x), _to_tensors(y)
+        weights = None if weights is None else _to_tensors(weights)
         # From the forward pass (dropout draws from the random generators, BatchNormalization
         # moves its statistics) to the step's bookkeeping, the state is inconsistent: a Ctrl-C
         # waits until it is whole again, so the interrupted checkpoint can be saved.
@@ -619,9 +677,9 @@ class Trainer:
                 # The variables before the call are part of the signature: a model that builds
                 # in its first call, or a layer made (non-)trainable, traces again.
                 before = tuple(self.model.trainable_variables)
-                loss, y_pred, grads, variables = self._compiled_gradients(x, y, before)
+                loss, y_pred, grads, variables = self._compiled_gradients(x, y, weights, before)
             else:
-                loss, y_pred, grads, variables = self._loss_and_gradients(x, y)
+                loss, y_pred, grads, variables = self._loss_and_gradients(x, y, weights)
             loss_value = float(loss)
             logs = {"loss": loss_value}
             pairs = self.plugins.transform_gradients(self, step, list(zip(grads, variables)), logs)
@@ -641,11 +699,13 @@ class Trainer:
             logs[metric.name] = float(metric.result())
         return logs
 
-    def _loss_and_gradients(self, x: Any, y: Any, _signature: Any = None) -> tuple[Any, Any, Any, Any]:
+    def _loss_and_gradients(
+        self, x: Any, y: Any, weights: Any = None, _signature: Any = None
+    ) -> tuple[Any, Any, Any, Any]:
         """The forward and backward pass of a step (traced and replayed with ``compile=True``)."""
         with GradientTape() as tape:
             y_pred = self._call(x, training=True)
-            loss = self._total_loss(y, y_pred)
+            loss = self._total_loss(y, y_pred, weights)
         variables = self.model.trainable_variables
         return loss, y_pred, tape.gradient(loss, variables), variables
 
