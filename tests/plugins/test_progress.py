@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,45 @@ def test_a_bad_verbose_is_refused(make_trainer, make_data):
     x, y = make_data(12)
     with pytest.raises(ValueError, match="verbose must be 'auto', 0, 1 or 2"):
         make_trainer([]).fit(x, y, verbose=3)
+
+
+def test_on_a_pseudo_terminal_auto_draws_bars(tmp_path):
+    pty = pytest.importorskip("pty")
+    fcntl = pytest.importorskip("fcntl")
+    termios = pytest.importorskip("termios")
+    script = tmp_path / "fit.py"
+    script.write_text(
+        "import numpy as np\n"
+        "import tapefit as tp\n"
+        "x = np.random.default_rng(0).normal(size=(12, 3)).astype(np.float32)\n"
+        "y = (x[:, 0] > 0).astype(np.int64)\n"
+        "tp.Trainer(tp.layers.Dense(2), 'sgd', 'sparse_categorical_crossentropy').fit(x, y, epochs=2, batch_size=5)\n"
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    leader, follower = pty.openpty()
+    # A new pseudo-terminal is 0 columns wide; tqdm sizes its bar to the terminal.
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+    try:
+        result = subprocess.run(
+            [sys.executable, str(script)], stderr=follower, stdout=subprocess.DEVNULL, env=env, timeout=120
+        )
+        os.close(follower)
+        follower = -1
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal's other end is closed: all read
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(leader)
+        if follower != -1:
+            os.close(follower)
+    text = b"".join(chunks).decode(errors="replace")
+    assert result.returncode == 0
+    assert "Epoch 1/2" in text and "3/3" in text and "batch" in text  # tqdm's bar, not lines
+    assert "Epoch 1/2 - 3 batches" not in text
