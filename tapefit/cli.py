@@ -16,6 +16,7 @@ import difflib
 import inspect
 import logging
 import math
+import os
 import shutil
 import signal
 import sys
@@ -33,6 +34,7 @@ from tapefit import config as _config
 from tapefit.config import ConfigError, Kind, Schema
 from tapefit.core import random as _random
 from tapefit.run_lock import LOCK_NAME, RunFolderBusy, RunLock
+from tapefit.world import MPIWorld, launcher_rank, launcher_world_size, shard_problem
 
 CONFIG_FILE_NAME = "config.yaml"
 """The resolved config in the run folder; its presence marks a folder as a tapefit run."""
@@ -734,15 +736,22 @@ def prepare(args: argparse.Namespace) -> Run:
             f"{settings['batch_size']} is more than the {len(data.x_train)} training samples, and "
             "trainer.drop_last is true, so there would be no batch",
         )
+    problem = shard_problem(
+        len(data.x_train), settings["batch_size"], settings["drop_last"], launcher_world_size()
+    )
+    if problem is not None:
+        _fail("trainer.batch_size", problem)
     output_dir = Path(config["trainer"]["output_dir"] or Path("runs") / config["name"])
     if output_dir.exists() and not output_dir.is_dir():
         raise ConfigError(
             f"trainer.output_dir: {str(output_dir)!r} exists and is not a folder", "trainer.output_dir"
         )
     # Locked before a checkpoint is looked for or a folder judged, so that what is checked
-    # stays true while this run lives; a second train of the same folder stops here.
+    # stays true while this run lives; a second train of the same folder stops here. Under an
+    # MPI launcher rank 0 alone owns the folder (the others write nothing to it).
+    chief = launcher_rank() == 0
     try:
-        lock = RunLock.acquire(output_dir)
+        lock = RunLock.acquire(output_dir) if chief else None
     except RunFolderBusy as e:
         raise ConfigError(str(e)) from None
     try:
@@ -751,7 +760,9 @@ def prepare(args: argparse.Namespace) -> Run:
             resume_from = find_resume_point(args.resume, plugins, output_dir)
             if resume_from is not None:
                 resume_epoch = _check_resume_fits(resume_from, model, config, data)
-        if resume_from is None:
+        if not chief:
+            pass
+        elif resume_from is None:
             _check_output_dir(output_dir, args)
         else:
             _check_resume_target(resume_from, args.resume, plugins, output_dir)
@@ -769,7 +780,8 @@ def prepare(args: argparse.Namespace) -> Run:
         except Exception as e:
             raise ConfigError(f"plugins: {_error_text(e)}", "plugins") from e
     except BaseException:
-        lock.release(undo=True)
+        if lock is not None:
+            lock.release(undo=True)
         raise
     return Run(
         config,
@@ -848,7 +860,8 @@ def _format_logs(logs: Mapping[str, float]) -> str:
 
 def train(run: Run, args: argparse.Namespace, out: Any) -> int:
     """Creates the run folder, writes the resolved config, fits, and prints the summary."""
-    if run.resume_from is None and args.overwrite and is_run_folder(run.output_dir):
+    chief = launcher_rank() == 0  # under an MPI launcher rank 0 alone writes the run's files
+    if chief and run.resume_from is None and args.overwrite and is_run_folder(run.output_dir):
         for path in _contents(run.output_dir):  # the lock stays: this run holds it
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
@@ -876,8 +889,9 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
             file=out,
         )
         return 0  # and nothing written: the run folder stays as the finished run left it
-    run.output_dir.mkdir(parents=True, exist_ok=True)
-    (run.output_dir / CONFIG_FILE_NAME).write_text(_config.dump_config(run.config), encoding="utf-8")
+    if chief:
+        run.output_dir.mkdir(parents=True, exist_ok=True)
+        (run.output_dir / CONFIG_FILE_NAME).write_text(_config.dump_config(run.config), encoding="utf-8")
     if run.resume_from is None and args.resume == "auto":
         folder = _checkpoint_folder(run.plugins, run.output_dir)
         print(
@@ -904,7 +918,7 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
     trained = max(epochs - run.resume_epoch, 0) if run.resume_from is not None else epochs
     total = f" ({epochs} in all)" if run.resume_from is not None else ""
     failure = _failure(run.plugins, final)
-    if failure is None:
+    if failure is None and chief:
         _export(run.model, run.output_dir / MODEL_FILE_NAME)
     print(
         f"train: {'stopped' if failure else 'done'}: {run.config['name']}, {trained} "
@@ -913,9 +927,11 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
     )
     if final:
         print(f"  final   {_format_logs(final)}", file=out)
-    _print_outputs(run, out)
+    if chief:
+        _print_outputs(run, out)
     if failure is not None:
-        print(f"{args.prog}: error: {failure}", file=sys.stderr)
+        if chief:
+            print(f"{args.prog}: error: {failure}", file=sys.stderr)
         return 1
     return 0
 
@@ -1076,11 +1092,16 @@ def main(argv: Sequence[str] | None = None, prog: str = "train") -> int:
     handler.setFormatter(logging.Formatter(f"{prog}: %(levelname)s: %(message)s"))
     level = logger.level
     logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG if args.debug else logging.INFO)
+    # Under an MPI launcher only rank 0 prints; the others speak only when they fail.
+    chief = launcher_rank() == 0
+    logger.setLevel((logging.DEBUG if args.debug else logging.INFO) if chief else logging.ERROR)
     in_main_thread = threading.current_thread() is threading.main_thread()
     sigint = signal.getsignal(signal.SIGINT) if in_main_thread else None
     try:
-        return _main(args, prog)
+        if chief:
+            return _main(args, prog, sys.stdout)
+        with open(os.devnull, "w") as quiet:
+            return _main(args, prog, quiet)
     except KeyboardInterrupt:  # between a first Ctrl-C and its handler
         _ignore_interrupts()
         print(f"{prog}: interrupted", file=sys.stderr)
@@ -1100,26 +1121,37 @@ def command(argv: Sequence[str] | None = None, prog: str = "train") -> int:
     return status
 
 
-def _main(args: argparse.Namespace, prog: str) -> int:
+def _main(args: argparse.Namespace, prog: str, out: Any) -> int:
     try:
         if args.print_config:
-            sys.stdout.write(_config.dump_config(resolve(args, default_schema())))
+            out.write(_config.dump_config(resolve(args, default_schema())))
             return 0
-        run = prepare(args)
+        try:
+            run = prepare(args)
+        except ConfigError as e:
+            _, chief_started = _agree_on_start(ok=False)
+            e.speak = launcher_rank() == 0 or chief_started  # type: ignore[attr-defined]
+            raise
+        if not _agree_on_start(ok=True)[0]:
+            if run.lock is not None:
+                run.lock.release(undo=True)
+            return 2  # another rank could not start and said why
         if args.export is not None:
-            return export(run, Path(args.export), sys.stdout)
+            return export(run, Path(args.export), out)
     except ConfigError as e:
         if args.debug:
             traceback.print_exc()
         where = f"{args.config}: " if e.key is not None else ""  # a key's message names its file
-        print(f"{prog}: error: {where}{e}", file=sys.stderr)
+        if getattr(e, "speak", True):  # under a launcher rank 0 speaks for the ranks that agree
+            rank = f"rank {launcher_rank()}: " if launcher_rank() else ""
+            print(f"{prog}: error: {rank}{where}{e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         _ignore_interrupts()
         print(f"{prog}: interrupted before training started", file=sys.stderr)
         return 130
     try:
-        return train(run, args, sys.stdout)
+        return train(run, args, out)
     except KeyboardInterrupt:
         _ignore_interrupts()
         print(f"\n{prog}: interrupted; {_what_was_saved(run)}", file=sys.stderr)
@@ -1134,6 +1166,17 @@ def _main(args: argparse.Namespace, prog: str) -> int:
     finally:
         if run.lock is not None:
             run.lock.release()
+
+
+def _agree_on_start(ok: bool) -> tuple[bool, bool]:
+    """Under an MPI launcher, whether every rank could start and whether rank 0 could (each
+    rank checks the config and data itself), so that no rank is left waiting for the others
+    at a collective; in one process, ``(ok, ok)``."""
+    if launcher_world_size() <= 1:
+        return ok, ok
+    world = MPIWorld()
+    failed = world.allreduce_sum(np.array([not ok, not ok and world.is_chief], np.float64), "start-up check")
+    return bool(failed[0] == 0), bool(failed[1] == 0)
 
 
 def _ignore_interrupts() -> None:

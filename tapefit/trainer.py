@@ -32,10 +32,11 @@ from tapefit.core.function import function
 from tapefit.core.ops import add_n
 from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor
-from tapefit.data.loader import BatchLoader
+from tapefit.data.loader import BatchLoader, _take
 from tapefit.plugins.checkpoint import load_checkpoint, save_checkpoint
 from tapefit.plugins.manager import PluginManager, create_plugin
 from tapefit.resume import check_checkpoint
+from tapefit.world import World, shard_problem
 
 logger = logging.getLogger("tapefit")
 
@@ -226,6 +227,7 @@ class _InterruptGuard:
     def __init__(self) -> None:
         self.hold = False
         self.held = False
+        self.agree: Any = None  # with several processes: (held here) -> held on any
         self._previous: Any = None
 
     def __enter__(self) -> _InterruptGuard:
@@ -237,24 +239,44 @@ class _InterruptGuard:
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.hold and not self.held:
+        # With several processes every one is always holding: they stop together, at a
+        # release where all agree, so none is left waiting for the others at a collective.
+        if (self.hold or self.agree is not None) and not self.held:
             self.held = True
             return
         self.held = False  # a second Ctrl-C inside the section: raised now, not again at release
         raise KeyboardInterrupt
 
     def release(self) -> None:
-        """Ends a critical section; raises the interrupt that arrived inside it, if any."""
+        """Ends a critical section; raises the interrupt that arrived inside it, if any.
+
+        With several processes (``agree`` set) the processes first agree whether any of them
+        was interrupted, and all raise or none; while an exception is on its way out, no
+        agreement is sought (the others may never get here).
+        """
         self.hold = False
+        if self.agree is not None:
+            if sys.exc_info()[0] is None and self.agree(self.held):
+                self.held = False
+                raise KeyboardInterrupt
+            return
         if self.held:
             self.held = False
             raise KeyboardInterrupt
 
     def __exit__(self, kind: Any, value: Any, traceback: Any) -> None:
         self.hold = self.held = False
+        self.agree = None
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None
+
+
+def _check_shards(loader: BatchLoader, world: World) -> None:
+    """Every global batch must give each process at least one sample."""
+    problem = shard_problem(loader.num_samples, loader.batch_size, loader.drop_last, world.size)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def _sample_weights(y: Any, sample_weight: Any, class_weight: Any, loss: Any) -> np.ndarray | None:
@@ -396,6 +418,7 @@ class Trainer:
         if plugins is not None and not isinstance(plugins, (list, tuple)):
             plugins = [plugins]  # one plugin, name or config dict given on its own
         self.plugins.register_all(plugins or [])
+        self.plugins.register_launcher_plugins()
         self.output_dir = Path(output_dir) if output_dir is not None else Path("runs") / "default"
         self.config: dict[str, Any] = dict(config) if config else {}
         self.stop_training = False
@@ -409,6 +432,8 @@ class Trainer:
         self.resumed = False
         self.continued = False
         self._stop: dict[str, Any] | None = None  # which plugin ended the fit, and why
+        self.world: World = World()
+        self.batch_rows = (0, 0)
         self._epochs_done = 0
         self.update_in_progress = False
         self.compile = bool(compile)
@@ -436,6 +461,45 @@ class Trainer:
     def running_loss(self) -> float:
         """The loss averaged over the epoch's batches so far (NaN before the first), as Keras's bar shows it."""
         return self._loss_sum / self._loss_count if self._loss_count else float("nan")
+
+    def _shard(self, batch: tuple[Any, Any]) -> tuple[Any, Any]:
+        """This process's rows of a global batch (all of it in one process); sets ``batch_rows``."""
+        x, y = batch
+        n = _batch_len(y)
+        if self.world.size == 1:
+            self.batch_rows = (n, n)
+            return x, y
+        rows = self.world.shard(n)
+        self.batch_rows = (rows.stop - rows.start, n)
+        return _take(x, rows), _take(y, rows)
+
+    def _reduce_epoch_sums(self) -> None:
+        """Sums the loss and metric totals over the processes, so the logs are the global ones."""
+        states = [metric.get_state() for metric in self.metrics]
+        sums = [self._loss_sum, float(self._loss_count)]
+        for state in states:
+            sums += [state["total"], state["count"]]
+        total = self.world.allreduce_sum(np.asarray(sums, np.float64), "epoch statistics Allreduce")
+        self._loss_sum, self._loss_count = float(total[0]), round(float(total[1]))
+        for i, (metric, state) in enumerate(zip(self.metrics, states)):
+            metric.set_state({**state, "total": float(total[2 + 2 * i]), "count": float(total[3 + 2 * i])})
+
+    def _synchronize(self, loader: BatchLoader) -> None:
+        """Gives every process rank 0's variables, optimizer state, generators and position."""
+        state = self.world.broadcast_object(
+            {
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.get_state(),
+                "random": _random.get_state(),
+                "loader": loader.get_state(),
+            },
+            "start-of-fit broadcast",
+        )
+        if state["model"]:
+            self.model.load_state_dict(state["model"])
+        self.optimizer.set_state(state["optimizer"])
+        _random.set_state(state["random"])
+        loader.set_state(state["loader"])
 
     def request_stop(self, plugin: Any, reason: str) -> None:
         """Ends the fit after the current batch (as ``stop_training = True``) and records which
@@ -472,6 +536,8 @@ class Trainer:
             metric.reset_state()
 
     def _metric_logs(self) -> dict[str, float]:
+        if self.world.size > 1:
+            self._reduce_epoch_sums()
         logs = {"loss": self._loss_sum / self._loss_count if self._loss_count else float("nan")}
         for metric in self.metrics:
             logs[metric.name] = float(metric.result())
@@ -608,9 +674,18 @@ class Trainer:
             self._restore(checkpoint, loader, resume_from)  # type: ignore[arg-type]
         if checkpoint is not None and self.finished_by(checkpoint) is not None:
             logger.info("%s; nothing to train", self.finished_by(checkpoint))
-            return self.history
+            return self.history  # before any collective: every rank returns here alike
+        self.world = self.plugins.hook.configure_world(trainer=self) or World()
+        _check_shards(loader, self.world)
+        if not self.world.is_chief:  # only rank 0 writes and prints
+            for plugin in [p for p in self.plugins.get_plugins() if getattr(p, "chief_only", False) is True]:
+                self.plugins.unregister(plugin)
+        if self.world.size > 1:
+            self._synchronize(loader)
         hooks = self.plugins.hook
-        with self._interrupts, _fit_output(self.plugins, verbose):
+        with self._interrupts, _fit_output(self.plugins, verbose if self.world.is_chief else 0):
+            if self.world.size > 1:
+                self._interrupts.agree = lambda held: self.world.any(held, "interrupt agreement")
             try:
                 hooks.on_fit_start(trainer=self)
                 if checkpoint is not None:
@@ -640,7 +715,7 @@ class Trainer:
             while self.batch_in_epoch < self.steps_per_epoch and not self.stop_training:
                 step = self.step
                 batch_start(trainer=self, step=step)
-                x, y = loader.batch(self._order, self.batch_in_epoch)
+                x, y = self._shard(loader.batch(self._order, self.batch_in_epoch))
                 y, weights = y if self._weighted else (y, None)
                 logs = self._train_step(x, y, step, weights)
                 batch_end(trainer=self, step=step, logs=logs)
@@ -724,7 +799,9 @@ class Trainer:
         try:
             self._reset_epoch_metrics()
             for index in range(loader.num_batches):
-                xb, yb = loader.batch(None, index)
+                xb, yb = self._shard(loader.batch(None, index))
+                if self.batch_rows[0] == 0:
+                    continue  # a batch smaller than the processes: this one has no rows of it
                 xb, yb = _to_tensors(xb), _to_tensors(yb)
                 y_pred = self._call(xb, training=False)
                 n = _batch_len(yb)

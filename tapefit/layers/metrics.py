@@ -85,6 +85,15 @@ class Metric:
         self.total = 0.0
         self.count = 0.0
 
+    def get_state(self) -> dict[str, Any]:
+        """The running state: the weighted ``total`` and the weight ``count`` (sums, so the
+        states of several processes add up)."""
+        return {"total": float(self.total), "count": float(self.count)}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restores what ``get_state`` returned."""
+        self.total, self.count = float(state["total"]), float(state["count"])
+
     def __call__(self, *args: Any, **kwargs: Any) -> Tensor:
         """Updates the state with one batch and returns ``result()``."""
         self.update_state(*args, **kwargs)
@@ -247,6 +256,25 @@ class _Accuracy(Metric):
         """Forgets every batch (the chosen kind is kept)."""
         if self.chosen is not None:
             self.chosen.reset_state()
+
+    def get_state(self) -> dict[str, Any]:
+        """The chosen kind (or ``None``) and its ``total`` and ``count``."""
+        kind = None if self.chosen is None else type(self.chosen).__name__
+        return {"kind": kind, **(self.chosen or super()).get_state()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restores what ``get_state`` returned."""
+        kinds = {c.__name__: c for c in (BinaryAccuracy, SparseCategoricalAccuracy, CategoricalAccuracy)}
+        kind = state.get("kind")
+        if kind is None:
+            self.chosen = None
+            super().set_state(state)
+            return
+        if kind not in kinds:
+            raise ValueError(f"{self.name}: unknown accuracy kind {kind!r}; known: {sorted(kinds)}")
+        if not isinstance(self.chosen, kinds[kind]):
+            self.chosen = kinds[kind](self.name)
+        self.chosen.set_state(state)
 
 
 def _mean_of_loss(loss_name: str) -> Callable[[str], Metric]:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from tapefit.plugins.checkpoint import Checkpoint
     from tapefit.plugins.clip_gradients import ClipGradients
     from tapefit.plugins.csv_logger import CSVLogger
+    from tapefit.plugins.distributed import Distributed
     from tapefit.plugins.early_stopping import EarlyStopping
     from tapefit.plugins.progress import Progress
     from tapefit.plugins.reduce_lr_on_plateau import ReduceLROnPlateau
@@ -51,6 +52,7 @@ __all__ = [
     "CSVLogger",
     "Checkpoint",
     "ClipGradients",
+    "Distributed",
     "EarlyStopping",
     "Progress",
     "ReduceLROnPlateau",

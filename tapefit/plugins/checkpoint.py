@@ -433,6 +433,7 @@ class Checkpoint:
 
     plugin_name = "checkpoint"
     adds_log_keys: tuple[str, ...] = ()  # epoch log keys it adds (hookspecs.py)
+    chief_only = True  # writes or prints: only rank 0 runs it (hookspecs.py, configure_world)
 
     def __init__(
         self,

@@ -34,6 +34,7 @@ class CSVLogger:
 
     plugin_name = "csv_logger"
     adds_log_keys: tuple[str, ...] = ()  # epoch log keys it adds (hookspecs.py)
+    chief_only = True  # writes or prints: only rank 0 runs it (hookspecs.py, configure_world)
 
     def __init__(self, filename: str | None = None, separator: str = ",", append: bool | None = None) -> None:
         self.filename = None if filename is None else Path(filename)

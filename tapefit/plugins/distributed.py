@@ -27,148 +27,17 @@ float32 rounding). It runs first among the ``transform_gradients`` implementatio
 
 from __future__ import annotations
 
-import socket
-import sys
-import time
+import logging
+import os
 from typing import Any
 
 import numpy as np
 
 from tapefit.core.tensor import _wrap
 from tapefit.plugins.hookspecs import hookimpl
-from tapefit.world import World, launcher_world_size
+from tapefit.world import MPIWorld, World, abort, launcher_world_size
 
-_ARRIVAL_TAG = 7177
-_HOST_BYTES = 256
-
-
-def _mpi() -> Any:
-    try:
-        from mpi4py import MPI
-    except ImportError as error:
-        raise ImportError(
-            "the distributed plugin needs mpi4py and an MPI library: pip install 'tapefit[mpi]' "
-            f"({error})"
-        ) from None
-    return MPI
-
-
-class CollectiveTimeout(RuntimeError):
-    """A rank did not reach a collective operation in time."""
-
-
-class MPIWorld(World):
-    """The ranks of an MPI communicator (``MPI.COMM_WORLD`` by default).
-
-    Every collective is non-blocking and polled until ``timeout`` seconds pass; meanwhile
-    each rank tells rank 0 it arrived (and rank 0 tells every rank), so a timeout names
-    the rank that never came.
-
-    Args:
-        comm: an mpi4py communicator; default ``MPI.COMM_WORLD``.
-        timeout: seconds a collective may wait for the slowest rank.
-    """
-
-    def __init__(self, comm: Any = None, timeout: float = 600.0) -> None:
-        MPI = _mpi()
-        self._MPI = MPI
-        self.comm = comm if comm is not None else MPI.COMM_WORLD
-        self.rank = int(self.comm.Get_rank())
-        self.size = int(self.comm.Get_size())
-        self.timeout = float(timeout)
-        self._sequence = 0
-        local = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
-        self.local_size = int(local.Get_size())
-        local.Free()
-        name = np.zeros(_HOST_BYTES, dtype=np.uint8)
-        encoded = socket.gethostname().encode()[:_HOST_BYTES]
-        name[: len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
-        names = np.empty((self.size, _HOST_BYTES), dtype=np.uint8)
-        self.comm.Allgather(name, names)
-        self.hosts: list[str] = [bytes(row).rstrip(b"\0").decode(errors="replace") for row in names]
-
-    # -- collectives ----------------------------------------------------------
-
-    def _announce(self, sequence: int) -> tuple[list[Any], dict[int, Any], list[np.ndarray]]:
-        """Posts the arrival messages of one collective: ranks -> 0 and 0 -> ranks."""
-        requests: list[Any] = []
-        incoming: dict[int, Any] = {}
-        buffers: list[np.ndarray] = []
-        mine = np.array([sequence], dtype=np.int64)
-        buffers.append(mine)
-        peers = range(1, self.size) if self.rank == 0 else [0]
-        for peer in peers:
-            box = np.empty(1, dtype=np.int64)
-            buffers.append(box)
-            incoming[peer] = self.comm.Irecv(box, source=peer, tag=_ARRIVAL_TAG)
-            requests.append(self.comm.Isend(mine, dest=peer, tag=_ARRIVAL_TAG))
-        return requests, incoming, buffers
-
-    def _wait(self, start: Any, what: str) -> None:
-        self._sequence += 1
-        sends, incoming, buffers = self._announce(self._sequence)
-        request = start()
-        deadline = time.monotonic() + self.timeout
-        polls = 0
-        while not request.Test():
-            polls += 1
-            if polls > 200:  # a collective of a few MB between local ranks takes well under 1 ms
-                time.sleep(0.0002)
-                if time.monotonic() > deadline:
-                    self._timed_out(what, incoming)
-        self._MPI.Request.Waitall([*sends, *incoming.values()])
-        del buffers
-
-    def _timed_out(self, what: str, incoming: dict[int, Any]) -> None:
-        missing = [peer for peer, request in incoming.items() if not request.Test()]
-        if self.rank == 0 and missing:
-            message = f"rank {', '.join(map(str, missing))} did not reach the {what} within {self.timeout:g} s"
-        elif self.rank != 0 and missing:
-            message = f"rank 0 did not reach the {what} within {self.timeout:g} s"
-        else:
-            if self.rank != 0:
-                # Rank 0 knows who is missing: give it time to abort with the rank's number.
-                time.sleep(min(self.timeout, 10.0))
-            message = f"the {what} did not complete within {self.timeout:g} s"
-        abort(self, CollectiveTimeout(message))
-
-    def allreduce_sum(self, values: np.ndarray, what: str) -> np.ndarray:
-        """``values`` summed over the ranks; float32 stays float32, anything else is float64."""
-        dtype = np.float32 if np.asarray(values).dtype == np.float32 else np.float64
-        buffer = np.array(values, dtype=dtype, copy=True, order="C")
-        MPI = self._MPI
-        self._wait(lambda: self.comm.Iallreduce(MPI.IN_PLACE, buffer, op=MPI.SUM), what)
-        return buffer
-
-    def any(self, flag: bool, what: str) -> bool:
-        buffer = np.array([1 if flag else 0], dtype=np.int32)
-        MPI = self._MPI
-        self._wait(lambda: self.comm.Iallreduce(MPI.IN_PLACE, buffer, op=MPI.MAX), what)
-        return bool(buffer[0])
-
-    def broadcast(self, arrays: list[np.ndarray], what: str) -> list[np.ndarray]:
-        arrays = [np.ascontiguousarray(a) for a in arrays]
-        sizes = [a.nbytes for a in arrays]
-        buffer = np.empty(sum(sizes), dtype=np.uint8)
-        if self.rank == 0 and buffer.size:
-            buffer[:] = np.concatenate([a.reshape(-1).view(np.uint8) for a in arrays if a.nbytes])
-        self._wait(lambda: self.comm.Ibcast(buffer, root=0), what)
-        result, offset = [], 0
-        for array, size in zip(arrays, sizes):
-            chunk = buffer[offset : offset + size]
-            result.append(chunk.view(array.dtype).reshape(array.shape).copy())
-            offset += size
-        return result
-
-
-def abort(world: Any, error: BaseException) -> None:
-    """Prints ``error`` once, for this rank, and aborts every rank of ``world``."""
-    if world.rank != 0:
-        # When rank 0 fails too (the same bad input everywhere) its abort ends this rank
-        # before it prints, so the message appears once.
-        time.sleep(0.5)
-    print(f"train: rank {world.rank} of {world.size}: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
-    world.comm.Abort(1)
+logger = logging.getLogger("tapefit.plugins.distributed")
 
 
 def _flatten(grads: list[Any], weight: float, loss: float) -> np.ndarray:
@@ -196,6 +65,27 @@ def _unflatten(buffer: np.ndarray, grads: list[Any]) -> list[Any]:
     return result
 
 
+def blas_threads_per_rank(ranks_on_host: int, environ: Any = None) -> int | None:
+    """Limits this rank's BLAS threads to the host's usable cores over its ranks (at least 1).
+
+    OpenBLAS's threads spin against each other when the cores are oversubscribed (a matmul
+    measured 90x slower), which is what N ranks with default threads on one host are. The
+    user's ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` win: then nothing
+    is changed and ``None`` is returned.
+    """
+    environ = os.environ if environ is None else environ
+    if any(environ.get(name) for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")):
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = max(1, cores // max(1, ranks_on_host))
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # the mpi extra brings it; without it BLAS is left alone
+        return None
+    threadpool_limits(limits=threads, user_api="blas")
+    return threads
+
+
 class Distributed:
     """Data-parallel training over MPI (config name ``distributed``).
 
@@ -208,6 +98,7 @@ class Distributed:
     """
 
     plugin_name = "distributed"
+    adds_log_keys: tuple[str, ...] = ()  # epoch log keys it adds (hookspecs.py)
 
     def __init__(self, timeout: float = 600.0) -> None:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
@@ -221,6 +112,9 @@ class Distributed:
             return None
         if self.world is None:
             self.world = MPIWorld(timeout=self.timeout)
+            threads = blas_threads_per_rank(self.world.local_size)
+            if self.world.is_chief:
+                logger.info("%s", describe(self.world, threads))
         return self.world
 
     def _active(self) -> MPIWorld | None:
@@ -276,5 +170,3 @@ def describe(world: MPIWorld, threads: int | None) -> str:
     hosts = sorted(set(world.hosts))
     blas = "BLAS threads left to the environment" if threads is None else f"{threads} BLAS thread(s) per rank"
     return f"distributed: {world.size} ranks on {len(hosts)} host(s) ({', '.join(hosts)}); {blas}"
-
-

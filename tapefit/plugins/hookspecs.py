@@ -102,6 +102,22 @@ def on_exception(trainer: Any, exception: BaseException) -> None:
     """
 
 
+@hookspec(firstresult=True)
+def configure_world(trainer: Any) -> Any:
+    """Called at the start of every ``fit``, before anything is restored or trained: returns the
+    ``tapefit.world.World`` the fit runs in, or ``None`` (one process).
+
+    The first implementation that returns a world wins; the ``distributed`` plugin returns an
+    MPI one under a launcher. The trainer then shards each global batch over its processes,
+    sums the epoch statistics across them, broadcasts rank 0's variables, optimizer state and
+    generators, and on the other ranks unregisters the plugins whose class sets
+    ``chief_only = True`` (those that write files or print).
+
+    Args:
+        trainer: the ``tp.Trainer``.
+    """
+
+
 # ---------------------------------------------------------------------------
 # Epochs
 # ---------------------------------------------------------------------------
@@ -243,6 +259,7 @@ def on_load_checkpoint(trainer: Any, checkpoint: dict[str, Any]) -> None:
 
 # The hook names, in the order of a fit, for documentation and error messages.
 HOOK_NAMES: tuple[str, ...] = (
+    "configure_world",
     "on_fit_start",
     "on_epoch_start",
     "on_train_batch_start",

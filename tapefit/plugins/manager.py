@@ -39,6 +39,7 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "early_stopping": "tapefit.plugins.early_stopping:EarlyStopping",
     "terminate_on_nan": "tapefit.plugins.terminate_on_nan:TerminateOnNaN",
     "reduce_lr_on_plateau": "tapefit.plugins.reduce_lr_on_plateau:ReduceLROnPlateau",
+    "distributed": "tapefit.plugins.distributed:Distributed",
 }
 
 PluginValidationError = pluggy.PluginValidationError
@@ -188,6 +189,14 @@ class PluginManager(pluggy.PluginManager):
             self.unregister(error.plugin)
             raise self._unknown_hook_error(error.plugin) from None
         return registered
+
+    def register_launcher_plugins(self) -> None:
+        """Under an MPI launcher with more than one rank, registers ``distributed`` if no plugin
+        of that name is registered yet (it switches itself on, as Horovod users expect)."""
+        from tapefit.world import launcher_world_size
+
+        if launcher_world_size() > 1 and self.get_plugin("distributed") is None:
+            self.register(create_plugin("distributed"), name="distributed")
 
     def register_all(self, plugins: Iterable[Any]) -> list[str]:
         """Registers plugins so that their hooks run in the given order.

@@ -54,6 +54,7 @@ class Progress:
 
     plugin_name = "progress"
     adds_log_keys: tuple[str, ...] = ()  # epoch log keys it adds (hookspecs.py)
+    chief_only = True  # writes or prints: only rank 0 runs it (hookspecs.py, configure_world)
 
     def __init__(
         self,

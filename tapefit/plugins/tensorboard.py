@@ -161,6 +161,7 @@ class TensorBoard:
 
     plugin_name = "tensorboard"
     adds_log_keys: tuple[str, ...] = ()  # epoch log keys it adds (hookspecs.py)
+    chief_only = True  # writes or prints: only rank 0 runs it (hookspecs.py, configure_world)
 
     def __init__(
         self,

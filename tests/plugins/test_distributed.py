@@ -1,28 +1,32 @@
 """The distributed plugin under a real MPI launcher (the ``mpi`` extra, also in ``dev``)."""
 
+import json
+import os
 import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("mpi4py")
 
-MPIEXEC = shutil.which("mpiexec") or str(Path(sys.executable).parent / "mpiexec")
+MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+if not Path(MPIEXEC).exists():
+    MPIEXEC = shutil.which("mpiexec") or MPIEXEC
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
 
-def mpirun(n, script, tmp_path, timeout=120, args=()):
-    path = tmp_path / "script.py"
+def mpirun(n, script, tmp_path, timeout=120, args=(), name="script.py"):
+    path = tmp_path / name
     path.write_text(textwrap.dedent(script))
-    return subprocess.run(
-        [MPIEXEC, "-n", str(n), sys.executable, str(path), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=tmp_path,
-    )
+    command = [sys.executable, str(path), *map(str, args)]
+    if n > 1:
+        command = [MPIEXEC, "-n", str(n), *command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=ENV)
 
 
 def test_collectives_sum_broadcast_and_agree(tmp_path):
@@ -68,3 +72,149 @@ def test_a_rank_that_never_arrives_is_named_and_the_run_aborts(tmp_path):
     assert result.returncode != 0
     assert "rank 2 did not reach the gradient Allreduce within 1 s" in result.stderr
     assert result.stderr.count("did not reach") == 1
+
+
+# --------------------------------------------------------------------------- training on several ranks
+
+FIT = """
+import json, sys
+import numpy as np
+import tapefit as tp
+
+out, epochs, batch_size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+resume = sys.argv[4] if len(sys.argv) > 4 else None
+tp.random.set_seed(0)
+rng = np.random.default_rng(0)
+x = rng.normal(size=(70, 4)).astype(np.float32)
+y = (x[:, 0] + x[:, 1] > 0).astype(np.int64)
+model = tp.layers.Sequential([tp.layers.Dense(8, activation="relu"), tp.layers.Dense(2)])
+trainer = tp.Trainer(
+    model,
+    tp.optimizers.Adam(0.01),
+    tp.losses.SparseCategoricalCrossentropy(from_logits=True),
+    metrics=["accuracy"],
+    plugins=[
+        tp.plugins.CSVLogger(filename=out + ".csv"),
+        tp.plugins.TensorBoard(log_dir=out + ".tb", log_graph=False),
+        tp.plugins.Checkpoint(dirpath=out + ".ck"),
+    ],
+)
+history = trainer.fit(
+    x, y, epochs=epochs, batch_size=batch_size, validation_data=(x[:9], y[:9]), verbose=0, resume_from=resume
+)
+if trainer.world.is_chief:
+    np.savez(out + ".npz", **model.state_dict())
+    with open(out + ".json", "w") as f:
+        json.dump({"history": history.history, "size": trainer.world.size}, f)
+"""
+
+
+def fit_on(n, tmp_path, out, epochs=3, batch_size=16, resume=None):
+    args = [out, epochs, batch_size] + ([resume] if resume else [])
+    result = mpirun(n, FIT, tmp_path, args=args, name="fit.py")
+    assert result.returncode == 0, result.stderr
+    with open(tmp_path / f"{out}.json") as f:
+        info = json.load(f)
+    assert info["size"] == n
+    return dict(np.load(tmp_path / f"{out}.npz")), info["history"], result
+
+
+def assert_same_training(a, b, history_a, history_b):
+    # Each rank's gradient sums its own rows; the Allreduce adds those partial sums in another
+    # order than one matmul over the whole batch does, so results agree to float32 rounding
+    # accumulated over the steps (about 1e-7 relative per step), not bit for bit.
+    assert sorted(a) == sorted(b)
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6)
+    assert sorted(history_a) == sorted(history_b)
+    for key in history_a:
+        np.testing.assert_allclose(history_a[key], history_b[key], rtol=1e-5)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_several_ranks_train_as_one_process_on_the_same_global_batches(tmp_path, ranks):
+    one, history_one, _ = fit_on(1, tmp_path, "one")
+    many, history_many, result = fit_on(ranks, tmp_path, "many")  # 70 samples in batches of 16: uneven shards
+    assert_same_training(one, many, history_one, history_many)
+    with open(tmp_path / "many.csv") as f:
+        assert [line.split(",")[0] for line in f.read().splitlines()] == [
+            "epoch",
+            "0",
+            "1",
+            "2",
+        ]  # one writer
+    assert sorted(p.name for p in (tmp_path / "many.tb").iterdir()) == ["hparams", "train", "val"]
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("resume_on", [1, 3])
+def test_a_two_rank_checkpoint_resumes_on_other_rank_counts(tmp_path, resume_on):
+    straight, history, _ = fit_on(1, tmp_path, "straight", epochs=4)
+    fit_on(2, tmp_path, "first", epochs=2)
+    resumed, resumed_history, _ = fit_on(
+        resume_on, tmp_path, "first", epochs=4, resume=str(tmp_path / "first.ck")
+    )
+    assert_same_training(straight, resumed, history, resumed_history)
+
+
+def test_an_exception_on_one_rank_ends_every_rank_with_one_message(tmp_path):
+    script = FIT.replace(
+        "    plugins=[",
+        "    plugins=[Fail(), ",
+    ).replace(
+        "tp.random.set_seed(0)",
+        "class Fail:\n"
+        "    @tp.hookimpl\n"
+        "    def on_train_batch_start(self, trainer, step):\n"
+        "        if step == 3 and trainer.world.rank == 1:\n"
+        "            raise RuntimeError('rank one broke at step 3')\n"
+        "tp.random.set_seed(0)",
+    )
+    result = mpirun(2, script, tmp_path, args=["x", 3, 16], timeout=60, name="fail.py")
+    assert result.returncode != 0
+    assert result.stderr.count("rank one broke at step 3") == 1
+    assert "train: rank 1 of 2: RuntimeError: rank one broke at step 3" in result.stderr
+
+
+def test_a_batch_smaller_than_the_ranks_is_refused_before_training(tmp_path):
+    result = mpirun(3, FIT, tmp_path, args=["x", 1, 2], name="fit.py")
+    assert result.returncode != 0
+    assert "a batch of 2 samples cannot be split over 3 processes" in result.stderr
+
+
+SPIRALS = """\
+name: sp
+data: {type: spirals, n_samples: 200, n_classes: 2}
+model: {type: mlp, hidden_units: [8]}
+loss: sparse_categorical_crossentropy
+metrics: [accuracy]
+optimizer: {type: adam, learning_rate: 0.01}
+trainer: {epochs: 2, batch_size: 50}
+plugins: [csv_logger, checkpoint]
+"""
+
+
+def train_on(n, tmp_path, *args):
+    (tmp_path / "c.yaml").write_text(SPIRALS)
+    command = [MPIEXEC, "-n", str(n), sys.executable, "-m", "tapefit", "train", "--config", "c.yaml", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path, env=ENV)
+
+
+def test_train_under_mpiexec_switches_distributed_on_and_only_rank_0_speaks(tmp_path):
+    result = train_on(2, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("train: done: sp, 2 epochs") == 1
+    [line] = [line for line in result.stderr.splitlines() if "distributed:" in line]
+    assert "distributed: 2 ranks on 1 host(s)" in line and "BLAS thread" in line
+    assert (tmp_path / "runs/sp/history.csv").read_text().count("\n") == 3
+
+
+def test_train_refuses_a_batch_smaller_than_the_ranks_with_exit_2(tmp_path):
+    result = train_on(3, tmp_path, "--set", "trainer.batch_size=2")
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.strip() and "=====" not in line]
+    assert lines[0].startswith(
+        "python -m tapefit train: error: c.yaml: trainer.batch_size: a batch of 2 samples"
+    )
+    assert result.stderr.count("cannot be split over 3 processes") == 1
+    assert not (tmp_path / "runs").exists()
