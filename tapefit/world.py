@@ -205,6 +205,7 @@ class MPIWorld(World):
         self.size = int(self.comm.Get_size())
         self.timeout = float(timeout)
         self._sequence = 0
+        self.gradient_seconds = 0.0  # time in the gradient Allreduce (collectives named so), for reports
         local = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
         self.local_size = int(local.Get_size())
         local.Free()
@@ -233,6 +234,14 @@ class MPIWorld(World):
         return requests, incoming, buffers
 
     def _wait(self, start: Any, what: str) -> None:
+        began = time.perf_counter()
+        try:
+            self._poll(start, what)
+        finally:
+            if what.startswith("gradient"):
+                self.gradient_seconds += time.perf_counter() - began
+
+    def _poll(self, start: Any, what: str) -> None:
         self._sequence += 1
         sends, incoming, buffers = self._announce(self._sequence)
         request = start()
