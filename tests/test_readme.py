@@ -79,9 +79,13 @@ def test_shell_commands_run(tmp_path):
             assert words[1:] == ["--logdir", "runs"]
             assert list((tmp_path / "runs").glob("*/tensorboard/**/events.out.tfevents.*"))
             continue
+        launcher: list[str] = []
+        if words[0] == "mpiexec":  # mpiexec -n N train ...: the distributed section
+            assert words[1] == "-n", command
+            launcher, words = [str(Path(sys.executable).parent / "mpiexec"), *words[1:3]], words[3:]
         assert words[0] == "train", f"unexpected README command: {command}"
         result = subprocess.run(
-            [sys.executable, "-m", "tapefit", *words],
+            [*launcher, sys.executable, "-m", "tapefit", *words],
             cwd=tmp_path,
             capture_output=True,
             text=True,
