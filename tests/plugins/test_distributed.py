@@ -3,9 +3,11 @@
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -218,3 +220,71 @@ def test_train_refuses_a_batch_smaller_than_the_ranks_with_exit_2(tmp_path):
     )
     assert result.stderr.count("cannot be split over 3 processes") == 1
     assert not (tmp_path / "runs").exists()
+
+
+def test_batch_normalization_moving_statistics_agree_across_ranks(tmp_path):
+    result = mpirun(
+        2,
+        """
+        import numpy as np
+        import tapefit as tp
+
+        tp.random.set_seed(0)
+        x = np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32)
+        y = (x[:, 0] > 0).astype(np.int64)
+        model = tp.layers.Sequential([tp.layers.Dense(4), tp.layers.BatchNormalization(), tp.layers.Dense(2)])
+        trainer = tp.Trainer(model, "sgd", tp.losses.SparseCategoricalCrossentropy(from_logits=True))
+        trainer.fit(x, y, epochs=2, batch_size=10, verbose=0)
+        stats = np.concatenate([v.numpy().ravel() for v in model.non_trainable_variables])
+        everyone = trainer.world.allreduce_sum(stats, "check") / trainer.world.size
+        assert np.array_equal(stats, everyone.astype(stats.dtype)), (stats, everyone)
+        print("same", trainer.world.rank)
+        """,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("same") == 2
+
+
+def test_ctrl_c_through_the_launcher_stops_every_rank_at_one_step(tmp_path):
+    (tmp_path / "c.yaml").write_text(
+        SPIRALS.replace("epochs: 2", "epochs: 100000").replace("n_samples: 200", "n_samples: 4000")
+    )
+    command = [MPIEXEC, "-n", "2", sys.executable, "-m", "tapefit", "train", "--config", "c.yaml"]
+    # In a session of its own, as a terminal's Ctrl-C reaches the launcher's process group.
+    process = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "runs/sp/checkpoints").glob("epoch*.npz")) and time.monotonic() < deadline:
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, err
+    assert (tmp_path / "runs/sp/checkpoints/interrupted.npz").is_file()
+    assert "Traceback" not in err
+    resume = [
+        sys.executable,
+        "-m",
+        "tapefit",
+        "train",
+        "--config",
+        "c.yaml",
+        "--resume",
+        "auto",
+        "--set",
+        "trainer.epochs=1",
+    ]
+    resumed = subprocess.run(resume, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
