@@ -1,8 +1,8 @@
 """The distributed plugin under a real MPI launcher (the ``mpi`` extra, also in ``dev``)."""
 
 import json
-import re
 import os
+import re
 import shutil
 import signal
 import subprocess
