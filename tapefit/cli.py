@@ -646,7 +646,7 @@ def _checkpoint_folder(plugins: list[Any], output_dir: Path) -> Path | None:
 
 def find_resume_point(resume: str, plugins: list[Any], output_dir: Path) -> Path | None:
     """The checkpoint ``--resume`` means: ``auto`` the run's newest (or ``None``), else a path."""
-    from tapefit.plugins import checkpoint as _checkpoint
+    from tapefit import checkpointing as _checkpoint
 
     if resume == "auto":
         folder = _checkpoint_folder(plugins, output_dir)
@@ -665,7 +665,7 @@ def find_resume_point(resume: str, plugins: list[Any], output_dir: Path) -> Path
 
 def _check_resume_fits(path: Path, model: Any, config: dict[str, Any], data: Data) -> int:
     """Checks that the checkpoint at ``path`` can continue this config; returns its epoch."""
-    from tapefit.plugins import checkpoint as _checkpoint
+    from tapefit import checkpointing as _checkpoint
     from tapefit.resume import check_checkpoint
 
     try:
@@ -871,7 +871,7 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
     settings = run.config["trainer"]
     print(f"train: {run.config['name']}: {run.data.description}", file=out)
     if run.resume_from is not None:
-        from tapefit.plugins.checkpoint import load_checkpoint
+        from tapefit.checkpointing import load_checkpoint
 
         finished = trainer.finished_by(load_checkpoint(run.resume_from))
         if finished is not None:
@@ -938,7 +938,7 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
 
 def export(run: Run, path: Path, out: Any) -> int:
     """``train --export PATH``: the weights of the checkpoint ``--resume`` chose, as ``.safetensors``."""
-    from tapefit.plugins.checkpoint import load_checkpoint
+    from tapefit.checkpointing import load_checkpoint
 
     try:
         if run.resume_from is None:
@@ -974,7 +974,7 @@ def _export(model: Any, path: Path) -> None:
 
 
 def _print_outputs(run: Run, out: Any) -> None:
-    from tapefit.plugins.checkpoint import latest_checkpoint
+    from tapefit.checkpointing import latest_checkpoint
 
     folder = run.output_dir
     print(f"  outputs {folder}/", file=out)
@@ -997,7 +997,7 @@ def _print_outputs(run: Run, out: Any) -> None:
 
 def _what_was_saved(run: Run) -> str:
     """Where an interrupted run can continue from, in words."""
-    from tapefit.plugins.checkpoint import latest_checkpoint
+    from tapefit.checkpointing import latest_checkpoint
 
     folder = _checkpoint_folder(run.plugins, run.output_dir)
     if folder is None:

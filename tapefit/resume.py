@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tapefit.plugins.checkpoint import CheckpointError
+from tapefit.checkpointing import CheckpointError
 
 _SECTIONS = ("trainer", "model", "optimizer", "metrics", "random", "loader", "plugins")
 _COUNTERS = ("epoch", "batch_in_epoch", "step", "epochs", "batch_size", "num_samples", "loss_count")

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.checkpointing import load_checkpoint, save_checkpoint
 from tapefit.core import nest
 from tapefit.core import random as _random
 from tapefit.core.function import function
@@ -33,7 +34,6 @@ from tapefit.core.ops import add_n
 from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor
 from tapefit.data.loader import BatchLoader, _take
-from tapefit.plugins.checkpoint import load_checkpoint, save_checkpoint
 from tapefit.plugins.manager import PluginManager, create_plugin
 from tapefit.resume import check_checkpoint
 from tapefit.world import World, shard_problem

@@ -336,3 +336,4 @@ def abort(world: Any, error: BaseException) -> None:
         flush=True,
     )
     world.comm.Abort(1)
+    os._exit(1)  # MPICH may return from Abort while it tears the job down: leave no traceback

@@ -7,13 +7,13 @@ pickle). The keys are the ``state_dict`` paths (``sequential/dense/kernel``).
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from tapefit.checkpointing import atomic_write
 
 if TYPE_CHECKING:
     from tapefit.layers.module import Module
@@ -32,26 +32,6 @@ def _safetensors_numpy() -> Any:
     return safetensors.numpy
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Writes ``data`` to ``path`` through a temporary file in the same folder, so an
-    interrupted save never leaves a half-written file where a good one was."""
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        # mkstemp makes the file 0600; a weights file gets the umask's permissions as others do.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-
-
 def save_weights(module: Module, path: str | os.PathLike[str]) -> Path:
     """Writes ``module.state_dict()`` to ``path`` (a ``.safetensors`` file); returns the path."""
     path = Path(path)
@@ -62,7 +42,8 @@ def save_weights(module: Module, path: str | os.PathLike[str]) -> Path:
     st = _safetensors_numpy()
     # asarray, not ascontiguousarray: that one makes a 0-d array (a scalar Variable) shape (1,).
     state = {key: np.asarray(value, order="C") for key, value in module.state_dict().items()}
-    _atomic_write_bytes(path, st.save(state, metadata={"format": "np", "producer": "tapefit"}))
+    data = st.save(state, metadata={"format": "np", "producer": "tapefit"})
+    atomic_write(path, lambda f: f.write(data))  # never a half-written file where a good one was
     return path
 
 

@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 from typing import IO, Any
 
-from tapefit.plugins.checkpoint import atomic_write
+from tapefit.checkpointing import atomic_write
 from tapefit.plugins.hookspecs import hookimpl
 
 logger = logging.getLogger("tapefit.plugins.csv_logger")  # one logger per plugin: users may silence one

@@ -459,8 +459,10 @@ KILL_SCRIPT = COMMON + textwrap.dedent(
             if step != 1:
                 return
             if where == "mid_write":
-                original = ck._write_npz
-                ck._write_npz = lambda f, members: original(SlowFile(f), members)
+                from tapefit import checkpointing
+
+                original = checkpointing._write_npz
+                checkpointing._write_npz = lambda f, members: original(SlowFile(f), members)
             else:
                 def stalled_pointer(folder, name, target):
                     print("RENAMED", flush=True)

@@ -1,0 +1,110 @@
+"""Prints tapefit's internal import graph and checks the layering rules of DESIGN.md.
+
+Run ``python scripts/import_graph.py`` (``--edges`` also prints every edge). Each rule is
+reported on its own line, ``ok`` or the imports that break it; the exit status is 1 when any
+rule is broken. The imports are read from the source with ``ast``, function-level ones too.
+
+The rules:
+
+1. Outside ``tapefit/plugins/``, only the trainer, the CLI and the package root import from
+   ``tapefit.plugins``, and only the plugin machinery (``manager``, ``hookspecs``, the package).
+2. No plugin module imports another plugin module (shared helpers that are not plugins,
+   ``monitor`` and ``model_graph``, and the machinery may be imported).
+3. The CLI imports no concrete plugin class (it reads plugins through documented attributes).
+4. ``tapefit.core`` imports nothing of tapefit outside ``tapefit.core``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "tapefit"
+MACHINERY = {"tapefit.plugins", "tapefit.plugins.manager", "tapefit.plugins.hookspecs"}
+HELPERS = {"tapefit.plugins.monitor", "tapefit.plugins.model_graph"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """The tapefit modules ``path`` imports (``from a import b`` counts ``a.b`` when it is a module)."""
+    found: set[str] = set()
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("tapefit"))
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
+            if not base.startswith("tapefit"):
+                continue
+            found.add(base)
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                if (ROOT.parent / Path(*candidate.split("."))).with_suffix(".py").exists() or (
+                    ROOT.parent / Path(*candidate.split(".")) / "__init__.py"
+                ).exists():
+                    found.add(candidate)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    return {module_name(path): imports(path) for path in sorted(ROOT.rglob("*.py"))}
+
+
+def check(edges: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Each rule's name with the imports that break it (empty: the rule holds)."""
+    broken: dict[str, list[str]] = {
+        "outside plugins/, only trainer, cli and the package root import the plugin machinery": [],
+        "no plugin imports another plugin": [],
+        "the CLI imports no concrete plugin class": [],
+        "tapefit.core imports only tapefit.core": [],
+    }
+    rules = list(broken)
+    for source, targets in edges.items():
+        in_plugins = source.startswith("tapefit.plugins")
+        for target in sorted(targets):
+            plugin_target = target.startswith("tapefit.plugins")
+            if not in_plugins and plugin_target:
+                allowed = source in ("tapefit", "tapefit.trainer", "tapefit.cli") and target in MACHINERY
+                if not allowed:
+                    broken[rules[0]].append(f"{source} -> {target}")
+                if source == "tapefit.cli" and target not in MACHINERY:
+                    broken[rules[2]].append(f"{source} -> {target}")
+            if in_plugins and plugin_target and source not in MACHINERY and target not in MACHINERY | HELPERS:
+                if target != source:
+                    broken[rules[1]].append(f"{source} -> {target}")
+            if source.startswith("tapefit.core") and not target.startswith("tapefit.core"):
+                broken[rules[3]].append(f"{source} -> {target}")
+    return broken
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--edges", action="store_true", help="print every import edge too")
+    args = parser.parse_args(argv)
+    edges = graph()
+    if args.edges:
+        for source, targets in edges.items():
+            for target in sorted(targets):
+                print(f"{source} -> {target}")
+    failed = False
+    for rule, breaks in check(edges).items():
+        print(f"{'ok    ' if not breaks else 'BROKEN'} {rule}")
+        for item in breaks:
+            print(f"         {item}")
+        failed = failed or bool(breaks)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,362 @@
+"""Checkpoint files: the format, atomic writes, pointers, loading with every check.
+
+Used by the trainer, the ``train`` command and any plugin; it knows nothing of plugins (the
+``checkpoint`` plugin decides when to save and what to keep).
+
+**Format.** One checkpoint is one ``.npz`` file (a zip of ``.npy`` members, written and
+read with ``allow_pickle=False``, so loading never runs code). Every array of the
+checkpoint's contents is a member; the rest of the contents (counters, random
+generator states, the config, plugin states) is JSON in the member ``__metadata__``,
+with each array replaced by ``{"__ndarray__": member name}``. The member ``__digest__``
+holds the SHA-256 of the metadata and of every array (name, dtype, shape and bytes);
+``load_checkpoint`` recomputes it and refuses a file that does not match, naming it.
+
+**Atomic writes.** A file is written to a temporary file in the same folder, flushed,
+``fsync``-ed and renamed over its final name (a rename within one file system is
+atomic), and the folder is ``fsync``-ed. The ``last`` pointer (a one-line text file
+naming the newest checkpoint) is written the same way, after the checkpoint, so a
+process killed at any moment leaves ``last`` naming a complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from tapefit.core.tensor import Tensor
+
+FORMAT_NAME = "tapefit-checkpoint"
+FORMAT_VERSION = 1
+LAST_POINTER = "last"
+_METADATA = "__metadata__"
+_DIGEST = "__digest__"
+_ARRAY_REF = "__ndarray__"
+TEMPORARY_SUFFIX = ".tmp"
+"""The suffix of ``atomic_write``'s temporary files (``.<name>.<12 hex digits>.tmp``)."""
+_MAX_METADATA_BYTES = 64 * 2**20
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, truncated, corrupted, or not a tapefit checkpoint."""
+
+
+# ---------------------------------------------------------------------------
+# Atomic writes
+# ---------------------------------------------------------------------------
+
+
+def _fsync_dir(folder: Path) -> None:
+    # Makes the rename itself durable; not every platform can open a folder.
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _create_temporary(path: Path) -> tuple[int, str]:
+    # Not tempfile.mkstemp: its files are 0600, and the rename would carry that over; 0666
+    # through the umask gives what a plain open() gives.
+    while True:
+        name = str(path.parent / f".{path.name}.{secrets.token_hex(6)}{TEMPORARY_SUFFIX}")
+        try:
+            return os.open(
+                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666
+            ), name
+        except FileExistsError:
+            continue
+
+
+def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None]) -> Path:
+    """Writes a file so that it is either complete or absent, never half-written.
+
+    Args:
+        path: the final file name.
+        write: called with a binary file object to write the contents into.
+
+    Returns:
+        The path written.
+    """
+    path = Path(path)
+    fd, tmp_name = _create_temporary(path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+# ---------------------------------------------------------------------------
+# Contents <-> (JSON metadata, arrays)
+# ---------------------------------------------------------------------------
+
+
+def _split(contents: dict[str, Any]) -> tuple[Any, dict[str, np.ndarray]]:
+    """Replaces every array in ``contents`` by a reference; returns (JSON-able data, arrays)."""
+    arrays: dict[str, np.ndarray] = {}
+
+    def member_name(path: list[str]) -> str:
+        base = "/".join(path) or "array"
+        name, i = base, 2
+        while name in arrays or name in (_METADATA, _DIGEST):
+            name, i = f"{base}~{i}", i + 1
+        return name
+
+    def convert(value: Any, path: list[str]) -> Any:
+        if isinstance(value, Tensor):
+            value = value.numpy()
+        if isinstance(value, (np.ndarray, np.generic)) and not isinstance(value, np.bool_ | np.str_):
+            array = np.asarray(value)
+            if array.dtype.kind not in "biuf":
+                raise TypeError(
+                    f"checkpoint entry {'/'.join(path)!r}: cannot store arrays of dtype {array.dtype}"
+                )
+            name = member_name(path)
+            arrays[name] = np.asarray(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
+            return {_ARRAY_REF: name}
+        if isinstance(value, np.bool_):
+            return bool(value)
+        if isinstance(value, np.str_):
+            return str(value)
+        if isinstance(value, dict):
+            out = {}
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise TypeError(
+                        f"checkpoint entry {'/'.join(path) or '<root>'!r}: keys must be strings, got {key!r}"
+                    )
+                out[key] = convert(item, [*path, key])
+            return out
+        if isinstance(value, (list, tuple)):
+            return [convert(item, [*path, str(i)]) for i, item in enumerate(value)]
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        raise TypeError(
+            f"checkpoint entry {'/'.join(path)!r}: cannot store a {type(value).__name__}; "
+            "states must be dicts, lists, numbers, strings, None and arrays"
+        )
+
+    return convert(contents, []), arrays
+
+
+def _join(data: Any, arrays: dict[str, np.ndarray], source: Path) -> Any:
+    """The inverse of ``_split``."""
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, dict):
+            if set(value) == {_ARRAY_REF}:
+                try:
+                    return arrays[value[_ARRAY_REF]]
+                except KeyError:
+                    raise CheckpointError(f"{source}: missing array {value[_ARRAY_REF]!r}") from None
+            return {k: convert(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [convert(v) for v in value]
+        return value
+
+    return convert(data)
+
+
+def _digest(metadata: bytes, arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    h.update(metadata)
+    for name in sorted(arrays):
+        array = arrays[name]
+        h.update(f"\0{name}\0{array.dtype.str}\0{array.shape}\0".encode())
+        h.update(memoryview(np.ascontiguousarray(array)).cast("B"))
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------
+# Saving and loading
+# ---------------------------------------------------------------------------
+
+
+def _write_npz(f: IO[bytes], members: dict[str, np.ndarray]) -> None:
+    # Uncompressed, like np.savez; allow_pickle=False also refuses object arrays here.
+    with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, array in members.items():
+            with zf.open(name + ".npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, array, allow_pickle=False)
+
+
+def save_checkpoint(path: str | os.PathLike[str], contents: dict[str, Any]) -> Path:
+    """Writes ``contents`` (nested dicts/lists of JSON values and arrays) atomically to ``path``.
+
+    Returns:
+        The path written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data, arrays = _split({"format": FORMAT_NAME, "version": FORMAT_VERSION, **contents})
+    metadata = json.dumps(data, sort_keys=True, allow_nan=True).encode("utf-8")
+    digest = _digest(metadata, arrays)
+    members = {
+        _METADATA: np.frombuffer(metadata, dtype=np.uint8),
+        _DIGEST: np.frombuffer(digest.encode("ascii"), dtype=np.uint8),
+        **arrays,
+    }
+    return atomic_write(path, lambda f: _write_npz(f, members))
+
+
+def resolve_checkpoint(path: str | os.PathLike[str]) -> Path:
+    """The checkpoint file that ``path`` means.
+
+    Args:
+        path: a checkpoint file, or a folder whose ``last`` pointer names one.
+
+    Raises:
+        FileNotFoundError: nothing there (the message names the path).
+        CheckpointError: the ``last`` pointer names a file that does not exist.
+    """
+    path = Path(path)
+    if path.is_dir():
+        pointer = path / LAST_POINTER
+        if not pointer.is_file():
+            raise FileNotFoundError(
+                f"{path} is a folder without a '{LAST_POINTER}' pointer: no checkpoint to resume"
+            )
+        name = pointer.read_text(encoding="utf-8").strip()
+        target = path / name
+        if not name or not target.is_file():
+            raise CheckpointError(f"{pointer} names {name!r}, which is not a file in {path}")
+        return target
+    if path.is_file():
+        return path
+    if path.with_name(path.name + ".npz").is_file():
+        return path.with_name(path.name + ".npz")
+    raise FileNotFoundError(f"no checkpoint at {path}")
+
+
+def latest_checkpoint(folder: str | os.PathLike[str]) -> Path | None:
+    """The checkpoint that ``folder``'s ``last`` pointer names, or ``None`` when there is none."""
+    try:
+        return resolve_checkpoint(folder) if Path(folder).is_dir() else None
+    except (FileNotFoundError, CheckpointError):
+        return None
+
+
+def _read_members(path: Path) -> dict[str, np.ndarray]:
+    """The ``.npy`` members of the checkpoint's zip, checked before any byte is inflated.
+
+    ``save_checkpoint`` stores members uncompressed, so a member that claims compression, or
+    an uncompressed size that the file cannot hold, is refused from the zip directory alone:
+    a small file whose member claims gigabytes (a zip bomb) is never decompressed. Each
+    member's ``.npy`` header (its dtype and shape) must then account for its size exactly.
+    """
+    file_size = path.stat().st_size
+    members: dict[str, np.ndarray] = {}
+    with zipfile.ZipFile(path) as zf:
+        infos = zf.infolist()
+        for info in infos:
+            if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
+                raise CheckpointError(
+                    f"{path}: member {info.filename!r} is compressed ({info.file_size} bytes declared); "
+                    "tapefit checkpoints store their members uncompressed, so it is not read"
+                )
+        if sum(info.file_size for info in infos) > file_size:
+            raise CheckpointError(f"{path}: its members declare more bytes than the file holds")
+        for info in infos:
+            name = info.filename.removesuffix(".npy")
+            if name == _METADATA and info.file_size > _MAX_METADATA_BYTES:
+                raise CheckpointError(
+                    f"{path}: its metadata is {info.file_size} bytes, more than a checkpoint holds"
+                )
+            with zf.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+                elif version == (2, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+                else:
+                    raise CheckpointError(f"{path}: member {info.filename!r} has .npy format {version}")
+                if dtype.hasobject:
+                    raise CheckpointError(f"{path}: member {info.filename!r} holds Python objects")
+                declared = member.tell() + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                if declared != info.file_size:
+                    raise CheckpointError(
+                        f"{path}: member {info.filename!r} declares {declared} bytes of {dtype} {shape}, "
+                        f"but holds {info.file_size}"
+                    )
+            with zf.open(info) as member:
+                members[name] = np.lib.format.read_array(member, allow_pickle=False)
+    return members
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Reads and verifies a checkpoint written by ``save_checkpoint``.
+
+    Args:
+        path: a checkpoint file, or a folder with a ``last`` pointer.
+
+    Returns:
+        The contents, arrays as ndarrays.
+
+    Raises:
+        CheckpointError: the file is truncated, corrupted (digest mismatch), or not a
+            tapefit checkpoint; the message names the file.
+    """
+    path = resolve_checkpoint(path)
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    # np.load would try any other file as a pickle and say so; name what is wrong instead.
+    if not magic:
+        raise CheckpointError(f"{path}: the file is empty (a truncated checkpoint)")
+    if magic != b"PK":
+        raise CheckpointError(
+            f"{path}: not a tapefit checkpoint (checkpoints are the .npz files that the checkpoint "
+            "plugin writes)"
+        )
+    try:
+        members = _read_members(path)
+    except CheckpointError:
+        raise
+    except Exception as error:  # zipfile, numpy and OS errors all mean the same here
+        raise CheckpointError(
+            f"{path}: cannot read the checkpoint, the file is truncated or corrupted "
+            f"({type(error).__name__}: {error})"
+        ) from error
+    if _METADATA not in members or _DIGEST not in members:
+        raise CheckpointError(f"{path}: not a tapefit checkpoint (no {_METADATA}/{_DIGEST} members)")
+    metadata = members.pop(_METADATA).tobytes()
+    stored = members.pop(_DIGEST).tobytes().decode("ascii", errors="replace")
+    if _digest(metadata, members) != stored:
+        raise CheckpointError(f"{path}: the checkpoint is corrupted (its SHA-256 digest does not match)")
+    try:
+        data = json.loads(metadata.decode("utf-8"))
+    except ValueError as error:
+        raise CheckpointError(f"{path}: unreadable metadata: {error}") from error
+    except RecursionError:
+        raise CheckpointError(f"{path}: unreadable metadata: nested too deeply") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
+        raise CheckpointError(f"{path}: not a tapefit checkpoint")
+    if data.get("version") != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: checkpoint format version {data.get('version')!r} is not supported")
+    return _join(data, members, path)
+
+
+def write_pointer(folder: str | os.PathLike[str], name: str, target: str) -> Path:
+    """Atomically writes the pointer file ``folder/name`` naming ``target`` (a file name in ``folder``)."""
+    return atomic_write(Path(folder) / name, lambda f: f.write(f"{target}\n".encode()))
+
+
+# ---------------------------------------------------------------------------
+# The plugin
+# ---------------------------------------------------------------------------
