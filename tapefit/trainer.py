@@ -170,48 +170,20 @@ def _resolve_metrics(metrics: Any, loss: Any) -> list[Any]:
     return resolved
 
 
-_PLAIN = (bool, int, float, np.ndarray)
-
-
 def _metric_state(metric: Any) -> dict[str, Any]:
-    """A metric's running state as plain data.
-
-    ``metric.get_state()`` when it has one; else its numeric attributes (tapefit's
-    metrics keep a float ``total`` and ``count``), and those of metrics it delegates
-    to (``"accuracy"`` delegates to the kind it chose on the first batch).
-    """
-    if callable(getattr(metric, "get_state", None)):
-        return {"state": metric.get_state()}
-    attributes: dict[str, Any] = {}
-    nested: dict[str, Any] = {}
-    for key, value in vars(metric).items():
-        if isinstance(value, _PLAIN) and key != "name":
-            attributes[key] = value.copy() if isinstance(value, np.ndarray) else value
-        elif hasattr(value, "update_state") and hasattr(value, "result"):
-            nested[key] = {"class": type(value).__name__, **_metric_state(value)}
-    return {"attributes": attributes, "nested": nested}
+    """A metric's running state for checkpoints: ``metric.get_state()`` (tapefit's metrics keep
+    sums and counts). A metric without ``get_state`` restarts its running value on a resume."""
+    get_state = getattr(metric, "get_state", None)
+    return {"state": get_state() if callable(get_state) else None}
 
 
 def _load_metric_state(metric: Any, state: dict[str, Any]) -> None:
-    if "state" in state:
+    if "attributes" in state:  # tapefit 0.1.0's checkpoints: the metric's numeric attributes
+        chosen = state.get("nested", {}).get("chosen")
+        source = chosen if chosen is not None else state
+        state = {"state": {**source["attributes"], "kind": chosen["class"] if chosen else None}}
+    if state.get("state") is not None:
         metric.set_state(state["state"])
-        return
-    for key, value in state["attributes"].items():
-        setattr(metric, key, value)
-    for key, sub_state in state["nested"].items():
-        sub = getattr(metric, key, None)
-        if sub is None:
-            # The delegate is chosen on the first batch; make the same kind now.
-            from tapefit.layers import metrics as metrics_module
-
-            cls = getattr(metrics_module, sub_state["class"], None)
-            if not (isinstance(cls, type) and issubclass(cls, metrics_module.Metric)):
-                raise ValueError(
-                    f"metric {metric.name!r}: unknown delegate metric class {sub_state['class']!r}"
-                )
-            sub = cls(metric.name)
-            setattr(metric, key, sub)
-        _load_metric_state(sub, sub_state)
 
 
 class _InterruptGuard:
@@ -934,9 +906,8 @@ class Trainer:
         self.step = int(state["step"])
         self._loss_sum = float(state["loss_sum"])
         self._loss_count = int(state["loss_count"])
-        # A checkpoint at an epoch boundary starts the next epoch afresh (older checkpoints
-        # have no in_epoch: they were inside an epoch when batches of it had run).
-        self._epoch_ended = not state.get("in_epoch", self.batch_in_epoch > 0)
+        # A checkpoint at an epoch boundary starts the next epoch afresh.
+        self._epoch_ended = not state["in_epoch"]
         for record in state["history"]:
             self._records.append((int(record["epoch"]), record["logs"], True))
             self.history._append(int(record["epoch"]), record["logs"])

@@ -242,8 +242,39 @@ def test_predict_keeps_the_structure_of_a_multi_output_model():
 
 def test_float64_inputs_train_as_float32():
     x, y = make_data(10)
-    history = make_trainer(metrics=()).fit(x.astype(np.float64), y, epochs=1, batch_size=5)
-    assert np.isfinite(history.history["loss"][0])
+    wide = make_trainer(metrics=())  # each trainer seeds the generators: build, then fit
+    wide_history = wide.fit(x.astype(np.float64), y, epochs=1, batch_size=5, verbose=0)
+    narrow = make_trainer(metrics=())
+    narrow_history = narrow.fit(x.astype(np.float32), y, epochs=1, batch_size=5, verbose=0)
+    # Read as float32, as Keras does: the same numbers as float32 inputs, bit for bit.
+    assert wide_history.history == narrow_history.history
+    for key, value in wide.model.state_dict().items():
+        assert value.dtype == np.float32
+        np.testing.assert_array_equal(value, narrow.model.state_dict()[key])
+
+
+def test_one_fit_step_equals_the_step_written_by_hand():
+    x, y = make_data(12)
+    loss = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
+    tp.random.set_seed(3)
+    model = tp.layers.Sequential([tp.layers.Dense(5, activation="tanh"), tp.layers.Dense(3)])
+    model(x)
+    start = model.state_dict()
+    trainer = tp.Trainer(model, tp.optimizers.Adam(0.05), loss)
+    trainer.fit(x, y, epochs=1, batch_size=12, shuffle=False, verbose=0)
+
+    tp.random.set_seed(3)
+    by_hand = tp.layers.Sequential([tp.layers.Dense(5, activation="tanh"), tp.layers.Dense(3)])
+    by_hand(x)
+    by_hand.load_state_dict(start)
+    optimizer = tp.optimizers.Adam(0.05)
+    with tp.GradientTape() as tape:
+        value = loss(y, by_hand(tp.constant(x), training=True))
+    grads = tape.gradient(value, by_hand.trainable_variables)
+    optimizer.apply_gradients(zip(grads, by_hand.trainable_variables))
+    assert trainer.history.history["loss"] == [float(value)]
+    for key, weights in by_hand.state_dict().items():
+        np.testing.assert_array_equal(trainer.model.state_dict()[key], weights)
 
 
 def test_transform_gradients_change_the_update():
@@ -436,3 +467,28 @@ def test_exceptions_reach_on_exception_and_propagate(error):
     assert watcher.exceptions == [error]
     assert not watcher.fit_ended
     assert trainer.step == 3 and not trainer.update_in_progress
+
+
+def test_metric_states_round_trip_and_read_the_first_releases_format():
+    from tapefit.trainer import _load_metric_state, _metric_state
+
+    accuracy = tp.metrics.get("accuracy")
+    accuracy.update_state(np.array([0, 1, 1]), np.array([[0.9, 0.1], [0.2, 0.8], [0.7, 0.3]]))
+    again = tp.metrics.get("accuracy")
+    _load_metric_state(again, _metric_state(accuracy))
+    assert float(again.result()) == pytest.approx(2 / 3)
+    old = {  # as tapefit 0.1.0 wrote it: the numeric attributes, the chosen delegate by class name
+        "attributes": {"total": 0.0, "count": 0.0},
+        "nested": {
+            "chosen": {
+                "class": "SparseCategoricalAccuracy",
+                "attributes": {"total": 3.0, "count": 4.0},
+                "nested": {},
+            }
+        },
+    }
+    fresh = tp.metrics.get("accuracy")
+    _load_metric_state(fresh, old)
+    assert float(fresh.result()) == pytest.approx(0.75)
+    fresh.update_state(np.array([1]), np.array([[0.1, 0.9]]))
+    assert float(fresh.result()) == pytest.approx(0.8)

@@ -15,7 +15,6 @@ import numpy as np
 from tapefit.data.arrays import DataError
 
 NUM_SAMPLES = 1797
-NUM_CLASSES = 10
 _MISSING = "data.type 'digits' needs scikit-learn, which ships the digits: pip install 'tapefit[digits]'"
 
 

@@ -101,15 +101,6 @@ def check_float(
     return value
 
 
-def check_int(name: str, value: Any, low: int | None = None) -> int:
-    """``value`` as an int (an integral float is accepted), at least ``low``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != int(value):
-        raise argument_error(TypeError, name, f"`{name}` must be an integer, got {value!r}")
-    if low is not None and value < low:
-        raise argument_error(ValueError, name, f"`{name}` must be >= {low}, got {value!r}")
-    return int(value)
-
-
 def _looks_numeric(text: str) -> bool:
     try:
         float(text)

@@ -203,11 +203,14 @@ def test_gradients_passed_in_are_not_changed(make):
 
 @full_optimizers
 def test_scalar_variables(make):
-    w = tp.Variable(1.5)
-    opt = make()
-    for _ in range(3):
-        opt.apply_gradients([(tp.constant(0.7), w)])
-    assert w.shape == () and w.dtype == np.float32 and float(w) < 1.5
+    # A scalar variable is updated exactly as the one element of a shape-(1,) variable.
+    w, w1 = tp.Variable(1.5), tp.Variable([1.5])
+    opt, opt1 = make(), make()
+    for g in (0.7, -0.2, 0.4):
+        opt.apply_gradients([(tp.constant(g), w)])
+        opt1.apply_gradients([(tp.constant([g]), w1)])
+    assert w.shape == () and w.dtype == np.float32
+    assert w.numpy() == w1.numpy()[0] and float(w) != 1.5
 
 
 # -- minimize ---------------------------------------------------------------------
