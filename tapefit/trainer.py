@@ -719,6 +719,11 @@ class Trainer:
         # moves its statistics) to the step's bookkeeping, the state is inconsistent: a Ctrl-C
         # waits until it is whole again, so the interrupted checkpoint can be saved.
         self._interrupts.hold = True
+        # What the forward pass moves before the update (dropout's generators,
+        # BatchNormalization's statistics): put back if an exception ends the step before the
+        # update, so that the interrupted checkpoint is the state before the step.
+        before_step = self._moving_state()
+        variables_before = len(getattr(self.model, "variables", []))
         try:
             if self._compiled_gradients is not None:
                 # The variables before the call are part of the signature: a model that builds
@@ -740,11 +745,28 @@ class Trainer:
             self._loss_count += n
             for metric in self.metrics:
                 metric.update_state(y, y_pred)
+        except BaseException:
+            # A model that built its layers in this step drew their weights too: keep that.
+            built_now = len(getattr(self.model, "variables", [])) != variables_before
+            if not self.update_in_progress and self.step == step and not built_now:
+                self._set_moving_state(before_step)
+            raise
         finally:
             self._interrupts.release()
         for metric in self.metrics:
             logs[metric.name] = float(metric.result())
         return logs
+
+    def _moving_state(self) -> tuple[Any, list[np.ndarray]]:
+        """The random generators and the non-trainable variables, as a step may move them."""
+        variables = getattr(self.model, "non_trainable_variables", [])
+        return _random.get_state(), [np.array(v.numpy()) for v in variables]
+
+    def _set_moving_state(self, state: tuple[Any, list[np.ndarray]]) -> None:
+        generators, values = state
+        _random.set_state(generators)
+        for variable, value in zip(getattr(self.model, "non_trainable_variables", []), values):
+            variable.assign(value)
 
     def _loss_and_gradients(
         self, x: Any, y: Any, weights: Any = None, _signature: Any = None

@@ -226,6 +226,41 @@ def test_exception_saves_an_interrupted_checkpoint_that_resumes(tmp_path, refere
     )
 
 
+@pytest.mark.parametrize("hook", ["transform_gradients", "loss"])
+def test_an_exception_inside_a_step_saves_the_state_before_it(tmp_path, reference, hook):
+    # Raised after the forward pass drew its dropout mask (and, for "loss", while the tape
+    # records): the interrupted checkpoint must hold the state before the step, or the
+    # resumed step draws another mask.
+    folder = tmp_path / "ckpt"
+
+    class Fail:
+        @tp.hookimpl
+        def transform_gradients(self, step):
+            if hook == "transform_gradients" and step == 7:
+                raise RuntimeError("disk on fire")
+
+    trainer = build([Fail(), Checkpoint(dirpath=str(folder))])
+    if hook == "loss":
+        original = trainer.loss
+
+        def failing(y_true, y_pred, **kwargs):
+            if trainer.step == 7:
+                raise RuntimeError("disk on fire")
+            return original(y_true, y_pred, **kwargs)
+
+        trainer.loss = failing
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        fit(trainer, 4)
+    assert load_checkpoint(folder)["trainer"]["step"] == 7
+    resumed = build()
+    history = fit(resumed, 4, resume_from=folder)
+    assert_same_run(
+        reference,
+        resumed.model.state_dict(),
+        {"history": history.history, "epoch": history.epoch, "step": resumed.step},
+    )
+
+
 def test_resume_with_a_different_batch_size_is_refused(tmp_path):
     folder = tmp_path / "ckpt"
     fit(build([Checkpoint(dirpath=str(folder))]), 1)
