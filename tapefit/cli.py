@@ -666,26 +666,25 @@ def find_resume_point(resume: str, plugins: list[Any], output_dir: Path) -> Path
 def _check_resume_fits(path: Path, model: Any, config: dict[str, Any], data: Data) -> int:
     """Checks that the checkpoint at ``path`` can continue this config; returns its epoch."""
     from tapefit import checkpointing as _checkpoint
-    from tapefit.resume import check_checkpoint
+    from tapefit.resume import check_checkpoint, check_fits
 
     try:
         contents = _checkpoint.load_checkpoint(path)
         check_checkpoint(contents, model=model, num_samples=len(data.x_train), source=path)
     except (OSError, ValueError) as e:
         raise ConfigError(f"--resume: {e}") from e
+    settings = config["trainer"]
+    fit = {
+        "batch_size": settings["batch_size"],
+        "num_samples": len(data.x_train),
+        "shuffle": settings["shuffle"],
+        "drop_last": settings["drop_last"],
+    }
+    try:
+        check_fits(contents, fit, path)
+    except ValueError as e:
+        raise ConfigError(f"--resume: {e}") from e
     state = contents.get("trainer", {})
-    ours = {"batch_size": config["trainer"]["batch_size"], "shuffle": config["trainer"]["shuffle"]}
-    for key, value in ours.items():
-        if key in state and state[key] != value:
-            raise ConfigError(
-                f"--resume: {path} was written with trainer.{key} {_config._show(state[key])}, "
-                f"the config has {_config._show(value)}; resuming needs the same"
-            )
-    if "num_samples" in state and state["num_samples"] != len(data.x_train):
-        raise ConfigError(
-            f"--resume: {path} was written with {state['num_samples']} training samples, the config's data has "
-            f"{len(data.x_train)}; resuming needs the same data"
-        )
     saved = contents.get("model", {})
     ours = model.state_dict()
     if set(saved) != set(ours) or any(np.shape(saved[k]) != np.shape(ours[k]) for k in ours):

@@ -166,3 +166,19 @@ def check_checkpoint(
             raise ValueError(f"plugins: expected a mapping, got {_shown(contents['plugins'])}")
     except ValueError as error:
         raise CheckpointError(f"{source}: {error}") from None
+
+
+def check_fits(contents: dict[str, Any], fit: dict[str, Any], source: Any) -> None:
+    """Checks that ``contents`` was written by a fit of the same kind (``batch_size``,
+    ``num_samples``, ``shuffle``, ``drop_last``), so that its position means the same batches.
+
+    The one place that says whether a checkpoint can continue a fit; ``Trainer.fit`` and
+    ``train --resume`` both ask it. Raises ``CheckpointError`` naming what differs.
+    """
+    state = contents.get("trainer", {})
+    theirs = {key: state.get(key) for key in fit if state.get(key) != fit[key]}
+    if theirs:
+        ours = {key: fit[key] for key in theirs}
+        raise CheckpointError(
+            f"cannot resume from {source}: it was written by a fit with {theirs}, this fit has {ours}"
+        )

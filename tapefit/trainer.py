@@ -35,7 +35,7 @@ from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor
 from tapefit.data.loader import BatchLoader, _take
 from tapefit.plugins.manager import PluginManager, create_plugin
-from tapefit.resume import check_checkpoint
+from tapefit.resume import check_checkpoint, check_fits
 from tapefit.world import World, shard_problem
 
 logger = logging.getLogger("tapefit")
@@ -242,6 +242,16 @@ class _InterruptGuard:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None
+
+
+def _fit_kind(loader: BatchLoader) -> dict[str, Any]:
+    """What a checkpoint's position means only for a fit of the same kind (``resume.check_fits``)."""
+    return {
+        "batch_size": loader.batch_size,
+        "num_samples": loader.num_samples,
+        "shuffle": loader.shuffle,
+        "drop_last": loader.drop_last,
+    }
 
 
 def _check_shards(loader: BatchLoader, world: World) -> None:
@@ -900,17 +910,7 @@ class Trainer:
     def _restore(self, checkpoint: dict[str, Any], loader: BatchLoader, source: Any) -> None:
         check_checkpoint(checkpoint, source=source)  # the fields read below; the model's after it is built
         state = checkpoint["trainer"]
-        ours = {
-            "batch_size": loader.batch_size,
-            "num_samples": loader.num_samples,
-            "shuffle": loader.shuffle,
-            "drop_last": loader.drop_last,
-        }
-        theirs = {key: state[key] for key in ours}
-        if theirs != ours:
-            raise ValueError(
-                f"cannot resume from {source}: it was written by a fit with {theirs}, this fit has {ours}"
-            )
+        check_fits(checkpoint, _fit_kind(loader), source)
         # One call builds the lazy layers; the model may have Variables of its own already.
         modules = [self.model, *getattr(self.model, "submodules", [])]
         if not all(getattr(module, "built", True) for module in modules):

@@ -1567,3 +1567,14 @@ def test_resume_auto_after_early_stopping_says_so_and_trains_nothing(workdir, ca
     finished = [line for line in out.splitlines() if "finished by early_stopping" in line]
     assert len(finished) == 1 and "nothing to train" in finished[0]
     assert snapshot(workdir / "runs/es") == before
+
+
+def test_a_resume_with_another_batch_size_is_exit_2_with_the_fits_message(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    status, _, err = run_main(["--config", config, "--set", "name=bs"], capsys)
+    assert status == 0, err
+    args = ["--config", config, "--set", "name=bs", "--resume", "auto", "--set", "trainer.batch_size=40"]
+    status, out, err = run_main(args, capsys)
+    assert status == 2 and out == ""
+    [line] = err.strip().splitlines()
+    assert "it was written by a fit with {'batch_size': 50}, this fit has {'batch_size': 40}" in line
