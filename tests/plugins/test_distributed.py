@@ -2,7 +2,6 @@
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -37,7 +36,7 @@ def test_collectives_sum_broadcast_and_agree(tmp_path):
         3,
         """
         import numpy as np
-        from tapefit.plugins.distributed import MPIWorld
+        from tapefit.world import MPIWorld
         w = MPIWorld(timeout=60)
         s = w.allreduce_sum(np.arange(3, dtype=np.float32) * (w.rank + 1), "sum")
         assert s.dtype == np.float32 and s.tolist() == [0.0, 6.0, 12.0], s
@@ -45,13 +44,13 @@ def test_collectives_sum_broadcast_and_agree(tmp_path):
         a, b = w.broadcast([np.full(2, w.rank, np.float32), np.array([w.rank + 5])], "bcast")
         assert a.tolist() == [0.0, 0.0] and b.tolist() == [5], (a, b)
         assert w.hosts == [w.hosts[0]] * 3 and w.local_size == 3
-        print("ok", w.rank, w.shard(10))
+        with open(f"rank{w.rank}.txt", "w") as f:  # not stdout: the ranks' lines interleave there
+            f.write(f"ok {w.rank} {w.shard(10)}")
         """,
         tmp_path,
     )
     assert result.returncode == 0, result.stderr
-    # The ranks' lines may interleave: read them by pattern.
-    assert sorted(re.findall(r"ok \d slice\(\d+, \d+, None\)", result.stdout)) == [
+    assert [(tmp_path / f"rank{r}.txt").read_text() for r in range(3)] == [
         "ok 0 slice(0, 4, None)",
         "ok 1 slice(4, 7, None)",
         "ok 2 slice(7, 10, None)",
@@ -64,7 +63,7 @@ def test_a_rank_that_never_arrives_is_named_and_the_run_aborts(tmp_path):
         """
         import time
         import numpy as np
-        from tapefit.plugins.distributed import MPIWorld
+        from tapefit.world import MPIWorld
         w = MPIWorld(timeout=1)
         if w.rank == 2:
             time.sleep(60)
@@ -240,12 +239,10 @@ def test_batch_normalization_moving_statistics_agree_across_ranks(tmp_path):
         stats = np.concatenate([v.numpy().ravel() for v in model.non_trainable_variables])
         everyone = trainer.world.allreduce_sum(stats, "check") / trainer.world.size
         assert np.array_equal(stats, everyone.astype(stats.dtype)), (stats, everyone)
-        print("same", trainer.world.rank)
         """,
         tmp_path,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("same") == 2
 
 
 def test_ctrl_c_through_the_launcher_stops_every_rank_at_one_step(tmp_path):
