@@ -340,9 +340,11 @@ class Checkpoint:
         finally:
             if path is None:  # not saved (non-finite weights) or the write failed
                 self.saved = previous
+        # Saved or refused (a non-finite loss or weights, already warned about): either way the
+        # fit's end need not try this position again.
+        self._last_saved = trainer.position_key()
         if path is None:
             return None
-        self._last_saved = trainer.position_key()
         write_pointer(self.folder, LAST_POINTER, name)
         for old in drop:
             with contextlib.suppress(FileNotFoundError):

@@ -169,3 +169,13 @@ def test_a_fit_that_went_on_past_an_interrupted_checkpoint_removes_it(tmp_path):
     make_trainer([Checkpoint(dirpath=str(folder))]).fit(x, y, epochs=3, batch_size=8, resume_from=folder)
     assert not (folder / "interrupted.npz").exists()
     assert (folder / "last").read_text().strip() == "epoch0002-step00000009.npz"
+
+
+def test_a_refused_save_is_warned_about_once(tmp_path, caplog):
+    x, y = make_data()
+    trainer = make_trainer([Checkpoint(dirpath=str(tmp_path / "ck"))])
+    trainer.optimizer = tp.optimizers.SGD(1e30)  # the loss is NaN within the first epoch
+    with np.errstate(all="ignore"):
+        trainer.fit(x, y, epochs=2, batch_size=8, verbose=0)
+    refusals = [r.getMessage() for r in caplog.records if "not saving" in r.getMessage()]
+    assert len(refusals) == len(set(refusals)) == 2  # one per epoch end; the fit's end adds none
