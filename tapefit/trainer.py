@@ -733,7 +733,6 @@ class Trainer:
         # BatchNormalization's statistics): put back if an exception ends the step before the
         # update, so that the interrupted checkpoint is the state before the step.
         before_step = self._moving_state()
-        variables_before = len(getattr(self.model, "variables", []))
         try:
             if self._compiled_gradients is not None:
                 # The variables before the call are part of the signature: a model that builds
@@ -757,7 +756,7 @@ class Trainer:
                 metric.update_state(y, y_pred)
         except BaseException:
             # A model that built its layers in this step drew their weights too: keep that.
-            built_now = len(getattr(self.model, "variables", [])) != variables_before
+            built_now = len(getattr(self.model, "variables", [])) != before_step[2]
             if not self.update_in_progress and self.step == step and not built_now:
                 self._set_moving_state(before_step)
             raise
@@ -767,15 +766,18 @@ class Trainer:
             logs[metric.name] = float(metric.result())
         return logs
 
-    def _moving_state(self) -> tuple[Any, list[np.ndarray]]:
-        """The random generators and the non-trainable variables, as a step may move them."""
-        variables = getattr(self.model, "non_trainable_variables", [])
-        return _random.get_state(), [np.array(v.numpy()) for v in variables]
+    def _moving_state(self) -> tuple[Any, list[np.ndarray], int]:
+        """The random generators and the non-trainable variables, as a step may move them, and
+        how many variables the model has (one walk of the model)."""
+        variables = getattr(self.model, "variables", [])
+        fixed = [np.array(v.numpy()) for v in variables if not v.trainable]
+        return _random.get_state(), fixed, len(variables)
 
-    def _set_moving_state(self, state: tuple[Any, list[np.ndarray]]) -> None:
-        generators, values = state
+    def _set_moving_state(self, state: tuple[Any, list[np.ndarray], int]) -> None:
+        generators, values, _ = state
         _random.set_state(generators)
-        for variable, value in zip(getattr(self.model, "non_trainable_variables", []), values):
+        fixed = [v for v in getattr(self.model, "variables", []) if not v.trainable]
+        for variable, value in zip(fixed, values):
             variable.assign(value)
 
     def _loss_and_gradients(
