@@ -150,10 +150,10 @@ def test_several_ranks_train_as_one_process_on_the_same_global_batches(tmp_path,
     assert result.stdout == ""
 
 
-@pytest.mark.parametrize("resume_on", [1, 3])
-def test_a_two_rank_checkpoint_resumes_on_other_rank_counts(tmp_path, resume_on):
+@pytest.mark.parametrize(("first_on", "resume_on"), [(2, 1), (2, 3), (1, 2)])
+def test_a_checkpoint_resumes_on_other_rank_counts(tmp_path, first_on, resume_on):
     straight, history, _ = fit_on(1, tmp_path, "straight", epochs=4)
-    fit_on(2, tmp_path, "first", epochs=2)
+    fit_on(first_on, tmp_path, "first", epochs=2)
     resumed, resumed_history, _ = fit_on(
         resume_on, tmp_path, "first", epochs=4, resume=str(tmp_path / "first.ck")
     )
@@ -287,3 +287,20 @@ def test_ctrl_c_through_the_launcher_stops_every_rank_at_one_step(tmp_path):
     ]
     resumed = subprocess.run(resume, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
+
+
+def test_each_rank_gets_its_share_of_the_cores_unless_the_user_chose(monkeypatch):
+    from tapefit.plugins import distributed
+
+    limits = []
+    monkeypatch.setattr(distributed.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr("threadpoolctl.threadpool_limits", lambda limits, user_api: limits_seen(limits))
+
+    def limits_seen(value):
+        limits.append(value)
+
+    assert distributed.blas_threads_per_rank(3, environ={}) == 2
+    assert distributed.blas_threads_per_rank(16, environ={}) == 1  # at least one
+    assert limits == [2, 1]
+    assert distributed.blas_threads_per_rank(3, environ={"OMP_NUM_THREADS": "4"}) is None
+    assert limits == [2, 1]  # the user's setting wins: nothing changed
