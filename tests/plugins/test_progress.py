@@ -66,24 +66,37 @@ def test_the_bar_shows_the_running_mean_of_the_loss(make_trainer, make_data):
     assert shown[0] == pytest.approx(losses[0], rel=1e-3) and shown[-1] != pytest.approx(losses[-1], rel=1e-3)
 
 
+SCRIPT_DATA = (
+    "import numpy as np\n"
+    "import tapefit as tp\n"
+    "x = np.random.default_rng(0).normal(size=(12, 3)).astype(np.float32)\n"
+    "y = (x[:, 0] > 0).astype(np.int64)\n"
+)
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]
+    ),
+}
+
+
+def write_script(tmp_path, body):
+    """A script that fits on 12 samples in a fresh interpreter (this checkout's tapefit)."""
+    script = tmp_path / "fit.py"
+    script.write_text(SCRIPT_DATA + body)
+    return [sys.executable, str(script)]
+
+
 def test_fit_shows_progress_by_default_and_logs_plugin_decisions(tmp_path):
     # A fresh interpreter: no logging configured, standard error a pipe, as in a batch job.
-    script = tmp_path / "fit.py"
-    script.write_text(
-        "import numpy as np\n"
-        "import tapefit as tp\n"
-        "x = np.random.default_rng(0).normal(size=(12, 3)).astype(np.float32)\n"
-        "y = (x[:, 0] > 0).astype(np.int64)\n"
+    command = write_script(
+        tmp_path,
         "stop = tp.plugins.EarlyStopping(monitor='loss', patience=1, min_delta=100.0, restore_best_weights=True)\n"
         "trainer = tp.Trainer(tp.layers.Dense(2), 'sgd', tp.losses.SparseCategoricalCrossentropy(from_logits=True), plugins=[stop])\n"
         "trainer.fit(x, y, epochs=5, batch_size=5)\n"
-        "trainer.fit(x, y, epochs=1, batch_size=5, verbose=0)\n"
+        "trainer.fit(x, y, epochs=1, batch_size=5, verbose=0)\n",
     )
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    result = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env
-    )
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=ENV)
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
     assert [line.split(" - ")[0] for line in lines if line.startswith("Epoch")] == ["Epoch 1/5", "Epoch 2/5"]
@@ -100,23 +113,15 @@ def test_on_a_pseudo_terminal_auto_draws_bars(tmp_path):
     pty = pytest.importorskip("pty")
     fcntl = pytest.importorskip("fcntl")
     termios = pytest.importorskip("termios")
-    script = tmp_path / "fit.py"
-    script.write_text(
-        "import numpy as np\n"
-        "import tapefit as tp\n"
-        "x = np.random.default_rng(0).normal(size=(12, 3)).astype(np.float32)\n"
-        "y = (x[:, 0] > 0).astype(np.int64)\n"
-        "tp.Trainer(tp.layers.Dense(2), 'sgd', 'sparse_categorical_crossentropy').fit(x, y, epochs=2, batch_size=5)\n"
+    command = write_script(
+        tmp_path,
+        "tp.Trainer(tp.layers.Dense(2), 'sgd', 'sparse_categorical_crossentropy').fit(x, y, epochs=2, batch_size=5)\n",
     )
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
     leader, follower = pty.openpty()
     # A new pseudo-terminal is 0 columns wide; tqdm sizes its bar to the terminal.
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
     try:
-        result = subprocess.run(
-            [sys.executable, str(script)], stderr=follower, stdout=subprocess.DEVNULL, env=env, timeout=120
-        )
+        result = subprocess.run(command, stderr=follower, stdout=subprocess.DEVNULL, env=ENV, timeout=120)
         os.close(follower)
         follower = -1
         chunks = []
