@@ -149,7 +149,10 @@ def spirals_fit(pairs: int) -> str:
 
     trainers = {"eager": trainer(False), "compiled": trainer(True)}
     # No shuffling: the two trainers would take turns drawing from the one global generator.
-    fns = {k: (lambda t=t: t.fit(x, y, epochs=1, batch_size=32, shuffle=False, verbose=0)) for k, t in trainers.items()}
+    fns = {
+        k: (lambda t=t: t.fit(x, y, epochs=1, batch_size=32, shuffle=False, verbose=0))
+        for k, t in trainers.items()
+    }
     times = compare(fns, pairs, 1)
     weights = [[v.numpy() for v in t.model.variables] for t in trainers.values()]
     same = all(np.array_equal(a, b) for a, b in zip(*weights))
