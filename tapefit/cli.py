@@ -775,6 +775,7 @@ def prepare(args: argparse.Namespace) -> Run:
                 output_dir=output_dir,
                 config=config,
                 compile=config["trainer"].get("compile", False),
+                threads=config["trainer"].get("threads"),
             )
         except Exception as e:
             raise ConfigError(f"plugins: {_error_text(e)}", "plugins") from e

@@ -801,12 +801,19 @@ def _check_verbose(v: Any) -> str | None:
     return None if not isinstance(v, bool) and v in ("auto", 0, 1, 2) else "must be auto, 0, 1 or 2"
 
 
+def _check_threads(v: Any) -> str | None:
+    if v is None or v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+        return None
+    return "must be auto, null or a whole number >= 1"
+
+
 TRAINER_PARAMS: dict[str, Param] = {
     "epochs": Param("epochs", 1, int, _at_least(1)),
     "batch_size": Param("batch_size", 32, int, _at_least(1)),
     "shuffle": Param("shuffle", True, bool),
     "output_dir": Param("output_dir", None, str | None),
     "verbose": Param("verbose", "auto", str | int, _check_verbose),
+    "threads": Param("threads", None, str | int | None, _check_threads),
     "compile": Param("compile", False, bool),
 }
 """The ``trainer`` section: ``Trainer.fit`` arguments and where the run's files go."""

@@ -36,6 +36,7 @@ from tapefit.core.tensor import Tensor
 from tapefit.data.loader import BatchLoader, _take
 from tapefit.plugins.manager import PluginManager, create_plugin
 from tapefit.resume import check_checkpoint, check_fits
+from tapefit.threads import limited, resolve_threads
 from tapefit.world import World, shard_problem
 
 logger = logging.getLogger("tapefit")
@@ -369,6 +370,11 @@ class Trainer:
             ``tp.function`` (traced once per batch shape, then replayed; bit for bit the
             eager results). The ``transform_gradients`` hooks and the optimizer update stay
             Python, so plugins see and change the gradients as in eager mode. Default eager.
+        threads: the BLAS threads during ``fit``, ``evaluate`` and ``predict``: ``None``
+            (default) leaves them as NumPy set them; ``"auto"`` takes this process's share of
+            the cores it may run on (``tapefit.threads``: a count the user set in
+            ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` wins), so runs side by side do not
+            oversubscribe the cores; a number sets it.
 
     Attributes a plugin may read: ``model``, ``optimizer``, ``loss``, ``metrics``,
     ``plugins`` (the ``PluginManager``), ``output_dir``, ``config``, ``epoch`` (index of
@@ -391,6 +397,7 @@ class Trainer:
         output_dir: str | os.PathLike[str] | None = None,
         config: dict[str, Any] | None = None,
         compile: bool = False,
+        threads: int | str | None = None,
     ) -> None:
         self.model = model
         self.optimizer = _resolve_optimizer(optimizer)
@@ -419,6 +426,7 @@ class Trainer:
         self._epochs_done = 0
         self.update_in_progress = False
         self.compile = bool(compile)
+        self.threads = resolve_threads(threads)
         self._compiled_gradients = function(self._loss_and_gradients) if self.compile else None
         self._pass_training = _accepts_training(model)
         self._has_losses: bool | None = None  # None: not known yet (see _total_loss)
@@ -665,7 +673,11 @@ class Trainer:
         if self.world.size > 1:
             self._synchronize(loader)
         hooks = self.plugins.hook
-        with self._interrupts, _fit_output(self.plugins, verbose if self.world.is_chief else 0):
+        with (
+            self._interrupts,
+            _fit_output(self.plugins, verbose if self.world.is_chief else 0),
+            limited(self.threads),
+        ):
             if self.world.size > 1:
                 self._interrupts.agree = lambda held: self.world.any(held, "interrupt agreement")
             try:

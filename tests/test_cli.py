@@ -1578,3 +1578,17 @@ def test_a_resume_with_another_batch_size_is_exit_2_with_the_fits_message(workdi
     assert status == 2 and out == ""
     [line] = err.strip().splitlines()
     assert "it was written by a fit with {'batch_size': 50}, this fit has {'batch_size': 40}" in line
+
+
+def test_trainer_threads_is_checked_and_auto_trains(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    assert_config_error(
+        workdir,
+        capsys,
+        ["--config", config, "--set", "trainer.threads=0"],
+        f"train: error: {config}: trainer.threads: must be auto, null or a whole number >= 1, got 0",
+    )
+    status, _, err = run_main(
+        ["--config", config, "--set", "name=t", "--set", "trainer.threads=auto"], capsys
+    )
+    assert status == 0, err

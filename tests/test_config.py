@@ -280,6 +280,7 @@ def test_resolved_config_fills_defaults_and_expands_shorthands():
         "output_dir": None,
         "compile": False,
         "verbose": "auto",
+        "threads": None,
     }
     assert resolved["plugins"] == [
         {"type": "progress"},

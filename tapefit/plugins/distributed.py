@@ -28,13 +28,13 @@ float32 rounding). It runs first among the ``transform_gradients`` implementatio
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import numpy as np
 
 from tapefit.core.tensor import _wrap
 from tapefit.plugins.hookspecs import hookimpl
+from tapefit.threads import blas_threads
 from tapefit.world import MPIWorld, World, abort, launcher_world_size
 
 logger = logging.getLogger("tapefit.plugins.distributed")
@@ -66,23 +66,13 @@ def _unflatten(buffer: np.ndarray, grads: list[Any]) -> list[Any]:
 
 
 def blas_threads_per_rank(ranks_on_host: int, environ: Any = None) -> int | None:
-    """Limits this rank's BLAS threads to the host's usable cores over its ranks (at least 1).
-
-    OpenBLAS's threads spin against each other when the cores are oversubscribed (a matmul
-    measured 90x slower), which is what N ranks with default threads on one host are. The
-    user's ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` win: then nothing
-    is changed and ``None`` is returned.
-    """
-    environ = os.environ if environ is None else environ
-    if any(environ.get(name) for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")):
-        return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    threads = max(1, cores // max(1, ranks_on_host))
-    try:
+    """Limits this rank's BLAS threads by ``tapefit.threads``'s rule (the host's cores over its
+    ranks); ``None`` when the user set a count, which is then left alone."""
+    threads = blas_threads(ranks_on_host, environ=environ)
+    if threads is not None:
         from threadpoolctl import threadpool_limits
-    except ImportError:  # the mpi extra brings it; without it BLAS is left alone
-        return None
-    threadpool_limits(limits=threads, user_api="blas")
+
+        threadpool_limits(limits=threads, user_api="blas")
     return threads
 
 

@@ -293,7 +293,7 @@ def test_each_rank_gets_its_share_of_the_cores_unless_the_user_chose(monkeypatch
     from tapefit.plugins import distributed
 
     limits = []
-    monkeypatch.setattr(distributed.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr("tapefit.threads.usable_cores", lambda: 8)
     monkeypatch.setattr("threadpoolctl.threadpool_limits", lambda limits, user_api: limits_seen(limits))
 
     def limits_seen(value):

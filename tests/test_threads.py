@@ -1,0 +1,48 @@
+"""The BLAS-thread rule of tapefit.threads and Trainer(threads=...)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_info
+
+import tapefit as tp
+from tapefit import threads
+
+
+def test_the_rule_shares_the_cores_and_the_user_wins(monkeypatch):
+    monkeypatch.setattr(threads, "usable_cores", lambda: 8)
+    assert threads.blas_threads(environ={}) == 8
+    assert threads.blas_threads(ranks_on_host=2, environ={}) == 4
+    assert threads.blas_threads(ranks_on_host=2, workers=1, environ={}) == 2
+    assert threads.blas_threads(ranks_on_host=16, environ={}) == 1  # at least one
+    assert threads.blas_threads(environ={"OPENBLAS_NUM_THREADS": "3"}) is None
+
+
+def test_threads_must_be_auto_none_or_a_count():
+    assert threads.resolve_threads(None) is None and threads.resolve_threads(2) == 2
+    for bad in (0, -1, 1.5, True, "many"):
+        with pytest.raises(ValueError, match="threads must be None, 'auto' or a whole number"):
+            threads.resolve_threads(bad)
+
+
+def blas_threads_now():
+    return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+
+
+def test_the_trainer_limits_blas_inside_fit_only():
+    if not blas_threads_now():
+        pytest.skip("NumPy here has no BLAS that threadpoolctl can see")
+    seen = []
+
+    class Look:
+        @tp.hookimpl
+        def on_epoch_start(self):
+            seen.extend(blas_threads_now())
+
+    before = blas_threads_now()
+    x = np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32)
+    trainer = tp.Trainer(tp.layers.Dense(2), "sgd", "mse", plugins=[Look()], threads=1)
+    trainer.fit(x, x[:, :2], epochs=1, batch_size=4, verbose=0)
+    assert seen and set(seen) == {1}
+    assert blas_threads_now() == before
