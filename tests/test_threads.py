@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+
 import numpy as np
 import pytest
 from threadpoolctl import threadpool_info
@@ -17,6 +22,21 @@ def test_the_rule_shares_the_cores_and_the_user_wins(monkeypatch):
     assert threads.blas_threads(ranks_on_host=2, workers=1, environ={}) == 2
     assert threads.blas_threads(ranks_on_host=16, environ={}) == 1  # at least one
     assert threads.blas_threads(environ={"OPENBLAS_NUM_THREADS": "3"}) is None
+    assert threads.blas_threads(busy=3, environ={}) == 5  # another run keeps 3 cores busy
+    assert threads.blas_threads(busy=12, environ={}) == 1
+
+
+def test_busy_cores_sees_another_process_spinning():
+    if not os.path.exists("/proc/stat"):
+        pytest.skip("no /proc/stat here")
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        busy = threads.busy_cores(0.3)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert busy >= 1
 
 
 def test_threads_must_be_auto_none_or_a_count():
