@@ -125,6 +125,9 @@ def _check_loader(state: Any, trainer: dict[str, Any]) -> None:
     if not isinstance(state, dict):
         raise ValueError(f"loader: expected a mapping, got {_shown(state)}")
     _check_generator_state(state.get("rng"), "loader.rng")
+    position = state.get("position", 0)
+    if not _is_int(position) or not 0 <= position <= trainer["num_samples"]:
+        raise ValueError(f"loader.position: expected a batch index of the epoch, got {_shown(position)}")
     order = state.get("order")
     if order is None:
         return

@@ -14,6 +14,7 @@ around which the hooks of ``tapefit.plugins.hookspecs`` are called.
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import logging
 import os
@@ -37,6 +38,7 @@ from tapefit.data.loader import BatchLoader, _take
 from tapefit.plugins.manager import PluginManager, create_plugin
 from tapefit.resume import check_checkpoint, check_fits
 from tapefit.threads import limited, resolve_threads
+from tapefit.train_state import TrainState
 from tapefit.world import World, shard_problem
 
 logger = logging.getLogger("tapefit")
@@ -382,8 +384,11 @@ class Trainer:
     ``batch_in_epoch`` (batches done in the current epoch), ``steps_per_epoch``,
     ``epochs`` (the index of the epoch the fit stops before), ``batch_size``, ``resumed`` (the
     fit resumed from a checkpoint), ``continued`` (the fit continues an earlier ``fit`` of this
-    trainer: plugins keep their files and counters going), ``history``, ``learning_rate``; and
-    set ``stop_training``.
+    trainer: plugins keep their files and counters going), ``history``, ``learning_rate``,
+    ``state`` (the ``TrainState``: position, running loss, completed epochs; never written by
+    plugins); and set ``stop_training`` or call ``request_stop``. Checkpointing plugins also
+    use ``position_key()``, ``checkpoint_contents()``, ``save_checkpoint(path)`` and
+    ``update_in_progress`` (``tapefit.plugins.hookspecs``).
     """
 
     def __init__(
@@ -412,18 +417,14 @@ class Trainer:
         self.config: dict[str, Any] = dict(config) if config else {}
         self.stop_training = False
         self.history = History()
-        self.epoch = 0
-        self.step = 0
-        self.batch_in_epoch = 0
+        self.state = TrainState()
         self.steps_per_epoch = 0
         self.epochs = 0
         self.batch_size = 0
         self.resumed = False
         self.continued = False
-        self._stop: dict[str, Any] | None = None  # which plugin ended the fit, and why
         self.world: World = World()
         self.batch_rows = (0, 0)
-        self._epochs_done = 0
         self.update_in_progress = False
         self.compile = bool(compile)
         self.threads = resolve_threads(threads)
@@ -432,12 +433,10 @@ class Trainer:
         self._has_losses: bool | None = None  # None: not known yet (see _total_loss)
         self._loader: BatchLoader | None = None
         self._weighted = False  # the loader's targets are (y, sample weights)
-        self._order: np.ndarray | None = None
-        self._loss_sum = 0.0
-        self._loss_count = 0
-        self._records: list[tuple[int, dict[str, float], bool]] = []  # (epoch, logs, complete)
-        self._pending_logs: dict[str, float] | None = None  # epoch logs while on_epoch_end runs
-        self._epoch_ended = False
+        # The checkpoint contents from before an epoch's end (validation and on_epoch_end
+        # hooks), while it runs: what an exception there leaves to resume from.
+        self._before_epoch_end: dict[str, Any] | None = None
+        self._data_before_step: dict[str, Any] | None = None  # see _fit_epochs
         self._interrupts = _InterruptGuard()
 
     # -- small helpers ---------------------------------------------------------
@@ -450,7 +449,22 @@ class Trainer:
     @property
     def running_loss(self) -> float:
         """The loss averaged over the epoch's batches so far (NaN before the first), as Keras's bar shows it."""
-        return self._loss_sum / self._loss_count if self._loss_count else float("nan")
+        return self.state.running_loss
+
+    @property
+    def epoch(self) -> int:
+        """The index of the epoch in progress (or of the last one that ran)."""
+        return self.state.epoch
+
+    @property
+    def step(self) -> int:
+        """The optimizer steps done in the whole run."""
+        return self.state.step
+
+    @property
+    def batch_in_epoch(self) -> int:
+        """The batches done in the epoch in progress."""
+        return self.state.batch_in_epoch
 
     def _shard(self, batch: tuple[Any, Any]) -> tuple[Any, Any]:
         """This process's rows of a global batch (all of it in one process); sets ``batch_rows``."""
@@ -466,11 +480,11 @@ class Trainer:
     def _reduce_epoch_sums(self) -> None:
         """Sums the loss and metric totals over the processes, so the logs are the global ones."""
         states = [metric.get_state() for metric in self.metrics]
-        sums = [self._loss_sum, float(self._loss_count)]
+        sums = [self.state.loss_sum, float(self.state.loss_count)]
         for state in states:
             sums += [state["total"], state["count"]]
         total = self.world.allreduce_sum(np.asarray(sums, np.float64), "epoch statistics Allreduce")
-        self._loss_sum, self._loss_count = float(total[0]), round(float(total[1]))
+        self.state.loss_sum, self.state.loss_count = float(total[0]), round(float(total[1]))
         for i, (metric, state) in enumerate(zip(self.metrics, states)):
             metric.set_state({**state, "total": float(total[2 + 2 * i]), "count": float(total[3 + 2 * i])})
 
@@ -500,7 +514,10 @@ class Trainer:
         finished. Without the plugin, the resume trains on.
         """
         self.stop_training = True
-        self._stop = {"by": self.plugins.get_name(plugin) or type(plugin).__name__, "reason": str(reason)}
+        self.state.stopped = {
+            "by": self.plugins.get_name(plugin) or type(plugin).__name__,
+            "reason": str(reason),
+        }
 
     def _call(self, x: Any, training: bool) -> Any:
         if self._pass_training:
@@ -520,15 +537,13 @@ class Trainer:
         return loss
 
     def _reset_epoch_metrics(self) -> None:
-        self._loss_sum = 0.0
-        self._loss_count = 0
         for metric in self.metrics:
             metric.reset_state()
 
     def _metric_logs(self) -> dict[str, float]:
         if self.world.size > 1:
             self._reduce_epoch_sums()
-        logs = {"loss": self._loss_sum / self._loss_count if self._loss_count else float("nan")}
+        logs = {"loss": self.state.running_loss}
         for metric in self.metrics:
             logs[metric.name] = float(metric.result())
         return logs
@@ -638,13 +653,14 @@ class Trainer:
                 raise type(error)(f"validation_data: {error}") from None
         self._loader = loader
         continued = resume_from is None and self.step > 0
-        first_epoch = self._epochs_done if initial_epoch is None and continued else int(initial_epoch or 0)
+        first_epoch = (
+            self.state.next_epoch if initial_epoch is None and continued else int(initial_epoch or 0)
+        )
         end = first_epoch + int(epochs) if initial_epoch is None and resume_from is None else int(epochs)
         self.epochs = end
         self.batch_size = loader.batch_size
         self.steps_per_epoch = loader.num_batches
         self.stop_training = False
-        self._stop = None
         self._has_losses = None
         self.history = History()
         self.history.params = {
@@ -653,12 +669,9 @@ class Trainer:
             "steps": self.steps_per_epoch,
         }
         self.continued = continued
-        if not continued:
-            self.step = 0
-        self.epoch, self.batch_in_epoch = first_epoch, 0
-        self._records = []
-        self._pending_logs = None
-        self._epoch_ended = True  # no epoch in progress yet
+        self.state.start_fit(first_epoch, continued)
+        self.state.fit = {"epochs": self.epochs, **_fit_kind(loader)}
+        self._before_epoch_end = self._data_before_step = None
         self.resumed = checkpoint is not None
         if checkpoint is not None:
             self._restore(checkpoint, loader, resume_from)  # type: ignore[arg-type]
@@ -695,42 +708,63 @@ class Trainer:
 
     def _fit_epochs(self, loader: BatchLoader, validation_data: tuple[Any, Any] | None) -> None:
         hooks = self.plugins.hook
-        batch_start, batch_end = hooks.on_train_batch_start, hooks.on_train_batch_end
-        continuing = self.resumed and not self._epoch_ended
-        for epoch in range(self.epoch, self.epochs):
-            self.epoch = epoch
+        batch_start, batch_end, save_point = (
+            hooks.on_train_batch_start,
+            hooks.on_train_batch_end,
+            hooks.on_save_point,
+        )
+        state = self.state
+        continuing = self.resumed and state.in_epoch
+        for epoch in range(state.position()[0], self.epochs):
             if not continuing:
-                self._epoch_ended = False
-                self.batch_in_epoch = 0
-                self._order = loader.epoch_order()
+                loader.start_epoch()
+                state.start_epoch(epoch)
                 self._reset_epoch_metrics()
             continuing = False
             hooks.on_epoch_start(trainer=self, epoch=epoch)
-            while self.batch_in_epoch < self.steps_per_epoch and not self.stop_training:
+            complete = False
+            while not self.stop_training:
+                if loader.num_batches is not None and state.batch_in_epoch >= loader.num_batches:
+                    complete = True  # also an epoch resumed after its last batch, before its end
+                    break
                 step = self.step
                 batch_start(trainer=self, step=step)
-                x, y = self._shard(loader.batch(self._order, self.batch_in_epoch))
+                # Until the step is counted, a checkpoint takes the data's state from before
+                # its batch was read, so a resume reads that batch again.
+                self._data_before_step = loader.get_state()
+                try:
+                    batch = loader.next_batch()
+                except StopIteration:
+                    complete = True
+                    self._data_before_step = None
+                    break
+                x, y = self._shard(batch)
                 y, weights = y if self._weighted else (y, None)
                 logs = self._train_step(x, y, step, weights)
                 batch_end(trainer=self, step=step, logs=logs)
+                complete = state.batch_in_epoch >= self.steps_per_epoch
+                save_point(trainer=self, after="step", logs=logs, last=self.stop_training and not complete)
+                if complete:
+                    break
+            # From here to the end of the epoch hooks (validation, a plateau counted, a rate
+            # cut), a checkpoint is the state before them: resuming it runs them again.
+            self._before_epoch_end = self._contents()
             logs = self._metric_logs()
             if validation_data is not None:
                 val_logs = _prefixed(self.evaluate(*validation_data, batch_size=self.batch_size), "val_")
                 hooks.on_validation_end(trainer=self, epoch=epoch, logs=val_logs)
                 logs.update(val_logs)
-            self._pending_logs = logs
-            # Until every epoch-end hook has run (a plateau counted, a rate cut), the epoch is
-            # half ended: a Ctrl-C waits, so the interrupted checkpoint is taken after it.
-            self._interrupts.hold = True
+            self._interrupts.hold = True  # a Ctrl-C here waits for the epoch to end
             try:
                 hooks.on_epoch_end(trainer=self, epoch=epoch, logs=logs)
-                self._pending_logs = None
-                self._epoch_ended = True
-                self._records.append((epoch, logs, self.batch_in_epoch >= self.steps_per_epoch))
+                state.end_epoch(logs, complete)
                 self.history._append(epoch, logs)
-                self._epochs_done = epoch + 1
+                self._before_epoch_end = None
             finally:
                 self._interrupts.release()
+            if complete:
+                last = self.stop_training or epoch + 1 >= self.epochs
+                save_point(trainer=self, after="epoch", logs=logs, last=last)
             if self.stop_training:
                 break
 
@@ -759,11 +793,8 @@ class Trainer:
             self.update_in_progress = True
             self.optimizer.apply_gradients(pairs)
             self.update_in_progress = False
-            self.step += 1
-            self.batch_in_epoch += 1
-            n = _batch_len(y)
-            self._loss_sum += loss_value * n
-            self._loss_count += n
+            self.state.end_step(loss_value, _batch_len(y))
+            self._data_before_step = None  # counted: the data's own state is the position now
             for metric in self.metrics:
                 metric.update_state(y, y_pred)
         except BaseException:
@@ -813,9 +844,10 @@ class Trainer:
         _require_targets(y, "evaluate")
         loader = BatchLoader(_float32_inputs(x), _float32_inputs(y), batch_size=batch_size, shuffle=False)
         saved_states = self._metric_states()
-        saved_loss = self._loss_sum, self._loss_count
+        saved_loss = self.state.loss_sum, self.state.loss_count
         try:
             self._reset_epoch_metrics()
+            self.state.loss_sum, self.state.loss_count = 0.0, 0
             for index in range(loader.num_batches):
                 xb, yb = self._shard(loader.batch(None, index))
                 if self.batch_rows[0] == 0:
@@ -823,14 +855,14 @@ class Trainer:
                 xb, yb = _to_tensors(xb), _to_tensors(yb)
                 y_pred = self._call(xb, training=False)
                 n = _batch_len(yb)
-                self._loss_sum += float(self._total_loss(yb, y_pred)) * n
-                self._loss_count += n
+                self.state.loss_sum += float(self._total_loss(yb, y_pred)) * n
+                self.state.loss_count += n
                 for metric in self.metrics:
                     metric.update_state(yb, y_pred)
             return self._metric_logs()
         finally:
             self._set_metric_states(saved_states)
-            self._loss_sum, self._loss_count = saved_loss
+            self.state.loss_sum, self.state.loss_count = saved_loss
 
     def predict(self, x: Any, batch_size: int = 32) -> Any:
         """The model's outputs for ``x`` (``training=False``), batch by batch, as one ndarray.
@@ -853,16 +885,6 @@ class Trainer:
 
     # -- checkpoints ---------------------------------------------------------------
 
-    def _resume_point(self) -> tuple[int, int, list[tuple[int, dict[str, float]]]]:
-        """(epoch to continue, batches done in it, completed epochs' logs) of the current state."""
-        records = [(e, logs) for e, logs, complete in self._records if complete]
-        complete = self.batch_in_epoch >= self.steps_per_epoch > 0
-        if complete and self._pending_logs is not None:
-            return self.epoch + 1, 0, [*records, (self.epoch, dict(self._pending_logs))]
-        if complete and self._epoch_ended:
-            return self.epoch + 1, 0, records
-        return self.epoch, self.batch_in_epoch, records
-
     def finished_by(self, checkpoint: dict[str, Any]) -> str | None:
         """Why ``checkpoint`` ends its run, when a plugin of this trainer finished it, else ``None``.
 
@@ -876,44 +898,45 @@ class Trainer:
 
     def position_key(self) -> tuple[int, int, int]:
         """``(epoch, batch in epoch, step)`` a checkpoint taken now would resume at."""
-        epoch, position, _ = self._resume_point()
-        return epoch, position, self.step
+        if self._before_epoch_end is not None:
+            return TrainState.from_dict(self._before_epoch_end).position()
+        return self.state.position()
+
+    def train_state(self) -> TrainState:
+        """A snapshot of the training state as a checkpoint takes it: the position, the running
+        epoch statistics, the data's, the generators' and the metrics' states (copies)."""
+        snapshot = copy.deepcopy(self.state)
+        snapshot.stopped = self.state.stopped if self.stop_training else None
+        if self._data_before_step is not None:
+            snapshot.data = self._data_before_step
+        else:
+            snapshot.data = self._loader.get_state() if self._loader is not None else {}
+        snapshot.random = _random.get_state()
+        snapshot.metrics = self._metric_states()
+        return snapshot
+
+    def _contents(self) -> dict[str, Any]:
+        """The checkpoint contents of the current state, before the ``on_save_checkpoint`` hook."""
+        return {
+            **self.train_state().to_dict(),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.get_state(),
+            "plugins": copy.deepcopy(self.plugins.state_dicts()),
+            "config": self.config,
+        }
 
     def checkpoint_contents(self) -> dict[str, Any]:
         """Everything a checkpoint holds to resume exactly from the current state.
 
+        While an epoch ends (its validation and ``on_epoch_end`` hooks), that is the state
+        before its end, so a checkpoint taken then (an exception in a hook) runs it again.
         Calls the ``on_save_checkpoint`` hook, so plugins can add to it.
         """
         if self._loader is None:
             raise RuntimeError("checkpoint_contents is only available during fit")
-        epoch, position, records = self._resume_point()
-        # Inside an epoch once its order is drawn, even before its first batch (an exception in
-        # on_epoch_start or on_train_batch_start): the loader's generator has moved past that order.
-        in_epoch = epoch == self.epoch and (position > 0 or not self._epoch_ended)
-        contents: dict[str, Any] = {
-            "trainer": {
-                "epoch": epoch,
-                "batch_in_epoch": position,
-                "in_epoch": in_epoch,
-                "step": self.step,
-                "epochs": self.epochs,
-                "batch_size": self.batch_size,
-                "num_samples": self._loader.num_samples,
-                "shuffle": self._loader.shuffle,
-                "drop_last": self._loader.drop_last,
-                "history": [{"epoch": e, "logs": logs} for e, logs in records],
-                "loss_sum": self._loss_sum,
-                "loss_count": self._loss_count,
-                "stopped": self._stop if self.stop_training else None,
-            },
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.get_state(),
-            "metrics": self._metric_states() if in_epoch else [],
-            "random": _random.get_state(),
-            "loader": {**self._loader.get_state(), "order": self._order if in_epoch else None},
-            "plugins": self.plugins.state_dicts(),
-            "config": self.config,
-        }
+        contents = (
+            copy.copy(self._before_epoch_end) if self._before_epoch_end is not None else self._contents()
+        )
         self.plugins.hook.on_save_checkpoint(trainer=self, checkpoint=contents)
         return contents
 
@@ -923,7 +946,6 @@ class Trainer:
 
     def _restore(self, checkpoint: dict[str, Any], loader: BatchLoader, source: Any) -> None:
         check_checkpoint(checkpoint, source=source)  # the fields read below; the model's after it is built
-        state = checkpoint["trainer"]
         check_fits(checkpoint, _fit_kind(loader), source)
         # One call builds the lazy layers; the model may have Variables of its own already.
         modules = [self.model, *getattr(self.model, "submodules", [])]
@@ -932,18 +954,12 @@ class Trainer:
         check_checkpoint(checkpoint, model=self.model, num_samples=loader.num_samples, source=source)
         self.model.load_state_dict(checkpoint["model"])
         self.optimizer.set_state(checkpoint["optimizer"])
-        if checkpoint["metrics"]:
-            self._set_metric_states(checkpoint["metrics"])
-        _random.set_state(checkpoint["random"])
-        loader.set_state(checkpoint["loader"])
-        self._order = checkpoint["loader"]["order"]
-        self.epoch = self._epochs_done = int(state["epoch"])
-        self.batch_in_epoch = int(state["batch_in_epoch"])
-        self.step = int(state["step"])
-        self._loss_sum = float(state["loss_sum"])
-        self._loss_count = int(state["loss_count"])
-        # A checkpoint at an epoch boundary starts the next epoch afresh.
-        self._epoch_ended = not state["in_epoch"]
-        for record in state["history"]:
-            self._records.append((int(record["epoch"]), record["logs"], True))
-            self.history._append(int(record["epoch"]), record["logs"])
+        state = TrainState.from_dict(checkpoint)
+        if state.metrics:
+            self._set_metric_states(state.metrics)
+        _random.set_state(state.random)
+        loader.set_state(state.data)
+        state.fit = self.state.fit
+        self.state = state
+        for epoch, logs in state.history:
+            self.history._append(epoch, logs)

@@ -64,9 +64,13 @@ class BatchLoader:
             ``tp.random.set_seed`` fixes it.
 
     Iterating over the loader gives one epoch of ``(x_batch, y_batch)`` pairs (or
-    ``x_batch`` alone when ``y`` is ``None``). The fit loop uses ``epoch_order`` and
-    ``batch`` so it can resume in the middle of an epoch.
+    ``x_batch`` alone when ``y`` is ``None``). The fit loop reads it as a batch source:
+    ``start_epoch`` then ``next_batch`` until ``StopIteration``, with ``get_state`` and
+    ``set_state`` holding the generator, the epoch's order and the position in it, so a fit
+    can resume in the middle of an epoch.
     """
+
+    checkpointable = True  # get_state holds the position: a resume gives the same batches
 
     def __init__(
         self,
@@ -102,6 +106,8 @@ class BatchLoader:
         if seed is None and shuffle:
             seed = int(_random.get_global_generator().integers(2**63))
         self.rng = np.random.default_rng() if seed is None else _random.seeded_generator(seed)
+        self.order: np.ndarray | None = None  # the epoch in progress's order (None: data order)
+        self.position = 0  # batches of the epoch in progress already given
         if self.num_batches == 0:
             raise ValueError(
                 f"drop_last=True with batch_size {self.batch_size} leaves no batch of the "
@@ -138,10 +144,25 @@ class BatchLoader:
         for index in range(self.num_batches):
             yield self.batch(order, index)
 
+    def start_epoch(self) -> None:
+        """Begins a new epoch: draws its order (when shuffling) and starts at its first batch."""
+        self.order = self.epoch_order()
+        self.position = 0
+
+    def next_batch(self) -> Any:
+        """The epoch's next batch; ``StopIteration`` after its last."""
+        if self.position >= self.num_batches:
+            raise StopIteration
+        batch = self.batch(self.order, self.position)
+        self.position += 1
+        return batch
+
     def get_state(self) -> dict[str, Any]:
-        """The generator's state (plain JSON data), for checkpoints."""
-        return {"rng": self.rng.bit_generator.state}
+        """The generator's state, the epoch's order and the position in it (plain data), for checkpoints."""
+        return {"rng": self.rng.bit_generator.state, "order": self.order, "position": self.position}
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restores what ``get_state`` returned."""
         self.rng.bit_generator.state = state["rng"]
+        self.order = state.get("order")
+        self.position = int(state.get("position", 0))

@@ -226,26 +226,26 @@ class Checkpoint:
         # moved since the start or the checkpoint resumed from.
         self._fitting = True
 
-    @hookimpl(trylast=True)
-    def on_train_batch_end(self, trainer: Any, step: int, logs: dict[str, float]) -> None:
+    @hookimpl
+    def on_train_batch_end(self, step: int, logs: dict[str, float]) -> None:
         loss = logs.get("loss")
         self._bad_loss = None if loss is None or math.isfinite(loss) else (step, loss)
-        # A fit stopped in the middle of an epoch is saved here, not at fit end: the partial
-        # epoch's on_epoch_end hooks (a learning-rate cut, a plateau count) belong to no step.
-        stopped = trainer.stop_training and trainer.batch_in_epoch < trainer.steps_per_epoch
-        if (self.every_n_steps and trainer.step % self.every_n_steps == 0) or (
-            stopped and self.save_on_fit_end and not self.save_best_only
-        ):
-            self._save(trainer)
-            if stopped:  # saved, or refused (a non-finite loss): fit end need not try this step again
-                self._last_saved = trainer.position_key()
 
-    @hookimpl(trylast=True)
-    def on_epoch_end(self, trainer: Any, epoch: int, logs: dict[str, float]) -> None:
-        if trainer.batch_in_epoch < trainer.steps_per_epoch:
-            return  # a partial epoch (stop_training): on_fit_end saves it
-        if not self.every_n_epochs or (epoch + 1) % self.every_n_epochs:
+    @hookimpl
+    def on_save_point(self, trainer: Any, after: str, logs: dict[str, float], last: bool) -> None:
+        # Saved at save points only: there every plugin has seen the step or the epoch (a
+        # learning-rate cut, a plateau count), whatever the plugins' order, and the state is whole.
+        at_end = last and self.save_on_fit_end and not self.save_best_only
+        if after == "step":
+            if (self.every_n_steps and trainer.step % self.every_n_steps == 0) or at_end:
+                self._save(trainer)
             return
+        if self.every_n_epochs and (trainer.epoch + 1) % self.every_n_epochs == 0:
+            self._save_epoch(trainer, logs)
+        if at_end and trainer.position_key() != self._last_saved:
+            self._save(trainer)
+
+    def _save_epoch(self, trainer: Any, logs: dict[str, float]) -> None:
         improved = False
         if self._monitor is not None:
             value = self._monitor.read(logs)
@@ -264,13 +264,9 @@ class Checkpoint:
         elif improved:
             write_pointer(self.folder, BEST_POINTER, path.name)
 
-    # tryfirst: the state is saved as training left it, before other plugins' fit-end hooks
-    # change it (early_stopping's restore_best_weights), so that resuming from it is exact.
-    @hookimpl(tryfirst=True)
-    def on_fit_end(self, trainer: Any) -> None:
+    @hookimpl
+    def on_fit_end(self) -> None:
         self._fitting = False
-        if self.save_on_fit_end and not self.save_best_only and trainer.position_key() != self._last_saved:
-            self._save(trainer)
         # A fit that ended well has moved past an earlier interrupted state; once ``last`` names
         # a newer checkpoint, interrupted.npz would only be resumed from by mistake.
         interrupted = self.folder / INTERRUPTED_NAME

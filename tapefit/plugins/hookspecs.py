@@ -14,8 +14,18 @@ order they were given in ``Trainer(plugins=[...])`` (as Keras calls its callback
 A plugin registered later with ``trainer.plugins.register(p)`` runs *before* those
 (pluggy's last-registered-first rule). ``@tp.hookimpl(tryfirst=True)`` and
 ``@tp.hookimpl(trylast=True)`` move one implementation to the front or the back; the
-built-in plugins use them where order matters (``terminate_on_nan`` first,
-``checkpoint`` last).
+built-in plugins use them only for what others see (``terminate_on_nan`` stops a NaN step
+before loggers log it, ``reduce_lr_on_plateau`` puts the new rate in the logs first). No
+saved state depends on the order: checkpoints are written at ``on_save_point``, after every
+plugin has seen the step or the epoch.
+
+**What a plugin may read of the trainer.** The attributes listed in ``tp.Trainer``'s
+docstring, and for checkpointing plugins: ``trainer.state`` (the ``TrainState``, read-only),
+``trainer.position_key()`` (where a checkpoint taken now resumes), ``trainer.checkpoint_contents()``
+and ``trainer.save_checkpoint(path)`` (the state as a checkpoint holds it: between a step's
+start and its end the state before the step, during an epoch's end the state before it),
+and ``trainer.update_in_progress`` (the optimizer is writing the variables: no state is
+whole).
 
 **Return values** are ignored except where a hook says otherwise.
 
@@ -217,6 +227,25 @@ def on_train_batch_end(trainer: Any, step: int, logs: dict[str, float]) -> None:
             ``step + 1``).
         logs: ``loss`` of this batch, the running epoch value of every metric, and
             what transforms added.
+    """
+
+
+@hookspec
+def on_save_point(trainer: Any, after: str, logs: dict[str, float], last: bool) -> None:
+    """Called where the training state is whole, so a checkpoint taken here resumes exactly.
+
+    That is after every step's ``on_train_batch_end`` hooks (``after="step"``) and after the
+    ``on_epoch_end`` hooks of every epoch that ran all its batches (``after="epoch"``): every
+    plugin has seen the step or the epoch, whatever their order. The ``checkpoint`` plugin
+    saves here. An implementation must not change the model, the optimizer or the plugins'
+    states.
+
+    Args:
+        trainer: the ``tp.Trainer``.
+        after: ``"step"`` or ``"epoch"``.
+        logs: the step's logs, or the epoch's (with the keys plugins added).
+        last: the fit trains nothing after this point (the last epoch ended, or a plugin
+            stopped the run).
     """
 
 

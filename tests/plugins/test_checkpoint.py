@@ -172,6 +172,66 @@ def test_a_fit_stopped_in_the_middle_of_an_epoch_resumes_exactly_with_stateful_p
     assert resumed.plugins.state_dicts() == straight.plugins.state_dicts()
 
 
+STATEFUL = [
+    {"type": "reduce_lr_on_plateau", "monitor": "loss", "patience": 0, "min_delta": 9.0},
+    {"type": "early_stopping", "monitor": "loss", "patience": 9, "min_delta": 9.0},
+]
+
+
+def assert_same_state(resumed, straight):
+    """Same history, weights, optimizer state (the cut learning rate) and plugin states."""
+    assert resumed.history.history == straight.history.history
+    for key, value in straight.model.state_dict().items():
+        np.testing.assert_array_equal(resumed.model.state_dict()[key], value, err_msg=key)
+    for key, value in straight.optimizer.get_state().items():
+        np.testing.assert_array_equal(resumed.optimizer.get_state()[key], value, err_msg=key)
+    assert resumed.plugins.state_dicts() == straight.plugins.state_dicts()
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["checkpoint-first", "checkpoint-last"])
+def test_epoch_checkpoints_resume_exactly_whatever_the_plugin_order(tmp_path, first):
+    # The checkpoint is written after every plugin's on_epoch_end (the on_save_point hook), so a
+    # learning-rate cut made by a plugin that runs after it is in the file either way.
+    straight = build(STATEFUL)
+    fit(straight, 4)
+    folder = tmp_path / "ckpt"
+    checkpoint = Checkpoint(dirpath=str(folder))
+    fit(build([checkpoint, *STATEFUL] if first else [*STATEFUL, checkpoint]), 2)
+    resumed = build(STATEFUL)
+    fit(resumed, 4, resume_from=folder / "epoch0001-step00000010.npz")
+    assert_same_state(resumed, straight)
+
+
+@pytest.mark.parametrize("hook", ["on_validation_end", "on_epoch_end"])
+def test_an_exception_in_the_epoch_end_hooks_saves_the_state_before_them(tmp_path, hook):
+    # reduce_lr_on_plateau has cut the rate and counted the plateau when the failing plugin
+    # raises: the interrupted checkpoint is the state before the epoch's end, and the resume
+    # runs the epoch's validation and every epoch-end hook again.
+    folder = tmp_path / "ckpt"
+
+    class Fail:
+        @tp.hookimpl
+        def on_validation_end(self, epoch):
+            if hook == "on_validation_end" and epoch == 1:
+                raise RuntimeError("disk on fire")
+
+        @tp.hookimpl
+        def on_epoch_end(self, epoch):
+            if hook == "on_epoch_end" and epoch == 1:
+                raise RuntimeError("disk on fire")
+
+    straight = build(STATEFUL)
+    fit(straight, 4)
+    failing = build([*STATEFUL, Fail(), Checkpoint(dirpath=str(folder))])
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        fit(failing, 4)
+    saved = load_checkpoint(folder / "interrupted.npz")["trainer"]
+    assert (saved["epoch"], saved["batch_in_epoch"], saved["in_epoch"], saved["step"]) == (1, 5, True, 10)
+    resumed = build(STATEFUL)
+    fit(resumed, 4, resume_from=folder)
+    assert_same_state(resumed, straight)
+
+
 def test_every_n_steps_checkpoints_resume_exactly(tmp_path, reference):
     folder = tmp_path / "ckpt"
     fit(build([Checkpoint(dirpath=str(folder), every_n_steps=3, every_n_epochs=None)]), 4)
