@@ -56,7 +56,7 @@ def _check_trainer(state: Any, num_samples: int | None) -> None:
     loss_sum = state.get("loss_sum")
     if not _is_number(loss_sum) or not math.isfinite(float(loss_sum)):
         raise ValueError(f"trainer.loss_sum: expected a finite number, got {_shown(loss_sum)}")
-    if state["batch_size"] < 1:
+    if state["batch_size"] < 1 and state["num_samples"] > 0:  # a stream's fit has neither
         raise ValueError(f"trainer.batch_size: expected at least 1, got {state['batch_size']}")
     if num_samples is not None and state["num_samples"] == num_samples:
         batches = -(-num_samples // state["batch_size"])
@@ -124,6 +124,8 @@ def _check_random(state: Any) -> None:
 def _check_loader(state: Any, trainer: dict[str, Any]) -> None:
     if not isinstance(state, dict):
         raise ValueError(f"loader: expected a mapping, got {_shown(state)}")
+    if state.get("kind") is not None:  # a stream's source checks its own state when it is set
+        return
     _check_generator_state(state.get("rng"), "loader.rng")
     position = state.get("position", 0)
     if not _is_int(position) or not 0 <= position <= trainer["num_samples"]:
@@ -178,7 +180,8 @@ def check_fits(contents: dict[str, Any], fit: dict[str, Any], source: Any) -> No
     The one place that says whether a checkpoint can continue a fit; ``Trainer.fit`` and
     ``train --resume`` both ask it. Raises ``CheckpointError`` naming what differs.
     """
-    state = contents.get("trainer", {})
+    state = {"source": "arrays", **contents.get("trainer", {})}
+    fit = {"source": "arrays", **fit}
     theirs = {key: state.get(key) for key in fit if state.get(key) != fit[key]}
     if theirs:
         ours = {key: fit[key] for key in theirs}

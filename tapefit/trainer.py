@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import itertools
 import logging
 import os
 import signal
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from tapefit.checkpointing import load_checkpoint, save_checkpoint
+from tapefit.checkpointing import CheckpointError, load_checkpoint, save_checkpoint
 from tapefit.core import nest
 from tapefit.core import random as _random
 from tapefit.core.function import function
@@ -35,6 +36,8 @@ from tapefit.core.ops import add_n
 from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor
 from tapefit.data.loader import BatchLoader, _take
+from tapefit.data.npy import ShardedArray
+from tapefit.data.sources import as_source, is_stream, split_batch
 from tapefit.plugins.manager import PluginManager, create_plugin
 from tapefit.resume import check_checkpoint, check_fits
 from tapefit.threads import limited, resolve_threads
@@ -82,6 +85,8 @@ def _float32_inputs(data: Any) -> Any:
         return type(data)(_float32_inputs(v) for v in data)
     if isinstance(data, Tensor):
         data = data.numpy()
+    if isinstance(data, (np.memmap, ShardedArray)):
+        return data  # cast batch by batch: a copy of the whole array may not fit in memory
     if isinstance(data, np.ndarray) and data.dtype == np.float64:
         return data.astype(np.float32)
     return data
@@ -247,8 +252,11 @@ class _InterruptGuard:
             self._previous = None
 
 
-def _fit_kind(loader: BatchLoader) -> dict[str, Any]:
+def _fit_kind(loader: Any) -> dict[str, Any]:
     """What a checkpoint's position means only for a fit of the same kind (``resume.check_fits``)."""
+    if not isinstance(loader, BatchLoader):  # a stream: its own state says where it is
+        kind = loader.get_state().get("kind", type(loader).__name__)
+        return {"source": kind, "batch_size": 0, "num_samples": 0, "shuffle": False, "drop_last": False}
     return {
         "batch_size": loader.batch_size,
         "num_samples": loader.num_samples,
@@ -257,8 +265,49 @@ def _fit_kind(loader: BatchLoader) -> dict[str, Any]:
     }
 
 
-def _check_shards(loader: BatchLoader, world: World) -> None:
+def _as_batch(data: Any) -> Any:
+    """Arrays of a batch (a stream may yield lists or scalars per sample)."""
+    if isinstance(data, dict):
+        return {k: _as_batch(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)) and data and isinstance(data[0], (np.ndarray, Tensor, dict)):
+        return type(data)(_as_batch(v) for v in data)
+    return data if isinstance(data, (np.ndarray, Tensor)) else np.asarray(data)
+
+
+def _split_off_validation(x: Any, y: Any, sample_weight: Any, fraction: float) -> tuple[Any, Any, Any, Any]:
+    """Keras's ``validation_split``: the last ``fraction`` of the samples, before shuffling."""
+    n = _batch_len(y)
+    n_train = int(np.floor(n * (1.0 - fraction)))
+    if n_train == 0 or n_train == n:
+        raise ValueError(
+            f"validation_split {fraction} of {n} samples leaves "
+            f"{'no training' if n_train == 0 else 'no validation'} samples"
+        )
+    train, val = slice(0, n_train), slice(n_train, n)
+    if sample_weight is not None:
+        sample_weight = np.asarray(sample_weight)[train]
+    return _take(x, train), _take(y, train), sample_weight, (_take(x, val), _take(y, val))
+
+
+def _check_positive(value: Any, name: str) -> None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1
+    ):
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+
+
+def _first_batch(loader: Any) -> Any:
+    """A batch to build the model with, leaving the source where it was."""
+    if isinstance(loader, BatchLoader):
+        return loader.batch(None, 0)
+    batch = loader.peek()
+    return split_batch(batch, 0)
+
+
+def _check_shards(loader: Any, world: World) -> None:
     """Every global batch must give each process at least one sample."""
+    if not isinstance(loader, BatchLoader):
+        return  # a stream's batches are split as they come (or read per rank by the source)
     problem = shard_problem(loader.num_samples, loader.batch_size, loader.drop_last, world.size)
     if problem is not None:
         raise ValueError(problem)
@@ -519,6 +568,23 @@ class Trainer:
             "reason": str(reason),
         }
 
+    def _check_stream_fit(self, y: Any, sample_weight: Any, class_weight: Any) -> None:
+        if y is not None:
+            raise ValueError(
+                "fit: y must be None when x is a data set or a generator: its batches carry the targets"
+            )
+        if sample_weight is not None or class_weight is not None:
+            raise ValueError(
+                "sample_weight and class_weight need arrays; a stream's batches are (x, y) pairs"
+            )
+
+    def _stream_batch(self, batch: Any, index: int, targets: bool = True) -> Any:
+        """A stream's batch number ``index`` as ``(x, y)`` float32 arrays (``x`` alone without targets)."""
+        x, y = split_batch(batch, index, targets)
+        if not targets:
+            return _float32_inputs(_as_batch(x))
+        return _float32_inputs(_as_batch(x)), _float32_inputs(_as_batch(y))
+
     def _call(self, x: Any, training: bool) -> Any:
         if self._pass_training:
             return self.model(x, training=training)
@@ -565,7 +631,7 @@ class Trainer:
     def fit(
         self,
         x: Any,
-        y: Any,
+        y: Any = None,
         epochs: int = 1,
         batch_size: int = 32,
         validation_data: tuple[Any, Any] | None = None,
@@ -576,13 +642,20 @@ class Trainer:
         verbose: Any = "auto",
         sample_weight: Any = None,
         class_weight: dict[int, float] | None = None,
+        validation_split: float = 0.0,
+        steps_per_epoch: int | None = None,
+        validation_steps: int | None = None,
     ) -> History:
         """Trains the model for ``epochs`` epochs.
 
         Args:
-            x: the inputs (an array, or a dict/list of arrays); float64 arrays are used as
-                float32, as in Keras.
-            y: the targets.
+            x: the inputs: an array, or a dict/list of arrays (memory-mapped ones too, see
+                ``tp.data.open_npy``); float64 arrays are used as float32, as in Keras. Or a
+                stream of ``(x, y)`` batches: a ``tp.data.Pipeline``, a Grain ``MapDataset``,
+                ``IterDataset`` or ``DataLoader``, or any Python iterable or generator. A
+                Pipeline's or Grain's position goes into checkpoints and resumes exactly; a
+                plain iterable's cannot (a resume restarts its stream, with a warning).
+            y: the targets (``None`` when ``x`` is a stream: its batches carry them).
             epochs: how many epochs to train. A second ``fit`` on the same trainer continues
                 the run: its epochs and steps go on from where the last one stopped (a new
                 epoch), so the logs, CSV rows, checkpoint names and TensorBoard steps of both
@@ -611,6 +684,11 @@ class Trainer:
                 ``metrics`` (not ``weighted_metrics``). Needs a ``tp.losses.Loss`` loss.
             class_weight: ``{class index: weight}``, multiplying the weight of each sample by
                 its class's (class indices, or one-hot labels by their argmax), as Keras.
+            validation_split: with arrays, the fraction of the samples held out for
+                validation: the last ones, before any shuffling (Keras's rule).
+            steps_per_epoch: with a stream, end each epoch after this many batches (else
+                when the stream is exhausted).
+            validation_steps: with a stream as validation data, evaluate this many batches.
 
         Returns:
             A ``History``.
@@ -628,29 +706,54 @@ class Trainer:
                 raise ValueError(f"initial_epoch must be a non-negative integer, got {initial_epoch!r}")
             if resume_from is not None:
                 raise ValueError("initial_epoch and resume_from both say where to start; give one of them")
-        if validation_data is not None and (
+        _check_positive(steps_per_epoch, "steps_per_epoch")
+        _check_positive(validation_steps, "validation_steps")
+        stream = is_stream(x)
+        if validation_data is not None and is_stream(validation_data):
+            validation_data = (validation_data, None)
+        elif validation_data is not None and (
             not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2
         ):
-            raise ValueError("validation_data must be a tuple (x_val, y_val)")
-        _require_targets(y, "fit")
-        if validation_data is not None:
+            raise ValueError("validation_data must be a tuple (x_val, y_val), or a data set or generator")
+        if isinstance(validation_split, bool) or not 0.0 <= float(validation_split) < 1.0:
+            raise ValueError(f"validation_split must be a fraction in [0, 1), got {validation_split!r}")
+        if validation_split and (stream or validation_data is not None):
+            raise ValueError(
+                "validation_split takes the last samples of arrays; with a data set or generator, or "
+                "with validation_data, give validation_data alone"
+            )
+        if stream:
+            self._check_stream_fit(y, sample_weight, class_weight)
+            loader: Any = as_source(x, steps_per_epoch)
+            self._weighted = False
+        else:
+            _require_targets(y, "fit")
+            if steps_per_epoch is not None:
+                raise ValueError(
+                    "steps_per_epoch is for data sets and generators; with arrays an epoch is one pass"
+                )
+            if validation_split:
+                x, y, sample_weight, validation_data = _split_off_validation(
+                    x, y, sample_weight, float(validation_split)
+                )
+            weights = _sample_weights(y, sample_weight, class_weight, self.loss)
+            self._weighted = weights is not None
+            loader = BatchLoader(
+                _float32_inputs(x),
+                _float32_inputs(y) if weights is None else (_float32_inputs(y), weights),
+                batch_size=batch_size,
+                shuffle=shuffle,
+                drop_last=drop_last,
+            )
+        if validation_data is not None and not is_stream(validation_data[0]):
             _require_targets(validation_data[1], "validation_data")
-        checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
-        weights = _sample_weights(y, sample_weight, class_weight, self.loss)
-        self._weighted = weights is not None
-        loader = BatchLoader(
-            _float32_inputs(x),
-            _float32_inputs(y) if weights is None else (_float32_inputs(y), weights),
-            batch_size=batch_size,
-            shuffle=shuffle,
-            drop_last=drop_last,
-        )
-        if validation_data is not None:
             validation_data = (_float32_inputs(validation_data[0]), _float32_inputs(validation_data[1]))
             try:  # checked now rather than after the first epoch's training
-                BatchLoader(*validation_data, batch_size=loader.batch_size, shuffle=False)
+                BatchLoader(*validation_data, batch_size=max(1, batch_size), shuffle=False)
             except (TypeError, ValueError) as error:
                 raise type(error)(f"validation_data: {error}") from None
+        self._validation_steps = validation_steps
+        checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
         self._loader = loader
         continued = resume_from is None and self.step > 0
         first_epoch = (
@@ -658,7 +761,7 @@ class Trainer:
         )
         end = first_epoch + int(epochs) if initial_epoch is None and resume_from is None else int(epochs)
         self.epochs = end
-        self.batch_size = loader.batch_size
+        self.batch_size = loader.batch_size if isinstance(loader, BatchLoader) else 0
         self.steps_per_epoch = loader.num_batches
         self.stop_training = False
         self._has_losses = None
@@ -728,30 +831,43 @@ class Trainer:
                     complete = True  # also an epoch resumed after its last batch, before its end
                     break
                 step = self.step
-                batch_start(trainer=self, step=step)
                 # Until the step is counted, a checkpoint takes the data's state from before
                 # its batch was read, so a resume reads that batch again.
                 self._data_before_step = loader.get_state()
                 try:
                     batch = loader.next_batch()
                 except StopIteration:
-                    complete = True
                     self._data_before_step = None
+                    complete = True
                     break
+                batch_start(trainer=self, step=step)
+                if not isinstance(loader, BatchLoader):
+                    batch = self._stream_batch(batch, state.batch_in_epoch)
                 x, y = self._shard(batch)
                 y, weights = y if self._weighted else (y, None)
                 logs = self._train_step(x, y, step, weights)
                 batch_end(trainer=self, step=step, logs=logs)
-                complete = state.batch_in_epoch >= self.steps_per_epoch
+                complete = loader.num_batches is not None and state.batch_in_epoch >= loader.num_batches
                 save_point(trainer=self, after="step", logs=logs, last=self.stop_training and not complete)
                 if complete:
                     break
+            if state.batch_in_epoch == 0 and complete:
+                logger.warning(
+                    "epoch %d got no batch: the data ran out (a generator is spent after one pass: give "
+                    "fit a re-iterable, or a generator that never ends with steps_per_epoch); training stops",
+                    epoch + 1,
+                )
+                state.in_epoch = False
+                break
             # From here to the end of the epoch hooks (validation, a plateau counted, a rate
             # cut), a checkpoint is the state before them: resuming it runs them again.
             self._before_epoch_end = self._contents()
             logs = self._metric_logs()
             if validation_data is not None:
-                val_logs = _prefixed(self.evaluate(*validation_data, batch_size=self.batch_size), "val_")
+                val_logs = self.evaluate(
+                    *validation_data, batch_size=self.batch_size or 32, steps=self._validation_steps
+                )
+                val_logs = _prefixed(val_logs, "val_")
                 hooks.on_validation_end(trainer=self, epoch=epoch, logs=val_logs)
                 logs.update(val_logs)
             self._interrupts.hold = True  # a Ctrl-C here waits for the epoch to end
@@ -835,21 +951,50 @@ class Trainer:
 
     # -- evaluate / predict ------------------------------------------------------
 
-    def evaluate(self, x: Any, y: Any, batch_size: int = 32) -> dict[str, float]:
+    def _batches(self, x: Any, y: Any, batch_size: int, steps: int | None, targets: bool) -> Iterator[Any]:
+        """The batches of ``evaluate``/``predict``: of arrays in order, or of a stream (at most
+        ``steps``)."""
+        _check_positive(steps, "steps")
+        if is_stream(x):
+            if y is not None:
+                raise ValueError(
+                    "y must be None when x is a data set or a generator: its batches carry the targets"
+                )
+            source = as_source(x, steps)
+            source.start_epoch()
+            for index in itertools.count():
+                try:
+                    batch = source.next_batch()
+                except StopIteration:
+                    return
+                yield self._stream_batch(batch, index, targets)
+            return
+        if targets:
+            _require_targets(y, "evaluate")
+        if steps is not None:
+            raise ValueError("steps is for data sets and generators; with arrays every sample is used")
+        loader = BatchLoader(
+            _float32_inputs(x), _float32_inputs(y) if targets else None, batch_size=batch_size, shuffle=False
+        )
+        for index in range(loader.num_batches):
+            yield loader.batch(None, index)
+
+    def evaluate(
+        self, x: Any, y: Any = None, batch_size: int = 32, steps: int | None = None
+    ) -> dict[str, float]:
         """The loss (with regularization, as Keras) and metrics over ``(x, y)``, as a dict.
 
-        The metrics' running training state is kept, so this can be called in the
-        middle of a fit.
+        ``x`` may be arrays with targets ``y``, or a stream of ``(x, y)`` batches as ``fit``
+        takes (``steps``: evaluate at most this many of its batches). The metrics' running
+        training state is kept, so this can be called in the middle of a fit.
         """
-        _require_targets(y, "evaluate")
-        loader = BatchLoader(_float32_inputs(x), _float32_inputs(y), batch_size=batch_size, shuffle=False)
         saved_states = self._metric_states()
         saved_loss = self.state.loss_sum, self.state.loss_count
         try:
             self._reset_epoch_metrics()
             self.state.loss_sum, self.state.loss_count = 0.0, 0
-            for index in range(loader.num_batches):
-                xb, yb = self._shard(loader.batch(None, index))
+            for batch in self._batches(x, y, batch_size, steps, targets=True):
+                xb, yb = self._shard(batch)
                 if self.batch_rows[0] == 0:
                     continue  # a batch smaller than the processes: this one has no rows of it
                 xb, yb = _to_tensors(xb), _to_tensors(yb)
@@ -859,27 +1004,31 @@ class Trainer:
                 self.state.loss_count += n
                 for metric in self.metrics:
                     metric.update_state(yb, y_pred)
+            if self.state.loss_count == 0 and self.world.size == 1:
+                raise ValueError("evaluate: the data gave no batch")
             return self._metric_logs()
         finally:
             self._set_metric_states(saved_states)
             self.state.loss_sum, self.state.loss_count = saved_loss
 
-    def predict(self, x: Any, batch_size: int = 32) -> Any:
+    def predict(self, x: Any, batch_size: int = 32, steps: int | None = None) -> Any:
         """The model's outputs for ``x`` (``training=False``), batch by batch, as one ndarray.
 
-        A model with several outputs (a tuple, list or dict of tensors) gets the same
-        structure back with one ndarray per output, as Keras's ``predict``.
+        ``x`` may be arrays or a stream as ``fit`` takes (of ``x`` or ``(x, y)`` batches; at
+        most ``steps`` of them). A model with several outputs (a tuple, list or dict of
+        tensors) gets the same structure back with one ndarray per output, as Keras's ``predict``.
         """
-        loader = BatchLoader(_float32_inputs(x), None, batch_size=batch_size, shuffle=False)
         structure: Any = None
         columns: list[list[np.ndarray]] = []
-        for i in range(len(loader)):
-            outputs = self._call(_to_tensors(loader.batch(None, i)), training=False)
+        for batch in self._batches(x, None, batch_size, steps, targets=False):
+            outputs = self._call(_to_tensors(batch), training=False)
             leaves = nest.flatten(outputs)
             if structure is None:
                 structure, columns = outputs, [[] for _ in leaves]
             for column, leaf in zip(columns, leaves):
                 column.append(np.asarray(leaf))
+        if structure is None:
+            raise ValueError("predict: the data gave no batch")
         arrays = [np.concatenate(column, axis=0) for column in columns]
         return nest.pack_sequence_as(structure, arrays) if nest.is_nested(structure) else arrays[0]
 
@@ -950,15 +1099,26 @@ class Trainer:
         # One call builds the lazy layers; the model may have Variables of its own already.
         modules = [self.model, *getattr(self.model, "submodules", [])]
         if not all(getattr(module, "built", True) for module in modules):
-            self._call(_to_tensors(loader.batch(None, 0)[0]), training=False)
-        check_checkpoint(checkpoint, model=self.model, num_samples=loader.num_samples, source=source)
+            self._call(_to_tensors(_first_batch(loader)[0]), training=False)
+        num_samples = loader.num_samples if isinstance(loader, BatchLoader) else None
+        check_checkpoint(checkpoint, model=self.model, num_samples=num_samples, source=source)
         self.model.load_state_dict(checkpoint["model"])
         self.optimizer.set_state(checkpoint["optimizer"])
         state = TrainState.from_dict(checkpoint)
         if state.metrics:
             self._set_metric_states(state.metrics)
         _random.set_state(state.random)
-        loader.set_state(state.data)
+        try:
+            loader.set_state(state.data)
+        except ValueError as error:
+            raise CheckpointError(f"{source}: {error}") from None
+        if state.in_epoch and not loader.checkpointable:
+            logger.warning(
+                "resuming epoch %d at batch %d: the data is a plain iterable, whose position cannot be "
+                "restored; its stream starts again from the beginning",
+                state.epoch + 1,
+                state.batch_in_epoch,
+            )
         state.fit = self.state.fit
         self.state = state
         for epoch, logs in state.history:

@@ -14,14 +14,17 @@ import numpy as np
 
 from tapefit.core import random as _random
 from tapefit.core.tensor import Tensor
+from tapefit.data.npy import ShardedArray
 
 
 def _as_arrays(data: Any, name: str) -> Any:
     """``data`` with every Tensor made an ndarray; dicts, lists and tuples are kept as structure."""
     if isinstance(data, dict):
         return {k: _as_arrays(v, f"{name}[{k!r}]") for k, v in data.items()}
-    if isinstance(data, (list, tuple)) and data and isinstance(data[0], (np.ndarray, Tensor)):
+    if isinstance(data, (list, tuple)) and data and isinstance(data[0], (np.ndarray, Tensor, ShardedArray)):
         return type(data)(_as_arrays(v, f"{name}[{i}]") for i, v in enumerate(data))
+    if isinstance(data, ShardedArray):
+        return data  # rows are read from the shards batch by batch
     array = np.asarray(data)
     if array.dtype == object:
         raise TypeError(

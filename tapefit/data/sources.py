@@ -1,0 +1,187 @@
+"""Batch sources: what ``fit``, ``evaluate`` and ``predict`` read their batches from.
+
+Every input becomes an object with this protocol (``BatchLoader`` is the one for arrays):
+
+* ``num_batches``: batches per epoch, or ``None`` for a stream whose length is not known;
+* ``start_epoch()``: begins a new epoch (a new order, a fresh iterator);
+* ``next_batch()``: the epoch's next batch, ``StopIteration`` after its last;
+* ``get_state()`` / ``set_state(state)``: plain data (JSON values and arrays, never pickles)
+  that a checkpoint stores, the position inside the epoch included;
+* ``checkpointable``: ``False`` when ``set_state`` cannot restore the position (a plain Python
+  iterable): a resume then restarts the epoch's stream and says so once.
+
+``as_source`` picks the source for what a user passed; Grain is imported only when a Grain
+object is given (the ``data`` extra).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from tapefit.core.tensor import Tensor
+
+logger = logging.getLogger("tapefit")
+
+__all__ = ["GrainSource", "IterableSource", "as_source", "is_stream"]
+
+
+def _is_grain(obj: Any) -> bool:
+    module = type(obj).__module__ or ""
+    return module == "grain" or module.startswith(("grain.", "grain._src"))
+
+
+def is_stream(data: Any) -> bool:
+    """``data`` is a data set, loader or iterable of batches, rather than arrays (or a dict,
+    list or tuple of arrays, Keras's multi-input form)."""
+    if data is None or isinstance(data, (np.ndarray, Tensor, dict, list, tuple, str, bytes)):
+        return False
+    if np.isscalar(data):
+        return False
+    return _is_grain(data) or hasattr(data, "next_batch") or isinstance(data, Iterable)
+
+
+def split_batch(batch: Any, index: int, targets: bool = True) -> tuple[Any, Any]:
+    """``(x, y)`` of a stream's batch; ``ValueError`` naming the batch when it is neither an
+    ``(x, y)`` pair nor a ``{"x": ..., "y": ...}`` mapping."""
+    if isinstance(batch, dict) and set(batch) == {"x", "y"}:
+        return batch["x"], batch["y"]
+    if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        return batch[0], batch[1]
+    if not targets:
+        return batch, None
+    shown = type(batch).__name__
+    if isinstance(batch, (tuple, list)):
+        shown = f"a {shown} of {len(batch)} items"
+    elif isinstance(batch, dict):
+        shown = f"a dict with keys {sorted(batch)}"
+    raise ValueError(
+        f"batch {index} of the data: expected an (x, y) pair or a dict with keys 'x' and 'y', got {shown}"
+    )
+
+
+class IterableSource:
+    """Batches from any Python iterable (a generator, a list of batches, a class with ``__iter__``).
+
+    Each epoch takes ``iter(iterable)`` afresh: a re-iterable (a list, a data set object)
+    starts over, a generator goes on where the last epoch left it, as in Keras. An epoch ends
+    when the stream is exhausted or after ``steps_per_epoch`` batches.
+    """
+
+    checkpointable = False
+
+    def __init__(self, iterable: Iterable[Any], steps_per_epoch: int | None = None) -> None:
+        self.iterable = iterable
+        length = getattr(iterable, "__len__", None)
+        self.num_batches = steps_per_epoch if steps_per_epoch is not None else (length() if length else None)
+        self._iterator: Iterator[Any] | None = None
+        self._pending: list[Any] = []  # a batch peek() read and next_batch() has not given yet
+        self.position = 0
+
+    def start_epoch(self) -> None:
+        iterator = iter(self.iterable)  # a generator is its own iterator: it goes on
+        if iterator is not self._iterator:
+            self._pending = []
+        self._iterator = iterator
+        self.position = 0
+
+    def peek(self) -> Any:
+        """The next batch, left to be given again by ``next_batch``."""
+        if not self._pending:
+            if self._iterator is None:
+                self.start_epoch()
+            self._pending = [next(self._iterator)]  # type: ignore[arg-type]
+        return self._pending[0]
+
+    def next_batch(self) -> Any:
+        if self._iterator is None:
+            self.start_epoch()
+        if self.num_batches is not None and self.position >= self.num_batches:
+            raise StopIteration
+        batch = self._pending.pop() if self._pending else next(self._iterator)  # type: ignore[arg-type]
+        self.position += 1
+        return batch
+
+    def get_state(self) -> dict[str, Any]:
+        return {"kind": "iterable", "position": self.position}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        # A Python iterable has no state to go back to: the epoch's stream restarts.
+        self.start_epoch()
+
+
+class GrainSource:
+    """Batches from a Grain ``MapDataset``, ``IterDataset`` or ``DataLoader``.
+
+    Each epoch iterates the data set from its start (shuffle it, or repeat and shuffle it
+    with ``steps_per_epoch``, for a new order per epoch). The iterator's own state
+    (``get_state``, small JSON) goes into checkpoints, so a resume reads the same batches.
+    """
+
+    checkpointable = True
+
+    def __init__(self, dataset: Any, steps_per_epoch: int | None = None) -> None:
+        self.dataset = dataset
+        length = None
+        try:
+            length = len(dataset)
+        except TypeError:
+            pass  # an IterDataset or a DataLoader over an unbounded sampler
+        self.num_batches = steps_per_epoch if steps_per_epoch is not None else length
+        self._iterator: Any = None
+        self.position = 0
+
+    def _fresh_iterator(self) -> Any:
+        if hasattr(self.dataset, "to_iter_dataset"):  # a MapDataset: read it in order
+            return iter(self.dataset.to_iter_dataset())
+        return iter(self.dataset)
+
+    def start_epoch(self) -> None:
+        self._iterator = self._fresh_iterator()
+        self.position = 0
+
+    def peek(self) -> Any:
+        """The first batch of an epoch, read by an iterator of its own."""
+        return next(self._fresh_iterator())
+
+    def next_batch(self) -> Any:
+        if self._iterator is None:
+            self.start_epoch()
+        if self.num_batches is not None and self.position >= self.num_batches:
+            raise StopIteration
+        batch = next(self._iterator)
+        self.position += 1
+        return batch
+
+    def get_state(self) -> dict[str, Any]:
+        state = self._iterator.get_state() if self._iterator is not None else None
+        if isinstance(state, bytes):  # a DataLoader's iterator: JSON as bytes
+            state = state.decode("utf-8")
+        return {"kind": "grain", "position": self.position, "iterator": json.dumps(state)}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if state.get("kind") != "grain" or not isinstance(state.get("iterator"), str):
+            raise ValueError("loader: the checkpoint holds no Grain iterator state for this Grain input")
+        self._iterator = self._fresh_iterator()
+        saved = json.loads(state["iterator"])
+        if saved is not None:
+            if isinstance(saved, str):  # a DataLoader's state went in as text
+                saved = saved.encode("utf-8")
+            self._iterator.set_state(saved)
+        self.position = int(state.get("position", 0))
+
+
+def as_source(data: Any, steps_per_epoch: int | None = None) -> Any:
+    """The batch source of ``data``: itself when it has the protocol, else a Grain or an
+    iterable source."""
+    if hasattr(data, "next_batch") and hasattr(data, "start_epoch"):
+        if steps_per_epoch is not None and hasattr(data, "limit"):
+            data.limit(steps_per_epoch)
+        return data
+    if _is_grain(data):
+        return GrainSource(data, steps_per_epoch)
+    return IterableSource(data, steps_per_epoch)

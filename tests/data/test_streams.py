@@ -1,0 +1,257 @@
+"""fit, evaluate and predict on streams: generators, Grain, tp.data pipelines, memory-mapped .npy."""
+
+import logging
+
+import numpy as np
+import pytest
+
+import tapefit as tp
+from tapefit.data.npy import ShardedArray, load_npy, open_npy
+
+grain = pytest.importorskip("grain")
+
+X, Y = tp.data.make_spirals(n_samples=400, n_classes=2, seed=0)
+X = X.astype(np.float32)
+BATCH = 32
+EPOCHS = 6
+
+
+def build():
+    tp.random.set_seed(0)
+    model = tp.layers.Sequential([tp.layers.Dense(32, activation="relu"), tp.layers.Dense(2)])
+    return tp.Trainer(
+        model,
+        tp.optimizers.Adam(learning_rate=0.02),
+        tp.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+
+
+def in_order_batches(x=X, y=Y):
+    for start in range(0, len(x), BATCH):
+        yield x[start : start + BATCH], y[start : start + BATCH]
+
+
+class InOrder:
+    """A re-iterable: every epoch a fresh generator of the batches in data order."""
+
+    def __iter__(self):
+        return in_order_batches()
+
+
+def weights(trainer):
+    return [np.array(v.numpy()) for v in trainer.model.variables]
+
+
+@pytest.fixture(scope="module")
+def arrays_run():
+    trainer = build()
+    history = trainer.fit(X, Y, epochs=EPOCHS, batch_size=BATCH, shuffle=False, verbose=0)
+    return trainer, history
+
+
+def assert_same_weights(a, b):
+    for left, right in zip(weights(a), weights(b), strict=True):
+        np.testing.assert_array_equal(left, right)
+
+
+def test_a_re_iterable_of_batches_trains_as_the_same_arrays(arrays_run):
+    reference, history = arrays_run
+    trainer = build()
+    streamed = trainer.fit(InOrder(), epochs=EPOCHS, verbose=0)
+    assert_same_weights(trainer, reference)  # the same batches in the same order
+    assert streamed.history == history.history
+    assert history.history["accuracy"][-1] > 0.8
+
+
+def test_an_endless_generator_with_steps_per_epoch():
+    def endless():
+        while True:
+            yield from in_order_batches()
+
+    trainer = build()
+    history = trainer.fit(endless(), epochs=3, steps_per_epoch=5, verbose=0)
+    assert trainer.step == 15 and len(history.epoch) == 3
+
+
+def test_a_spent_generator_warns_and_stops(caplog):
+    trainer = build()
+    with caplog.at_level(logging.WARNING, logger="tapefit"):
+        history = trainer.fit(in_order_batches(), epochs=3, verbose=0)
+    assert history.epoch == [0] and trainer.step == 13
+    assert "epoch 2 got no batch: the data ran out" in caplog.text
+
+
+def test_a_grain_map_dataset_trains_as_the_same_arrays(arrays_run):
+    reference, _ = arrays_run
+    dataset = grain.MapDataset.source(list(zip(X, Y))).batch(BATCH)
+    trainer = build()
+    trainer.fit(dataset, epochs=EPOCHS, verbose=0)
+    assert_same_weights(trainer, reference)
+    logs = trainer.evaluate(dataset)
+    assert logs["accuracy"] == pytest.approx(reference.evaluate(X, Y)["accuracy"])
+    np.testing.assert_allclose(trainer.predict(dataset), reference.predict(X), rtol=1e-5, atol=1e-6)
+
+
+def test_a_memory_mapped_npy_folder_trains_as_the_same_arrays(tmp_path):
+    folder = tmp_path / "data"
+    (folder / "x").mkdir(parents=True)
+    for i, start in enumerate(range(0, len(X), 150)):  # three shards of x, one file of y
+        np.save(folder / "x" / f"part{i}.npy", X[start : start + 150])
+    np.save(folder / "y.npy", Y)
+    x, y = load_npy(folder)
+    assert isinstance(x, ShardedArray) and isinstance(y, np.memmap) and x.shape == X.shape
+    np.testing.assert_array_equal(x[np.array([5, 160, 399, 0])], X[[5, 160, 399, 0]])
+    reference = build()
+    reference.fit(X, Y, epochs=3, batch_size=BATCH, verbose=0)
+    trainer = build()
+    trainer.fit(x, y, epochs=3, batch_size=BATCH, verbose=0)  # shuffled, from the same seed
+    assert_same_weights(trainer, reference)
+
+
+def test_a_pipeline_with_a_map_trains_the_spirals():
+    def jitter(sample):
+        x, y = sample
+        return x + np.float32(0.0), y
+
+    trainer = build()
+    pipeline = tp.data.Pipeline(X, Y, batch_size=BATCH, map=jitter, seed=3)
+    history = trainer.fit(pipeline, epochs=EPOCHS, validation_data=(X, Y), verbose=0)
+    assert history.history["val_accuracy"][-1] > 0.8
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_pipeline_resumed_in_the_middle_of_an_epoch_is_bit_exact(tmp_path, workers):
+    def make():
+        return tp.data.Pipeline(X, Y, batch_size=BATCH, seed=7, workers=workers, prefetch=2)
+
+    straight = build()
+    straight.fit(make(), epochs=3, verbose=0)
+    folder = tmp_path / "ckpt"
+
+    class StopMidEpoch:
+        @tp.hookimpl
+        def on_train_batch_end(self, trainer, step):
+            if step == 20:  # epoch 1, batch 8 of 13
+                trainer.stop_training = True
+
+    first = build()
+    first.plugins.register_all(
+        [StopMidEpoch(), tp.plugins.Checkpoint(dirpath=str(folder), every_n_epochs=None)]
+    )
+    first.fit(make(), epochs=3, verbose=0)
+    assert first.step == 21
+    resumed = build()
+    resumed.fit(make(), epochs=3, resume_from=folder, verbose=0)
+    assert resumed.step == straight.step == 39
+    assert_same_weights(resumed, straight)
+
+
+def test_a_grain_dataset_resumed_in_the_middle_of_an_epoch_is_bit_exact(tmp_path):
+    def make():
+        return grain.MapDataset.source(list(zip(X, Y))).shuffle(seed=4).batch(BATCH)
+
+    straight = build()
+    straight.fit(make(), epochs=2, verbose=0)
+    folder = tmp_path / "ckpt"
+
+    class Fail:
+        @tp.hookimpl
+        def on_train_batch_start(self, step):
+            if step == 17:
+                raise RuntimeError("disk on fire")
+
+    first = build()
+    first.plugins.register_all([Fail(), tp.plugins.Checkpoint(dirpath=str(folder))])
+    with pytest.raises(RuntimeError):
+        first.fit(make(), epochs=2, verbose=0)
+    resumed = build()
+    resumed.fit(make(), epochs=2, resume_from=folder, verbose=0)
+    assert_same_weights(resumed, straight)
+
+
+def test_a_plain_generator_resume_warns_once_and_goes_on(tmp_path, caplog):
+    folder = tmp_path / "ckpt"
+
+    class StopMidEpoch:
+        @tp.hookimpl
+        def on_train_batch_end(self, trainer, step):
+            if step == 4:
+                trainer.stop_training = True
+
+    first = build()
+    first.plugins.register_all(
+        [StopMidEpoch(), tp.plugins.Checkpoint(dirpath=str(folder), every_n_epochs=None)]
+    )
+    first.fit(InOrder(), epochs=2, verbose=0)
+    resumed = build()
+    with caplog.at_level(logging.WARNING, logger="tapefit"):
+        resumed.fit(InOrder(), epochs=2, resume_from=folder, verbose=0)
+    assert caplog.text.count("position cannot be restored") == 1
+    # The stream of epoch 0 starts again and is read to its end: 5 + 13 batches, then 13.
+    assert resumed.step == 31 and resumed.history.epoch == [0, 1]
+
+
+def test_validation_split_takes_the_last_samples_before_shuffling():
+    seen = []
+
+    class Validation:
+        @tp.hookimpl
+        def on_epoch_end(self, logs):
+            seen.append(logs["val_loss"])
+
+    trainer = build()
+    trainer.plugins.register(Validation())
+    trainer.fit(X, Y, epochs=1, validation_split=0.25, verbose=0)
+    assert trainer.steps_per_epoch == 10  # 300 training samples
+    expected = trainer.evaluate(X[300:], Y[300:])["loss"]
+    assert seen == [pytest.approx(expected)]
+    with pytest.raises(ValueError, match="validation_split takes the last samples"):
+        trainer.fit(InOrder(), validation_split=0.2)
+    with pytest.raises(ValueError, match=r"validation_split must be a fraction in \[0, 1\)"):
+        trainer.fit(X, Y, validation_split=1.0)
+
+
+def test_validation_steps_limits_a_streamed_validation():
+    counted = []
+
+    def validation():
+        for batch in in_order_batches():
+            counted.append(1)
+            yield batch
+
+    trainer = build()
+    trainer.fit(X, Y, epochs=1, validation_data=validation(), validation_steps=3, verbose=0)
+    assert len(counted) == 3
+
+
+def test_a_batch_of_the_wrong_structure_is_named():
+    def bad():
+        yield X[:4], Y[:4]
+        yield X[4:8], Y[4:8], Y[4:8]
+
+    trainer = build()
+    with pytest.raises(ValueError, match=r"batch 1 of the data: expected an \(x, y\) pair.*tuple of 3 items"):
+        trainer.fit(bad(), verbose=0)
+
+
+def test_stream_arguments_that_cannot_apply_are_refused():
+    trainer = build()
+    with pytest.raises(ValueError, match="y must be None when x is a data set or a generator"):
+        trainer.fit(InOrder(), Y)
+    with pytest.raises(ValueError, match="steps_per_epoch is for data sets and generators"):
+        trainer.fit(X, Y, steps_per_epoch=3)
+    with pytest.raises(ValueError, match="steps_per_epoch must be a positive integer"):
+        trainer.fit(InOrder(), steps_per_epoch=0)
+
+
+def test_a_file_that_is_not_npy_is_named(tmp_path):
+    bad = tmp_path / "x.npy"
+    bad.write_text("a,b\n1,2\n")
+    with pytest.raises(tp.data.DataError, match=r"x\.npy' is not a \.npy file"):
+        open_npy(bad)
+    (tmp_path / "folder").mkdir()
+    np.save(tmp_path / "folder" / "a.npy", np.zeros((3, 2), np.float32))
+    np.save(tmp_path / "folder" / "b.npy", np.zeros((3, 5), np.float32))
+    with pytest.raises(tp.data.DataError, match=r"agree in every axis.*a\.npy: \(3, 2\).*b\.npy: \(3, 5\)"):
+        open_npy(tmp_path / "folder")
