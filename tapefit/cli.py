@@ -94,7 +94,21 @@ def _data_types() -> dict[str, Callable[..., Any]]:
         "spirals": data.make_spirals,
         "npz": data.load_npz,
         "csv": data.load_csv,
+        "npy": data.load_npy,
+        "grain": grain_source,
     }
+
+
+def grain_source(source: str, **kwargs: Any) -> Any:
+    """``data.type: grain``: calls the ``@tp.configurable`` factory ``source`` (``pkg.module:name``)
+    with the section's other keys; it returns a Grain data set or loader of ``(x, y)`` batches,
+    or a ``(train, validation)`` pair of them."""
+    factory = _config.import_object(source, "data.source")
+    if not _config.is_configurable(factory):
+        raise ConfigError(
+            f"data.source: {source!r} is not a function marked with @tp.configurable", "data.source"
+        )
+    return factory(**kwargs)
 
 
 def _model_types() -> dict[str, Callable[..., Any]]:
@@ -273,12 +287,18 @@ def default_schema() -> Schema:
 
 @dataclass
 class Data:
-    """The prepared data of a run."""
+    """The prepared data of a run.
+
+    For a stream (``data.type: grain``, or ``data.workers``/``data.map`` on arrays), ``stream``
+    is what ``fit`` reads; ``x_train``/``y_train`` are then the arrays it was made of, or for
+    a grain source only its first batch, which the start-up checks run the model on.
+    """
 
     x_train: np.ndarray
     y_train: np.ndarray
-    validation: tuple[np.ndarray, np.ndarray] | None
+    validation: Any
     description: str
+    stream: Any = None
 
 
 @dataclass
@@ -342,6 +362,8 @@ def build_data(section: dict[str, Any], schema: Schema) -> Data:
     if "seed" in target.params:
         kwargs["seed"] = section["seed"]
     source = f"data.type {section['type']!r}"
+    if section["type"] == "grain":
+        return _grain_data(target, kwargs, section, source)
     try:
         x, y = target.obj(**kwargs)
         x, y = _data.check_arrays(x, y, source)
@@ -356,6 +378,8 @@ def build_data(section: dict[str, Any], schema: Schema) -> Data:
         )
     except _data.DataError as e:
         _fail("data.validation_split", str(e))
+    if section["standardize"] and _data.is_lazy(x):
+        _fail("data.standardize", "needs the features in memory; memory-mapped data is used as stored")
     if section["standardize"]:
         if validation is None:
             (x_train,), _ = _data.standardize(x_train)
@@ -367,9 +391,67 @@ def build_data(section: dict[str, Any], schema: Schema) -> Data:
     return Data(x_train, y_train, validation, description)
 
 
+def _pipeline(data: Data, section: dict[str, Any], settings: dict[str, Any]) -> Any:
+    """The training arrays as a ``tp.data.Pipeline`` (``data.workers``, ``data.prefetch``, ``data.map``)."""
+    from tapefit import data as _data
+
+    fn = None
+    if section["map"] is not None:
+        fn = _config.import_object(section["map"], "data.map")
+        if not _config.is_configurable(fn):
+            _fail("data.map", f"{section['map']!r} is not a function marked with @tp.configurable")
+    try:
+        return _data.Pipeline(
+            data.x_train,
+            data.y_train,
+            batch_size=settings["batch_size"],
+            map=fn,
+            shuffle=settings["shuffle"],
+            drop_last=settings["drop_last"],
+            workers=section["workers"],
+            prefetch=section["prefetch"],
+            seed=section["seed"],
+        )
+    except ImportError as e:
+        _fail("data.workers", str(e))
+    except ValueError as e:
+        _fail("trainer.batch_size", str(e))
+
+
+def _grain_data(target: Any, kwargs: dict[str, Any], section: dict[str, Any], source: str) -> Data:
+    """``data.type: grain``: the data set(s) the ``source`` factory returns."""
+    from tapefit.data.sources import split_batch
+
+    if section["validation_split"]:
+        _fail(
+            "data.validation_split",
+            "a grain source is not split by train: set it to 0 and return (train, validation) data sets "
+            "from data.source for validation",
+        )
+    if section["standardize"]:
+        _fail("data.standardize", "a grain source is used as it comes: standardize in its pipeline")
+    try:
+        made = target.obj(**kwargs)
+    except ConfigError:
+        raise
+    except Exception as e:
+        _fail("data.source", f"{section['source']!r} failed: {_error_text(e)}")
+    train, validation = made if isinstance(made, tuple) and len(made) == 2 else (made, None)
+    try:
+        first = next(iter(train.to_iter_dataset() if hasattr(train, "to_iter_dataset") else train))
+        x, y = split_batch(first, 0)
+        x, y = np.asarray(x), np.asarray(y)
+    except StopIteration:
+        _fail("data.source", f"{section['source']!r} gave an empty data set")
+    except Exception as e:
+        _fail("data.source", f"{section['source']!r}: its first batch: {_error_text(e)}")
+    description = f"{source}: {section['source']}, batches of shape {x.shape}"
+    return Data(x, y, validation, description, stream=train)
+
+
 def _labels(data: Data) -> np.ndarray:
-    """The labels of the training and the validation part together."""
-    if data.validation is None:
+    """The labels of the training and the validation part together (a grain source's first batch)."""
+    if data.validation is None or data.stream is not None:
         return data.y_train
     return np.concatenate([data.y_train, data.validation[1]])
 
@@ -457,6 +539,11 @@ def build_model(config: dict[str, Any], schema: Schema, data: Data) -> Any:
     target = _config.find_target(schema.kinds["model"], section["type"], "model.type")
     if section["type"] in ("mlp", "cnn"):
         units, activation = _output_defaults(config["loss"], _labels(data))
+        if section.get("output_units") is None and config["data"]["type"] == "grain":
+            _fail(
+                "model.output_units",
+                "a grain source is not read before training, so the classes are not known: give output_units",
+            )
         if section.get("output_units") is None:
             section["output_units"] = units
         if section.get("output_activation") == "auto":
@@ -680,6 +767,10 @@ def _check_resume_fits(path: Path, model: Any, config: dict[str, Any], data: Dat
         "shuffle": settings["shuffle"],
         "drop_last": settings["drop_last"],
     }
+    if data.stream is not None:
+        from tapefit.data.sources import as_source, fit_kind
+
+        fit = fit_kind(as_source(data.stream))
     try:
         check_fits(contents, fit, path)
     except ValueError as e:
@@ -729,7 +820,12 @@ def prepare(args: argparse.Namespace) -> Run:
     check_monitors(plugins, metrics, data)
     check_model_on_data(model, loss, config["loss"]["type"], data, metrics)
     settings = config["trainer"]
-    if settings["drop_last"] and settings["batch_size"] > len(data.x_train):
+    if config["data"]["workers"] or config["data"]["map"] is not None:
+        data.stream = _pipeline(data, config["data"], settings)
+        data.description += f", read by {config['data']['workers']} worker processes"
+    if data.stream is not None and config["data"]["type"] == "grain":
+        pass  # a grain source makes its own batches: nothing to check against batch_size
+    elif settings["drop_last"] and settings["batch_size"] > len(data.x_train):
         _fail(
             "trainer.batch_size",
             f"{settings['batch_size']} is more than the {len(data.x_train)} training samples, and "
@@ -738,7 +834,7 @@ def prepare(args: argparse.Namespace) -> Run:
     problem = shard_problem(
         len(data.x_train), settings["batch_size"], settings["drop_last"], launcher_world_size()
     )
-    if problem is not None:
+    if problem is not None and config["data"]["type"] != "grain":
         _fail("trainer.batch_size", problem)
     output_dir = Path(config["trainer"]["output_dir"] or Path("runs") / config["name"])
     if output_dir.exists() and not output_dir.is_dir():
@@ -901,9 +997,10 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
     if run.resume_from is not None:
         print(f"train: resuming from {run.resume_from}", file=out)
     started = time.perf_counter()
+    streamed = run.data.stream is not None
     history = trainer.fit(
-        run.data.x_train,
-        run.data.y_train,
+        run.data.stream if streamed else run.data.x_train,
+        None if streamed else run.data.y_train,
         epochs=settings["epochs"],
         batch_size=settings["batch_size"],
         validation_data=run.data.validation,

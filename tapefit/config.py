@@ -822,8 +822,12 @@ DATA_COMMON: dict[str, Param] = {
     "validation_split": Param("validation_split", 0.2, float, _check_split),
     "standardize": Param("standardize", False, bool),
     "seed": Param("seed", None, int | None),
+    "workers": Param("workers", 0, int, _at_least(0)),
+    "prefetch": Param("prefetch", 2, int, _at_least(1)),
+    "map": Param("map", None, str | None),
 }
-"""Keys every data type takes: the held-out share, standardization, the split's seed."""
+"""Keys every data type takes: the held-out share, standardization, the split's seed, and the
+worker processes, batches read ahead and per-sample function of a ``tp.data.Pipeline``."""
 
 
 @dataclass
@@ -874,7 +878,10 @@ def resolve_config(config: Mapping[str, Any], schema: Schema, default_name: str 
     resolved["data"] = check_typed(config["data"], kinds["data"], "data", kinds)
     for name, value in resolved["data"].items():
         if name == "path" and isinstance(value, str):
-            problem = _check_file(value)
+            # npy data may be a folder (x.npy and y.npy, or folders of shards)
+            problem = (
+                None if resolved["data"]["type"] == "npy" and os.path.isdir(value) else _check_file(value)
+            )
             if problem:
                 raise ConfigError(f"data.path: {problem}", "data.path")
     if resolved["data"].get("seed") is None:

@@ -66,12 +66,13 @@ def blas_threads(
     return max(1, free // (max(1, ranks_on_host) * (1 + max(0, workers))))
 
 
-def resolve_threads(threads: Any) -> int | None:
-    """``Trainer(threads=...)``: ``None`` (leave BLAS alone), ``"auto"`` (the rule) or a count >= 1."""
+def resolve_threads(threads: Any, workers: int = 0) -> int | None:
+    """``Trainer(threads=...)``: ``None`` (leave BLAS alone), ``"auto"`` (the rule, for a process
+    with ``workers`` data worker processes) or a count >= 1."""
     if threads is None:
         return None
     if threads == "auto":  # this process is idle here: what is busy is someone else's
-        return blas_threads(busy=busy_cores())
+        return blas_threads(workers=workers, busy=busy_cores())
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be None, 'auto' or a whole number >= 1, got {threads!r}")
     return threads

@@ -35,9 +35,10 @@ from tapefit.core.function import function
 from tapefit.core.ops import add_n
 from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor
+from tapefit.data.arrays import is_lazy
 from tapefit.data.loader import BatchLoader, _take
 from tapefit.data.npy import ShardedArray
-from tapefit.data.sources import as_source, is_stream, split_batch
+from tapefit.data.sources import as_source, fit_kind, is_stream, split_batch
 from tapefit.plugins.manager import PluginManager, create_plugin
 from tapefit.resume import check_checkpoint, check_fits
 from tapefit.threads import limited, resolve_threads
@@ -252,19 +253,6 @@ class _InterruptGuard:
             self._previous = None
 
 
-def _fit_kind(loader: Any) -> dict[str, Any]:
-    """What a checkpoint's position means only for a fit of the same kind (``resume.check_fits``)."""
-    if not isinstance(loader, BatchLoader):  # a stream: its own state says where it is
-        kind = loader.get_state().get("kind", type(loader).__name__)
-        return {"source": kind, "batch_size": 0, "num_samples": 0, "shuffle": False, "drop_last": False}
-    return {
-        "batch_size": loader.batch_size,
-        "num_samples": loader.num_samples,
-        "shuffle": loader.shuffle,
-        "drop_last": loader.drop_last,
-    }
-
-
 def _as_batch(data: Any) -> Any:
     """Arrays of a batch (a stream may yield lists or scalars per sample)."""
     if isinstance(data, dict):
@@ -477,11 +465,14 @@ class Trainer:
         self.update_in_progress = False
         self.compile = bool(compile)
         self.threads = resolve_threads(threads)
+        self._threads_setting = threads
         self._compiled_gradients = function(self._loss_and_gradients) if self.compile else None
         self._pass_training = _accepts_training(model)
         self._has_losses: bool | None = None  # None: not known yet (see _total_loss)
         self._loader: BatchLoader | None = None
         self._weighted = False  # the loader's targets are (y, sample weights)
+        self._lazy = False  # the loader's arrays are memory-mapped
+        self._validation_steps: int | None = None
         # The checkpoint contents from before an epoch's end (validation and on_epoch_end
         # hooks), while it runs: what an exception there leaves to resume from.
         self._before_epoch_end: dict[str, Any] | None = None
@@ -725,7 +716,7 @@ class Trainer:
         if stream:
             self._check_stream_fit(y, sample_weight, class_weight)
             loader: Any = as_source(x, steps_per_epoch)
-            self._weighted = False
+            self._weighted = self._lazy = False
         else:
             _require_targets(y, "fit")
             if steps_per_epoch is not None:
@@ -738,6 +729,7 @@ class Trainer:
                 )
             weights = _sample_weights(y, sample_weight, class_weight, self.loss)
             self._weighted = weights is not None
+            self._lazy = any(is_lazy(leaf) for leaf in nest.flatten(x))
             loader = BatchLoader(
                 _float32_inputs(x),
                 _float32_inputs(y) if weights is None else (_float32_inputs(y), weights),
@@ -755,6 +747,9 @@ class Trainer:
         self._validation_steps = validation_steps
         checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
         self._loader = loader
+        workers = getattr(loader, "workers", 0)
+        if self._threads_setting == "auto" and workers:  # the pipeline's workers share the cores
+            self.threads = resolve_threads("auto", workers=workers)
         continued = resume_from is None and self.step > 0
         first_epoch = (
             self.state.next_epoch if initial_epoch is None and continued else int(initial_epoch or 0)
@@ -773,7 +768,7 @@ class Trainer:
         }
         self.continued = continued
         self.state.start_fit(first_epoch, continued)
-        self.state.fit = {"epochs": self.epochs, **_fit_kind(loader)}
+        self.state.fit = {"epochs": self.epochs, **fit_kind(loader)}
         self._before_epoch_end = self._data_before_step = None
         self.resumed = checkpoint is not None
         if checkpoint is not None:
@@ -842,6 +837,8 @@ class Trainer:
                     break
                 batch_start(trainer=self, step=step)
                 if not isinstance(loader, BatchLoader):
+                    batch = self._stream_batch(batch, state.batch_in_epoch)
+                elif self._lazy:  # memory-mapped rows: made arrays, float32, a batch at a time
                     batch = self._stream_batch(batch, state.batch_in_epoch)
                 x, y = self._shard(batch)
                 y, weights = y if self._weighted else (y, None)
@@ -1095,7 +1092,7 @@ class Trainer:
 
     def _restore(self, checkpoint: dict[str, Any], loader: BatchLoader, source: Any) -> None:
         check_checkpoint(checkpoint, source=source)  # the fields read below; the model's after it is built
-        check_fits(checkpoint, _fit_kind(loader), source)
+        check_fits(checkpoint, fit_kind(loader), source)
         # One call builds the lazy layers; the model may have Variables of its own already.
         modules = [self.model, *getattr(self.model, "submodules", [])]
         if not all(getattr(module, "built", True) for module in modules):

@@ -176,7 +176,7 @@ def test_unknown_type_lists_the_known_ones(workdir, capsys):
         capsys,
         ["--config", config, "--set", "data.type=digitz"],
         f"train: error: {config}: data.type: unknown data type 'digitz'; did you mean 'digits'? "
-        "Known types: csv, digits, npz, spirals, or an import path 'package.module:Name'",
+        "Known types: csv, digits, grain, npy, npz, spirals, or an import path 'package.module:Name'",
     )
     status, _, err = run_main(["--config", config, "--set", "plugins[0].type=checkpoints"], capsys)
     assert status == 2
@@ -788,6 +788,9 @@ def test_csv_regression_gets_a_linear_output(workdir, capsys):
         "validation_split": 0.2,
         "standardize": True,
         "seed": 0,
+        "workers": 0,
+        "prefetch": 2,
+        "map": None,
         "path": "d.csv",
         "label_column": "target",
         "header": "auto",

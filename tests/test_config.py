@@ -267,6 +267,9 @@ def test_resolved_config_fills_defaults_and_expands_shorthands():
         "validation_split": 0.2,
         "standardize": False,
         "seed": 0,  # the top-level seed
+        "workers": 0,
+        "prefetch": 2,
+        "map": None,
         "n": 10,
         "noise": 0.1,
     }

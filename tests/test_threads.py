@@ -66,3 +66,17 @@ def test_the_trainer_limits_blas_inside_fit_only():
     trainer.fit(x, x[:, :2], epochs=1, batch_size=4, verbose=0)
     assert seen and set(seen) == {1}
     assert blas_threads_now() == before
+
+
+def test_auto_counts_the_workers_of_the_fits_pipeline(monkeypatch):
+    pytest.importorskip("grain")
+    monkeypatch.setattr(threads, "usable_cores", lambda: 6)
+    monkeypatch.setattr(threads, "busy_cores", lambda seconds=0.1: 0)
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    x = np.zeros((8, 2), np.float32)
+    y = np.zeros(8, np.int64)
+    trainer = tp.Trainer(tp.layers.Dense(2), "sgd", "sparse_categorical_crossentropy", threads="auto")
+    assert trainer.threads == 6
+    trainer.fit(tp.data.Pipeline(x, y, batch_size=4, workers=2), verbose=0)
+    assert trainer.threads == 2  # 6 cores over this process and its 2 workers

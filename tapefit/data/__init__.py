@@ -6,7 +6,7 @@ and ``standardize`` prepare any of them. ``Pipeline`` runs per-sample work in wo
 (on Grain, the ``data`` extra).
 """
 
-from tapefit.data.arrays import DataError, check_arrays, standardize, validation_split
+from tapefit.data.arrays import DataError, check_arrays, is_lazy, standardize, validation_split
 from tapefit.data.digits import load_digits
 from tapefit.data.files import load_csv, load_npz
 from tapefit.data.npy import ShardedArray, load_npy, open_npy
@@ -18,6 +18,7 @@ __all__ = [
     "Pipeline",
     "ShardedArray",
     "check_arrays",
+    "is_lazy",
     "load_csv",
     "load_digits",
     "load_npy",

@@ -35,6 +35,8 @@ def check_arrays(x: Any, y: Any, source: str) -> tuple[np.ndarray, np.ndarray]:
     Raises:
         DataError: If the arrays are not numeric, empty, or disagree in length.
     """
+    if is_lazy(x):
+        return _check_lazy(x, y, source)
     x = np.asarray(x)
     y = np.asarray(y)
     for what, array in (("features", x), ("labels", y)):
@@ -60,6 +62,29 @@ def check_arrays(x: Any, y: Any, source: str) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
+def is_lazy(x: Any) -> bool:
+    """``x`` is read from disk as rows are taken (memory-mapped), so it must not be copied whole."""
+    from tapefit.data.npy import ShardedArray
+
+    return isinstance(x, (np.memmap, ShardedArray))
+
+
+def _check_lazy(x: Any, y: Any, source: str) -> tuple[Any, np.ndarray]:
+    """``check_arrays`` for memory-mapped features: checked a block of rows at a time, not copied."""
+    if x.dtype.kind not in "biuf" or x.ndim < 2:
+        raise DataError(f"{source}: the features must be numbers with a sample axis, got {x.dtype} {x.shape}")
+    if len(x) == 0:
+        raise DataError(f"{source}: there are no samples")
+    if len(x) != len(y):
+        raise DataError(f"{source}: {len(x)} samples of features but {len(y)} labels")
+    block = max(1, (64 << 20) // max(1, x.dtype.itemsize * int(np.prod(x.shape[1:]))))
+    for start in range(0, len(x), block):
+        if x.dtype.kind == "f" and not np.all(np.isfinite(x[start : start + block])):
+            raise DataError(f"{source}: the features contain NaN or infinite values (rows from {start})")
+    _, y = check_arrays(np.zeros((len(y), 1), np.float32), y, source)
+    return x, y
+
+
 def validation_split(
     x: np.ndarray, y: np.ndarray, fraction: float, seed: int
 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray] | None]:
@@ -67,7 +92,8 @@ def validation_split(
 
     Unlike Keras's ``validation_split`` (which takes the last samples as they come), the
     samples are shuffled first, so data sorted by class still gives a fair split; the same
-    seed gives the same split. The validation part has ``n - floor(n * (1 - fraction))``
+    seed gives the same split. Memory-mapped features are split as Keras does (the last
+    samples), so that nothing is copied. The validation part has ``n - floor(n * (1 - fraction))``
     samples, Keras's count.
 
     Args:
@@ -94,6 +120,8 @@ def validation_split(
             f"{'no training' if n_train == 0 else 'no validation'} samples",
             key="validation_split",
         )
+    if is_lazy(x):  # a shuffled split would copy the whole array: the last samples, as Keras
+        return (x[:n_train], y[:n_train]), (x[n_train:], y[n_train:])
     order = seeded_generator(seed).permutation(n)
     train, val = order[:n_train], order[n_train:]
     return (x[train], y[train]), (x[val], y[val])

@@ -62,8 +62,12 @@ class ShardedArray:
     def __len__(self) -> int:
         return self.shape[0]
 
-    def __getitem__(self, rows: Any) -> np.ndarray:
+    def __getitem__(self, rows: Any) -> Any:
+        if isinstance(rows, slice) and rows.step in (None, 1):
+            return self._part(*rows.indices(len(self))[:2])
         index = np.arange(len(self))[rows] if isinstance(rows, slice) else np.asarray(rows)
+        if index.ndim == 0:
+            return self[index.reshape(1)][0]
         out = np.empty((len(index), *self.shape[1:]), dtype=self.dtype)
         shard_of = np.searchsorted(self.offsets, index, side="right") - 1
         for shard in np.unique(shard_of):
@@ -73,8 +77,18 @@ class ShardedArray:
             out[where] = self.shards[shard][local]
         return out
 
+    def _part(self, start: int, stop: int) -> ShardedArray:
+        """Rows ``start:stop`` as a ShardedArray of views of the shards (nothing read)."""
+        parts, names = [], []
+        for i, shard in enumerate(self.shards):
+            low, high = max(start, self.offsets[i]), min(stop, self.offsets[i + 1])
+            if low < high or (not parts and i == len(self.shards) - 1):
+                parts.append(shard[low - self.offsets[i] : max(low, high) - self.offsets[i]])
+                names.append(str(i))
+        return ShardedArray(parts, names)
+
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        whole = self[slice(None)]
+        whole = self[np.arange(len(self))]
         return whole if dtype is None else whole.astype(dtype)
 
 

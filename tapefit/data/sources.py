@@ -27,7 +27,7 @@ from tapefit.core.tensor import Tensor
 
 logger = logging.getLogger("tapefit")
 
-__all__ = ["GrainSource", "IterableSource", "as_source", "is_stream"]
+__all__ = ["GrainSource", "IterableSource", "as_source", "fit_kind", "is_stream", "split_batch"]
 
 
 def _is_grain(obj: Any) -> bool:
@@ -185,3 +185,18 @@ def as_source(data: Any, steps_per_epoch: int | None = None) -> Any:
     if _is_grain(data):
         return GrainSource(data, steps_per_epoch)
     return IterableSource(data, steps_per_epoch)
+
+
+def fit_kind(source: Any) -> dict[str, Any]:
+    """What a checkpoint's position means only for a fit of the same kind (``resume.check_fits``)."""
+    from tapefit.data.loader import BatchLoader
+
+    if not isinstance(source, BatchLoader):  # a stream: its own state says where it is
+        kind = source.get_state().get("kind", type(source).__name__)
+        return {"source": kind, "batch_size": 0, "num_samples": 0, "shuffle": False, "drop_last": False}
+    return {
+        "batch_size": source.batch_size,
+        "num_samples": source.num_samples,
+        "shuffle": source.shuffle,
+        "drop_last": source.drop_last,
+    }

@@ -1,0 +1,157 @@
+"""train --config with streamed data: npy (memory-mapped), grain sources, worker pipelines."""
+
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tapefit import cli
+
+grain = pytest.importorskip("grain")
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def config(workdir: Path, data: str, model: str = "{type: mlp, hidden_units: [8]}") -> Path:
+    path = workdir / "c.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""\
+            name: streamed
+            data: {data}
+            model: {model}
+            loss: sparse_categorical_crossentropy
+            metrics: [accuracy]
+            trainer: {{epochs: 2, batch_size: 16}}
+            plugins: [{{type: checkpoint}}]
+            """
+        )
+    )
+    return path
+
+
+def run(args, capsys):
+    status = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def spirals(workdir):
+    from tapefit.data import make_spirals
+
+    x, y = make_spirals(n_samples=120, n_classes=3, seed=0)
+    (workdir / "sp").mkdir()
+    np.save(workdir / "sp" / "x.npy", x.astype(np.float32))
+    np.save(workdir / "sp" / "y.npy", y)
+    return x, y
+
+
+def test_npy_data_trains_memory_mapped(workdir, capsys):
+    spirals(workdir)
+    status, out, err = run(["--config", config(workdir, "{type: npy, path: sp, mmap: true}")], capsys)
+    assert status == 0, err
+    assert "96 training and 24 validation samples of shape (2,)" in out
+    assert (workdir / "runs/streamed/checkpoints/last").is_file()
+
+
+def test_npy_errors_name_the_key_and_the_file(workdir, capsys):
+    spirals(workdir)
+    (workdir / "sp" / "x.npy").write_text("not numpy\n")
+    status, out, err = run(["--config", config(workdir, "{type: npy, path: sp}")], capsys)
+    assert status == 2 and out == "" and "Traceback" not in err
+    assert err.strip().endswith(
+        "data.path: 'sp/x.npy' is not a .npy file (it does not start with NumPy's header)"
+    )
+    status, _, err = run(["--config", config(workdir, "{type: npy, path: sp, standardize: true}")], capsys)
+    assert status == 2 and "data.path" in err  # the bad file is found before the other keys matter
+
+
+def test_data_workers_train_through_a_pipeline_and_resume(workdir, capsys):
+    spirals(workdir)
+    path = config(workdir, "{type: npy, path: sp, workers: 2, prefetch: 2}")
+    status, out, err = run(["--config", path], capsys)
+    assert status == 0, err
+    assert "read by 2 worker processes" in out
+    status, out, err = run(["--config", path, "--resume", "auto", "--set", "trainer.epochs=3"], capsys)
+    assert status == 0, err
+    assert "resuming from" in out
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("data.workers=-1", "data.workers: must be at least 0"),
+        ("data.prefetch=0", "data.prefetch: must be at least 1"),
+        ("data.map=os:getcwd", "data.map: 'os:getcwd' is not a function marked with @tp.configurable"),
+    ],
+)
+def test_bad_worker_settings_are_config_errors(workdir, capsys, setting, message):
+    spirals(workdir)
+    status, out, err = run(["--config", config(workdir, "{type: npy, path: sp}"), "--set", setting], capsys)
+    assert status == 2 and out == "" and "Traceback" not in err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+GRAIN_MODULE = """
+import grain
+import numpy as np
+import tapefit as tp
+
+
+@tp.configurable
+def make_dataset(n=120, batch_size=16):
+    x, y = tp.data.make_spirals(n_samples=n, n_classes=3, seed=0)
+    rows = list(zip(x.astype(np.float32), y))
+    train = grain.MapDataset.source(rows[:96]).shuffle(seed=1).batch(batch_size)
+    validation = grain.MapDataset.source(rows[96:]).batch(batch_size)
+    return train, validation
+
+
+def unmarked():
+    return None
+"""
+
+
+def test_a_grain_source_trains_with_validation(workdir, capsys):
+    (workdir / "mydata.py").write_text(GRAIN_MODULE)
+    data = "{type: grain, source: 'mydata:make_dataset', n: 120, validation_split: 0}"
+    path = config(workdir, data, model="{type: mlp, hidden_units: [8], output_units: 3}")
+    status, _, err = run(["--config", path, "--set", "trainer.verbose=2"], capsys)
+    assert status == 0, err
+    assert "Epoch 2/2 - 6 batches" in err and "val_accuracy" in err  # 96 samples in batches of 16
+    sys.modules.pop("mydata", None)
+
+
+@pytest.mark.parametrize(
+    ("data", "model", "message"),
+    [
+        (
+            "{type: grain, source: 'mydata:make_dataset'}",
+            "{type: mlp, output_units: 3}",
+            "data.validation_split: a grain source is not split by train",
+        ),
+        (
+            "{type: grain, source: 'mydata:make_dataset', validation_split: 0}",
+            "{type: mlp}",
+            "model.output_units: a grain source is not read before training",
+        ),
+        (
+            "{type: grain, source: 'mydata:unmarked', validation_split: 0}",
+            "{type: mlp, output_units: 3}",
+            "data.source: 'mydata:unmarked' is not a function marked with @tp.configurable",
+        ),
+    ],
+)
+def test_grain_config_errors(workdir, capsys, data, model, message):
+    (workdir / "mydata.py").write_text(GRAIN_MODULE)
+    status, out, err = run(["--config", config(workdir, data, model=model)], capsys)
+    assert status == 2 and out == "" and "Traceback" not in err, err
+    assert message in err and len(err.strip().splitlines()) == 1
+    sys.modules.pop("mydata", None)
