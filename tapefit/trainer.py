@@ -37,7 +37,7 @@ from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor
 from tapefit.data.arrays import is_lazy
 from tapefit.data.loader import BatchLoader, _take
-from tapefit.data.npy import ShardedArray
+from tapefit.data.npy import rows as _rows
 from tapefit.data.sources import as_source, fit_kind, is_stream, split_batch
 from tapefit.plugins.manager import PluginManager, create_plugin
 from tapefit.resume import check_checkpoint, check_fits
@@ -86,8 +86,8 @@ def _float32_inputs(data: Any) -> Any:
         return type(data)(_float32_inputs(v) for v in data)
     if isinstance(data, Tensor):
         data = data.numpy()
-    if isinstance(data, (np.memmap, ShardedArray)):
-        return data  # cast batch by batch: a copy of the whole array may not fit in memory
+    if is_lazy(data):
+        return data  # cast batch by batch: the whole array may not fit in memory
     if isinstance(data, np.ndarray) and data.dtype == np.float64:
         return data.astype(np.float32)
     return data
@@ -271,10 +271,23 @@ def _split_off_validation(x: Any, y: Any, sample_weight: Any, fraction: float) -
             f"validation_split {fraction} of {n} samples leaves "
             f"{'no training' if n_train == 0 else 'no validation'} samples"
         )
-    train, val = slice(0, n_train), slice(n_train, n)
     if sample_weight is not None:
-        sample_weight = np.asarray(sample_weight)[train]
-    return _take(x, train), _take(y, train), sample_weight, (_take(x, val), _take(y, val))
+        sample_weight = np.asarray(sample_weight)[:n_train]
+    return (
+        _part(x, 0, n_train),
+        _part(y, 0, n_train),
+        sample_weight,
+        (_part(x, n_train, n), _part(y, n_train, n)),
+    )
+
+
+def _part(data: Any, start: int, stop: int) -> Any:
+    """Samples ``start:stop`` of arrays (a dict, list or tuple of them), read later when on disk."""
+    if isinstance(data, dict):
+        return {k: _part(v, start, stop) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(_part(v, start, stop) for v in data)
+    return _rows(data, start, stop)
 
 
 def _check_positive(value: Any, name: str) -> None:
@@ -472,6 +485,7 @@ class Trainer:
         self._loader: BatchLoader | None = None
         self._weighted = False  # the loader's targets are (y, sample weights)
         self._lazy = False  # the loader's arrays are memory-mapped
+        self._source_sharded = False  # each process reads its own part of the data
         self._validation_steps: int | None = None
         # The checkpoint contents from before an epoch's end (validation and on_epoch_end
         # hooks), while it runs: what an exception there leaves to resume from.
@@ -506,12 +520,16 @@ class Trainer:
         """The batches done in the epoch in progress."""
         return self.state.batch_in_epoch
 
-    def _shard(self, batch: tuple[Any, Any]) -> tuple[Any, Any]:
-        """This process's rows of a global batch (all of it in one process); sets ``batch_rows``."""
+    def _shard(self, batch: tuple[Any, Any], own: bool = False) -> tuple[Any, Any]:
+        """This process's rows of a global batch (all of it in one process), or with ``own`` the
+        batch this process read of its part of the data; sets ``batch_rows``."""
         x, y = batch
         n = _batch_len(y)
         if self.world.size == 1:
             self.batch_rows = (n, n)
+            return x, y
+        if own:  # this process read its own batch, as large as every other's
+            self.batch_rows = (n, n * self.world.size)
             return x, y
         rows = self.world.shard(n)
         self.batch_rows = (rows.stop - rows.start, n)
@@ -778,6 +796,12 @@ class Trainer:
             return self.history  # before any collective: every rank returns here alike
         self.world = self.plugins.hook.configure_world(trainer=self) or World()
         _check_shards(loader, self.world)
+        # A source that can read one process's part (tp.data.Pipeline) does; others are read
+        # whole on every process and their batches split by rows.
+        self._source_sharded = self.world.size > 1 and hasattr(loader, "shard")
+        if self._source_sharded:
+            loader.shard(self.world.rank, self.world.size)
+            self.steps_per_epoch = loader.num_batches
         if not self.world.is_chief:  # only rank 0 writes and prints
             for plugin in [p for p in self.plugins.get_plugins() if getattr(p, "chief_only", False) is True]:
                 self.plugins.unregister(plugin)
@@ -840,7 +864,7 @@ class Trainer:
                     batch = self._stream_batch(batch, state.batch_in_epoch)
                 elif self._lazy:  # memory-mapped rows: made arrays, float32, a batch at a time
                     batch = self._stream_batch(batch, state.batch_in_epoch)
-                x, y = self._shard(batch)
+                x, y = self._shard(batch, own=self._source_sharded)
                 y, weights = y if self._weighted else (y, None)
                 logs = self._train_step(x, y, step, weights)
                 batch_end(trainer=self, step=step, logs=logs)

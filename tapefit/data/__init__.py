@@ -9,12 +9,13 @@ and ``standardize`` prepare any of them. ``Pipeline`` runs per-sample work in wo
 from tapefit.data.arrays import DataError, check_arrays, is_lazy, standardize, validation_split
 from tapefit.data.digits import load_digits
 from tapefit.data.files import load_csv, load_npz
-from tapefit.data.npy import ShardedArray, load_npy, open_npy
+from tapefit.data.npy import NpyFile, ShardedArray, load_npy, open_npy
 from tapefit.data.pipeline import Pipeline
 from tapefit.data.spirals import make_spirals
 
 __all__ = [
     "DataError",
+    "NpyFile",
     "Pipeline",
     "ShardedArray",
     "check_arrays",

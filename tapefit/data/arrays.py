@@ -64,9 +64,9 @@ def check_arrays(x: Any, y: Any, source: str) -> tuple[np.ndarray, np.ndarray]:
 
 def is_lazy(x: Any) -> bool:
     """``x`` is read from disk as rows are taken (memory-mapped), so it must not be copied whole."""
-    from tapefit.data.npy import ShardedArray
+    from tapefit.data.npy import is_on_disk
 
-    return isinstance(x, (np.memmap, ShardedArray))
+    return is_on_disk(x)
 
 
 def _check_lazy(x: Any, y: Any, source: str) -> tuple[Any, np.ndarray]:
@@ -120,8 +120,10 @@ def validation_split(
             f"{'no training' if n_train == 0 else 'no validation'} samples",
             key="validation_split",
         )
-    if is_lazy(x):  # a shuffled split would copy the whole array: the last samples, as Keras
-        return (x[:n_train], y[:n_train]), (x[n_train:], y[n_train:])
+    if is_lazy(x):  # a shuffled split would read the whole array: the last samples, as Keras
+        from tapefit.data.npy import rows
+
+        return (rows(x, 0, n_train), y[:n_train]), (rows(x, n_train, n), y[n_train:])
     order = seeded_generator(seed).permutation(n)
     train, val = order[:n_train], order[n_train:]
     return (x[train], y[train]), (x[val], y[val])

@@ -14,17 +14,21 @@ import numpy as np
 
 from tapefit.core import random as _random
 from tapefit.core.tensor import Tensor
-from tapefit.data.npy import ShardedArray
+from tapefit.data.npy import is_on_disk
 
 
 def _as_arrays(data: Any, name: str) -> Any:
     """``data`` with every Tensor made an ndarray; dicts, lists and tuples are kept as structure."""
     if isinstance(data, dict):
         return {k: _as_arrays(v, f"{name}[{k!r}]") for k, v in data.items()}
-    if isinstance(data, (list, tuple)) and data and isinstance(data[0], (np.ndarray, Tensor, ShardedArray)):
+    if (
+        isinstance(data, (list, tuple))
+        and data
+        and (isinstance(data[0], (np.ndarray, Tensor)) or is_on_disk(data[0]))
+    ):
         return type(data)(_as_arrays(v, f"{name}[{i}]") for i, v in enumerate(data))
-    if isinstance(data, ShardedArray):
-        return data  # rows are read from the shards batch by batch
+    if is_on_disk(data):
+        return data  # rows are read from disk batch by batch
     array = np.asarray(data)
     if array.dtype == object:
         raise TypeError(

@@ -57,6 +57,48 @@ class _Rows:
         return row if self.y is None else (row, self._row(self.y, int(i)))
 
 
+def _stack(samples: list[Any]) -> Any:
+    """One batch of samples: every leaf stacked along a new first axis (tuples, lists, dicts kept)."""
+    first = samples[0]
+    if isinstance(first, dict):
+        return {k: _stack([s[k] for s in samples]) for k in first}
+    if isinstance(first, (tuple, list)):
+        return type(first)(_stack([s[i] for s in samples]) for i in range(len(first)))
+    return np.stack([np.asarray(s) for s in samples])
+
+
+class _MakeBatch:
+    """Batch number ``b`` of the run: batch ``b % per_epoch`` of epoch ``b // per_epoch``.
+
+    Sample ``j`` of an epoch's order is ``order[epoch * n + j]`` of Grain's data set of the
+    samples, shuffled and repeated (a new permutation every epoch); a process of ``ranks``
+    takes positions ``rank, rank + ranks, ...``. Runs in the worker processes.
+    """
+
+    def __init__(
+        self,
+        order: Any,
+        fn: Any,
+        n: int,
+        per_rank: int,
+        per_epoch: int,
+        batch_size: int,
+        rank: int,
+        ranks: int,
+    ) -> None:
+        self.order, self.fn, self.n, self.per_rank = order, fn, n, per_rank
+        self.per_epoch, self.batch_size, self.rank, self.ranks = per_epoch, batch_size, rank, ranks
+
+    def __call__(self, b: Any) -> Any:
+        epoch, k = divmod(int(b), self.per_epoch)
+        start = k * self.batch_size
+        stop = min(start + self.batch_size, self.per_rank)
+        samples = [self.order[epoch * self.n + self.rank + self.ranks * i] for i in range(start, stop)]
+        if self.fn is not None:
+            samples = [self.fn(sample) for sample in samples]
+        return _stack(samples)
+
+
 class Pipeline:
     """Shuffled batches of samples, each passed through ``map`` in ``workers`` processes.
 
@@ -70,12 +112,13 @@ class Pipeline:
         shuffle: a new order every epoch, drawn from ``seed``.
         seed: the shuffling seed; ``None`` draws one from ``tp.random``, so
             ``tp.random.set_seed`` fixes it.
-        workers: worker processes running ``map`` (0: in this process).
+        workers: worker processes running ``map`` (0: in this process), started once for the
+            whole fit (each makes whole batches).
         prefetch: batches each worker (or this process) reads ahead.
         drop_last: drop the last batch of an epoch when it is smaller than ``batch_size``.
 
-    ``fit`` reads it as a batch source; its state (the epoch, the Grain iterator's state)
-    goes into checkpoints, so a resume reads the same batches.
+    ``fit`` reads it as a batch source; its state (the seed, the epoch, the Grain iterator's
+    state) goes into checkpoints, so a resume reads the same batches.
     """
 
     checkpointable = True
@@ -109,54 +152,73 @@ class Pipeline:
         if seed is None:
             seed = int(_random.get_global_generator().integers(2**31))
         self.seed = int(seed)
-        n = len(self.samples)
-        self.num_batches: int | None = n // self.batch_size if drop_last else -(-n // self.batch_size)
-        if not self.num_batches:
-            raise ValueError(
-                f"drop_last=True with batch_size {batch_size} leaves no batch of the {n} samples"
-            )
-        self.epoch = -1  # the epoch in progress (its shuffling seed); -1 before the first
-        self.position = 0
-        self._iterator: Any = None
         self._rank, self._ranks = 0, 1
+        self._limit: int | None = None
+        self.num_batches: int | None = self._batches_per_epoch()
+        self.epoch = -1  # the epoch in progress; -1 before the first
+        self.position = 0  # batches of the epoch in progress already given
+        self._iterator: Any = None
+        self._start = 0  # the run's batch number the iterator started at
+        self._next = 0  # the run's batch number next_batch gives next
+
+    def _batches_per_epoch(self) -> int:
+        per_rank = len(self.samples) // self._ranks
+        batches = per_rank // self.batch_size if self.drop_last else -(-per_rank // self.batch_size)
+        if batches == 0:
+            where = f" over {self._ranks} processes ({per_rank} each)" if self._ranks > 1 else ""
+            raise ValueError(f"{len(self.samples)} samples{where} leave no batch of {self.batch_size}")
+        return batches if self._limit is None else min(batches, self._limit)
 
     def limit(self, steps: int) -> None:
         """Ends every epoch after ``steps`` batches (``fit(steps_per_epoch=...)``)."""
-        self.num_batches = min(int(steps), self.num_batches or int(steps))
+        self._limit = int(steps)
+        self.num_batches = self._batches_per_epoch()
 
     def shard(self, rank: int, size: int) -> None:
-        """Reads only this process's part of every epoch (every ``size``-th sample from ``rank``)."""
+        """Reads only this process's part of every epoch: every ``size``-th sample of the epoch's
+        order from ``rank`` on, the same number on every process (the ``len % size`` samples
+        left over are left out of that epoch), so each step's batches have one size everywhere."""
         self._rank, self._ranks = int(rank), int(size)
+        self.num_batches = self._batches_per_epoch()
 
-    def _dataset(self) -> Any:
+    def _open(self, start: int, workers: int | None = None) -> Any:
+        """An iterator over the run's batches from batch number ``start`` on."""
         grain = self._grain
-        ds = grain.MapDataset.source(self.samples)
-        if self.shuffle:  # a different order every epoch, the same for the same seed and epoch
-            ds = ds.shuffle(seed=(self.seed * 1_000_003 + self.epoch) % 2**32)
-        if self._ranks > 1:
-            ds = ds[self._rank :: self._ranks]  # Grain's own slicing: each rank reads its part
-        if self.map is not None:
-            ds = ds.map(self.map)
-        ds = ds.batch(self.batch_size, drop_remainder=self.drop_last)
-        threads = 1 if self.workers else 2  # reading ahead; the map's Python work is in workers
-        iter_ds = ds.to_iter_dataset(
+        order = grain.MapDataset.source(self.samples)
+        if self.shuffle:  # a new permutation every epoch (Grain reshuffles each repetition)
+            order = order.shuffle(seed=self.seed % 2**32)
+        make = _MakeBatch(
+            order.repeat(),
+            self.map,
+            len(self.samples),
+            len(self.samples) // self._ranks,
+            int(self.num_batches or 1),
+            self.batch_size,
+            self._rank,
+            self._ranks,
+        )
+        batches = grain.MapDataset.range(start, 2**62).map(make)
+        workers = self.workers if workers is None else workers
+        threads = 1 if workers else 2  # reading ahead; the map's Python work is in workers
+        iter_ds = batches.to_iter_dataset(
             grain.ReadOptions(num_threads=threads, prefetch_buffer_size=self.prefetch)
         )
-        if self.workers:
-            options = grain.MultiprocessingOptions(
-                num_workers=self.workers, per_worker_buffer_size=self.prefetch
-            )
+        if workers:
+            options = grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=self.prefetch)
             iter_ds = iter_ds.mp_prefetch(options)
-        return iter_ds
+        return iter(iter_ds)
 
     def start_epoch(self) -> None:
         self.epoch += 1
         self.position = 0
-        self._iterator = iter(self._dataset())
+        first = self.epoch * int(self.num_batches or 1)
+        if self._iterator is None or self._next != first:  # an epoch left early: go to this one
+            self._iterator = self._open(first)
+            self._start = self._next = first
 
     def peek(self) -> Any:
-        """The first batch of the current epoch's order, read by an iterator of its own."""
-        return next(iter(self._dataset()))
+        """The first batch of the current epoch, read in this process by an iterator of its own."""
+        return next(self._open(max(self.epoch, 0) * int(self.num_batches or 1), workers=0))
 
     def next_batch(self) -> Any:
         if self._iterator is None:
@@ -165,6 +227,7 @@ class Pipeline:
             raise StopIteration
         batch = next(self._iterator)
         self.position += 1
+        self._next += 1
         return batch
 
     def __iter__(self) -> Any:
@@ -182,20 +245,25 @@ class Pipeline:
         iterator = self._iterator.get_state() if self._iterator is not None else None
         return {
             "kind": "pipeline",
+            "seed": self.seed,
             "epoch": self.epoch,
             "position": self.position,
+            "start": self._start,
             "iterator": json.dumps(iterator),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         if state.get("kind") != "pipeline" or not isinstance(state.get("iterator"), str):
             raise ValueError("loader: the checkpoint holds no tp.data.Pipeline state for this pipeline input")
-        epoch = state.get("epoch")
-        if not isinstance(epoch, (int, np.integer)) or isinstance(epoch, bool) or epoch < -1:
-            raise ValueError(f"loader.epoch: expected an epoch index, got {epoch!r}")
-        self.epoch = int(epoch)
+        for key in ("seed", "epoch", "position", "start"):
+            value = state.get(key, 0)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < -1:
+                raise ValueError(f"loader.{key}: expected an integer, got {value!r}")
+        self.seed, self.epoch, self.position = int(state["seed"]), int(state["epoch"]), int(state["position"])
         saved = json.loads(state["iterator"])
-        self._iterator = iter(self._dataset()) if saved is not None else None
+        self._iterator = None
         if saved is not None:
+            self._start = int(state.get("start", 0))
+            self._iterator = self._open(self._start)
             self._iterator.set_state(saved)
-        self.position = int(state.get("position", 0))
+            self._next = self.epoch * int(self.num_batches or 1) + self.position

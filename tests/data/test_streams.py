@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tapefit as tp
-from tapefit.data.npy import ShardedArray, load_npy, open_npy
+from tapefit.data.npy import NpyFile, ShardedArray, is_on_disk, load_npy, open_npy
 
 grain = pytest.importorskip("grain")
 
@@ -100,7 +100,7 @@ def test_a_memory_mapped_npy_folder_trains_as_the_same_arrays(tmp_path):
         np.save(folder / "x" / f"part{i}.npy", X[start : start + 150])
     np.save(folder / "y.npy", Y)
     x, y = load_npy(folder)
-    assert isinstance(x, ShardedArray) and isinstance(y, np.memmap) and x.shape == X.shape
+    assert isinstance(x, ShardedArray) and isinstance(y, NpyFile) and x.shape == X.shape
     np.testing.assert_array_equal(x[np.array([5, 160, 399, 0])], X[[5, 160, 399, 0]])
     reference = build()
     reference.fit(X, Y, epochs=3, batch_size=BATCH, verbose=0)
@@ -255,3 +255,35 @@ def test_a_file_that_is_not_npy_is_named(tmp_path):
     np.save(tmp_path / "folder" / "b.npy", np.zeros((3, 5), np.float32))
     with pytest.raises(tp.data.DataError, match=r"agree in every axis.*a\.npy: \(3, 2\).*b\.npy: \(3, 5\)"):
         open_npy(tmp_path / "folder")
+
+
+def test_an_npy_file_reads_the_rows_asked_for(tmp_path):
+    np.save(tmp_path / "a.npy", X)
+    on_disk = open_npy(tmp_path / "a.npy")
+    assert isinstance(on_disk, NpyFile) and is_on_disk(on_disk) and on_disk.shape == X.shape
+    rows = np.array([399, 3, 4, 5, 0, 3])  # unsorted, with a run and a repeat
+    np.testing.assert_array_equal(on_disk[rows], X[rows])
+    np.testing.assert_array_equal(on_disk[10:20], X[10:20])
+    np.testing.assert_array_equal(on_disk[-1], X[-1])
+    np.testing.assert_array_equal(np.asarray(on_disk), X)
+    with pytest.raises(IndexError, match="row index out of range for 400 rows"):
+        on_disk[np.array([400])]
+    np.testing.assert_array_equal(open_npy(tmp_path / "a.npy", mmap=False), X)
+
+
+def test_validation_split_of_data_on_disk_reads_nothing_up_front(tmp_path):
+    np.save(tmp_path / "x.npy", X)
+    np.save(tmp_path / "y.npy", Y)
+    x, y = load_npy(tmp_path)
+    seen = []
+
+    class Validation:
+        @tp.hookimpl
+        def on_epoch_end(self, logs):
+            seen.append(logs["val_loss"])
+
+    trainer = build()
+    trainer.plugins.register(Validation())
+    trainer.fit(x, y, epochs=1, batch_size=BATCH, validation_split=0.25, verbose=0)
+    assert trainer.steps_per_epoch == 10
+    assert seen == [pytest.approx(trainer.evaluate(X[300:], Y[300:])["loss"])]
