@@ -70,30 +70,43 @@ def _stack(samples: list[Any]) -> Any:
 class _MakeBatch:
     """Batch number ``b`` of the run: batch ``b % per_epoch`` of epoch ``b // per_epoch``.
 
-    Sample ``j`` of an epoch's order is ``order[epoch * n + j]`` of Grain's data set of the
-    samples, shuffled and repeated (a new permutation every epoch); a process of ``ranks``
-    takes positions ``rank, rank + ranks, ...``. Runs in the worker processes.
+    An epoch's order is a permutation of the samples drawn from ``(seed, epoch)`` (the data
+    order without shuffling); a process of ``ranks`` takes its positions ``rank, rank + ranks,
+    ...``. Runs in the worker processes, each keeping the permutation of its current epoch.
     """
 
     def __init__(
         self,
-        order: Any,
+        samples: Any,
         fn: Any,
-        n: int,
+        seed: int | None,
         per_rank: int,
         per_epoch: int,
         batch_size: int,
         rank: int,
         ranks: int,
     ) -> None:
-        self.order, self.fn, self.n, self.per_rank = order, fn, n, per_rank
+        self.samples, self.fn, self.seed, self.per_rank = samples, fn, seed, per_rank
         self.per_epoch, self.batch_size, self.rank, self.ranks = per_epoch, batch_size, rank, ranks
+        self._epoch, self._order = -1, np.arange(0)
+
+    def _order_of(self, epoch: int) -> np.ndarray:
+        if epoch != self._epoch:
+            n = len(self.samples)
+            self._order = (
+                np.arange(n)
+                if self.seed is None
+                else np.random.default_rng([self.seed, epoch]).permutation(n)
+            )
+            self._epoch = epoch
+        return self._order
 
     def __call__(self, b: Any) -> Any:
         epoch, k = divmod(int(b), self.per_epoch)
         start = k * self.batch_size
         stop = min(start + self.batch_size, self.per_rank)
-        samples = [self.order[epoch * self.n + self.rank + self.ranks * i] for i in range(start, stop)]
+        positions = self.rank + self.ranks * np.arange(start, stop)
+        samples = [self.samples[int(i)] for i in self._order_of(epoch)[positions]]
         if self.fn is not None:
             samples = [self.fn(sample) for sample in samples]
         return _stack(samples)
@@ -184,13 +197,10 @@ class Pipeline:
     def _open(self, start: int, workers: int | None = None) -> Any:
         """An iterator over the run's batches from batch number ``start`` on."""
         grain = self._grain
-        order = grain.MapDataset.source(self.samples)
-        if self.shuffle:  # a new permutation every epoch (Grain reshuffles each repetition)
-            order = order.shuffle(seed=self.seed % 2**32)
         make = _MakeBatch(
-            order.repeat(),
+            self.samples,
             self.map,
-            len(self.samples),
+            self.seed if self.shuffle else None,
             len(self.samples) // self._ranks,
             int(self.num_batches or 1),
             self.batch_size,

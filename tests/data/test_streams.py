@@ -287,3 +287,20 @@ def test_validation_split_of_data_on_disk_reads_nothing_up_front(tmp_path):
     trainer.fit(x, y, epochs=1, batch_size=BATCH, validation_split=0.25, verbose=0)
     assert trainer.steps_per_epoch == 10
     assert seen == [pytest.approx(trainer.evaluate(X[300:], Y[300:])["loss"])]
+
+
+def test_sharded_pipelines_read_disjoint_parts_of_each_epoch():
+    ids = np.arange(21)
+    parts = []
+    for rank in range(2):
+        pipeline = tp.data.Pipeline(ids.astype(np.float32)[:, None], ids, batch_size=4, seed=9)
+        pipeline.shard(rank, 2)
+        assert len(pipeline) == 3  # 10 samples each (one of 21 left out), batches of 4, 4, 2
+        epochs = []
+        for _ in range(2):
+            epochs.append(np.concatenate([y for _, y in pipeline]).tolist())
+        parts.append(epochs)
+    for epoch in range(2):
+        first, second = set(parts[0][epoch]), set(parts[1][epoch])
+        assert len(first) == len(second) == 10 and not first & second
+    assert parts[0][0] != parts[0][1]  # a new order every epoch
