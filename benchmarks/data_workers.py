@@ -6,7 +6,7 @@ the workers' work overlaps the step. The two configurations alternate (0, 2, 0, 
 run; the result is the median of the per-pair ratios of samples per second after each fit's
 first batch (the workers start once per fit, about a second here; shown apart).
 
-    python benchmarks/data_workers.py [--samples 2048] [--epochs 2] [--pairs 3]
+    python benchmarks/data_workers.py [--samples 4096] [--epochs 2] [--pairs 3]
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def fit_rate(x: np.ndarray, y: np.ndarray, workers: int, batch_size: int, epochs
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--samples", type=int, default=2048)
+    parser.add_argument("--samples", type=int, default=4096)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--pairs", type=int, default=3)

@@ -290,6 +290,14 @@ def _part(data: Any, start: int, stop: int) -> Any:
     return _rows(data, start, stop)
 
 
+def _in_batch(error: Exception, where: str) -> Exception:
+    """``error`` of the same type with ``where`` before its message (itself if it cannot be made)."""
+    try:
+        return type(error)(f"{where} of the data: {error}")
+    except Exception:
+        return error
+
+
 def _check_positive(value: Any, name: str) -> None:
     if value is not None and (
         isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1
@@ -866,7 +874,13 @@ class Trainer:
                     batch = self._stream_batch(batch, state.batch_in_epoch)
                 x, y = self._shard(batch, own=self._source_sharded)
                 y, weights = y if self._weighted else (y, None)
-                logs = self._train_step(x, y, step, weights)
+                try:
+                    logs = self._train_step(x, y, step, weights)
+                except (ValueError, TypeError) as error:
+                    if isinstance(loader, BatchLoader):
+                        raise
+                    # A stream's batch may differ from the ones before it: say which one.
+                    raise _in_batch(error, f"batch {state.batch_in_epoch} of epoch {epoch + 1}") from error
                 batch_end(trainer=self, step=step, logs=logs)
                 complete = loader.num_batches is not None and state.batch_in_epoch >= loader.num_batches
                 save_point(trainer=self, after="step", logs=logs, last=self.stop_training and not complete)

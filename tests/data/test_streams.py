@@ -304,3 +304,13 @@ def test_sharded_pipelines_read_disjoint_parts_of_each_epoch():
         first, second = set(parts[0][epoch]), set(parts[1][epoch])
         assert len(first) == len(second) == 10 and not first & second
     assert parts[0][0] != parts[0][1]  # a new order every epoch
+
+
+def test_a_batch_that_does_not_fit_the_model_is_named():
+    def widening():
+        yield X[:8], Y[:8]
+        yield np.concatenate([X[8:16], X[8:16]], axis=1), Y[8:16]  # 4 features, not 2
+
+    trainer = build()
+    with pytest.raises(ValueError, match=r"^batch 1 of epoch 1 of the data: .*"):
+        trainer.fit(widening(), verbose=0)
