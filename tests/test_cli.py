@@ -796,6 +796,7 @@ def test_csv_regression_gets_a_linear_output(workdir, capsys):
         "header": "auto",
         "delimiter": ",",
         "label_dtype": "auto",
+        "mmap": False,
     }
     status, out, err = run_main(["--config", config], capsys)
     assert status == 0, err

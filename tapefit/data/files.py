@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import csv
 import os
+import struct
+import tempfile
 import zipfile
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +24,7 @@ def _check_file(path: str) -> None:
         raise DataError(f"data file {path!r} is not a file", key="path")
 
 
-def load_npz(path: str, x_key: str = "x", y_key: str = "y") -> tuple[np.ndarray, np.ndarray]:
+def load_npz(path: str, x_key: str = "x", y_key: str = "y", mmap: bool = False) -> tuple[Any, Any]:
     """Loads features and labels from a ``.npz`` archive (as written by ``np.savez``).
 
     The archive is read with ``allow_pickle=False``: loading data never runs code.
@@ -27,6 +33,8 @@ def load_npz(path: str, x_key: str = "x", y_key: str = "y") -> tuple[np.ndarray,
         path: The archive.
         x_key: The name of the features array in the archive.
         y_key: The name of the labels array in the archive.
+        mmap: read the features' rows from the archive as batches take them (an archive larger
+            than memory; ``np.savez``, not ``np.savez_compressed``), the labels whole.
 
     Returns:
         ``(x, y)`` as stored.
@@ -60,6 +68,9 @@ def load_npz(path: str, x_key: str = "x", y_key: str = "y") -> tuple[np.ndarray,
                         key=key_name,
                     )
                 try:
+                    if mmap and key_name == "x_key":
+                        arrays.append(_npz_member_on_disk(path, key))
+                        continue
                     arrays.append(archive[key])
                 except ValueError as e:
                     if "allow_pickle" not in str(e):
@@ -76,6 +87,28 @@ def load_npz(path: str, x_key: str = "x", y_key: str = "y") -> tuple[np.ndarray,
         raise DataError(f"cannot read {path!r} as an .npz archive: {e}", key="path") from e
 
 
+def _npz_member_on_disk(path: str, name: str) -> Any:
+    """The archive's member ``name``, read on demand from where it lies in the zip file."""
+    from tapefit.data.npy import on_disk_array
+
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo(f"{name}.npy")
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise DataError(
+            f"{path!r}: the array {name!r} is compressed (np.savez_compressed), so its rows cannot be read "
+            "on demand; save it with np.savez, or set mmap: false",
+            key="mmap",
+        )
+    with open(path, "rb") as f:  # the member's data follows its local header (30 bytes, name, extra)
+        f.seek(info.header_offset)
+        local = f.read(30)
+    name_length, extra_length = struct.unpack("<HH", local[26:30])
+    try:
+        return on_disk_array(Path(path), info.header_offset + 30 + name_length + extra_length)
+    except ValueError as e:
+        raise DataError(f"{path!r}: the array {name!r}: {e}", key="x_key") from None
+
+
 def _is_number(text: str) -> bool:
     try:
         float(text)
@@ -90,7 +123,8 @@ def load_csv(
     header: bool | str = "auto",
     delimiter: str = ",",
     label_dtype: str = "auto",
-) -> tuple[np.ndarray, np.ndarray]:
+    mmap: bool = False,
+) -> tuple[Any, np.ndarray]:
     """Loads a CSV table of numbers: one column holds the labels, the others the features.
 
     Args:
@@ -102,9 +136,13 @@ def load_csv(
         delimiter: The field separator.
         label_dtype: ``"int"`` for class indices, ``"float"`` for regression targets, ``"auto"``
             for int when every label is a whole number.
+        mmap: for a table larger than memory: stream it once into a float32 file of its own
+            (a temporary file, removed when Python exits) whose rows batches read on demand;
+            the labels are kept in memory.
 
     Returns:
-        ``(x, y)``: float64 features of shape ``(rows, columns - 1)`` and the labels.
+        ``(x, y)``: the features, shape ``(rows, columns - 1)`` (float64 in memory, or a float32
+        ``NpyFile`` with ``mmap``), and the labels.
 
     Raises:
         DataError: If the file is missing, a field is not a number, rows differ in length, or
@@ -119,20 +157,40 @@ def load_csv(
         )
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
-            rows = [(i + 1, row) for i, row in enumerate(csv.reader(f, delimiter=delimiter)) if row]
+            rows = ((i + 1, row) for i, row in enumerate(csv.reader(f, delimiter=delimiter)) if row)
+            first = next(rows, None)
+            if first is None:
+                raise DataError(f"{path!r} is empty", key="path")
+            names: list[str] | None = None
+            if header is True or (header == "auto" and not all(_is_number(v) for v in first[1])):
+                names = [v.strip() for v in first[1]]
+                first = next(rows, None)
+            if first is None:
+                raise DataError(f"{path!r} has a header but no data rows", key="path")
+            width = len(first[1])
+            label_index = _label_index(path, first[1], width, names, label_column, delimiter)
+            table = _Table(path, width, label_index, on_disk=mmap)
+            table.add(*first)
+            for line, row in rows:
+                table.add(line, row)
+            x, y = table.finish()
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise DataError(f"cannot read {path!r} as CSV: {e}", key="path") from e
-    if not rows:
-        raise DataError(f"{path!r} is empty", key="path")
-    names: list[str] | None = None
-    if header is True or (header == "auto" and not all(_is_number(v) for v in rows[0][1])):
-        names = [v.strip() for v in rows[0][1]]
-        rows = rows[1:]
-    if not rows:
-        raise DataError(f"{path!r} has a header but no data rows", key="path")
-    width = len(rows[0][1])
+    whole = bool(np.all(np.isfinite(y)) and np.all(y == np.round(y)))
+    if label_dtype == "int" and not whole:
+        raise DataError(
+            f"{path!r}: label_dtype is 'int' but some labels are not whole numbers", key="label_dtype"
+        )
+    if label_dtype == "int" or (label_dtype == "auto" and whole):
+        return x, y.astype(np.int64)
+    return x, y
+
+
+def _label_index(
+    path: str, row: list[str], width: int, names: list[str] | None, label_column: int | str, delimiter: str
+) -> int:
     if width < 2:
-        others = [d for d in ",;\t| " if d != delimiter and d in rows[0][1][0].strip()]
+        others = [d for d in ",;\t| " if d != delimiter and d in row[0].strip()]
         if others:
             raise DataError(
                 f"{path!r} has 1 column when split at {delimiter!r}, but its fields seem separated by "
@@ -152,29 +210,70 @@ def load_csv(
                 f"{path!r} has no column {label_column!r}; its columns: {', '.join(names)}",
                 key="label_column",
             )
-        label_index = names.index(label_column)
-    else:
-        if not -width <= label_column < width:
+        return names.index(label_column)
+    if not -width <= label_column < width:
+        raise DataError(
+            f"label_column {label_column} is out of range for {width} columns", key="label_column"
+        )
+    return label_column % width
+
+
+_CHUNK = 4096  # rows parsed before they are written out or stacked
+
+
+class _Table:
+    """The parsed rows of a CSV table, kept in memory or streamed to a float32 file."""
+
+    def __init__(self, path: str, width: int, label_index: int, on_disk: bool) -> None:
+        self.path, self.width, self.label_index = path, width, label_index
+        self.labels: list[float] = []
+        self.blocks: list[np.ndarray] = []
+        self.rows: list[list[float]] = []
+        self.out: Any = None
+        if on_disk:
+            handle, self.out_path = tempfile.mkstemp(prefix="tapefit-csv-", suffix=".f32")
+            self.out = os.fdopen(handle, "wb")
+            atexit.register(_remove, self.out_path)
+
+    def add(self, line: int, row: list[str]) -> None:
+        if len(row) != self.width:
             raise DataError(
-                f"label_column {label_column} is out of range for {width} columns", key="label_column"
+                f"{self.path!r} line {line}: {len(row)} fields, but the first data row has {self.width}"
             )
-        label_index = label_column % width
-    table = np.empty((len(rows), width), dtype=np.float64)
-    for r, (line, row) in enumerate(rows):
-        if len(row) != width:
-            raise DataError(f"{path!r} line {line}: {len(row)} fields, but the first data row has {width}")
+        values = []
         for c, value in enumerate(row):
             try:
-                table[r, c] = float(value)
+                values.append(float(value))
             except ValueError:
-                raise DataError(f"{path!r} line {line}, column {c + 1}: {value!r} is not a number") from None
-    y = table[:, label_index]
-    x = np.delete(table, label_index, axis=1)
-    whole = bool(np.all(np.isfinite(y)) and np.all(y == np.round(y)))
-    if label_dtype == "int" and not whole:
-        raise DataError(
-            f"{path!r}: label_dtype is 'int' but some labels are not whole numbers", key="label_dtype"
-        )
-    if label_dtype == "int" or (label_dtype == "auto" and whole):
-        return x, y.astype(np.int64)
-    return x, y
+                raise DataError(
+                    f"{self.path!r} line {line}, column {c + 1}: {value!r} is not a number"
+                ) from None
+        self.labels.append(values.pop(self.label_index))
+        self.rows.append(values)
+        if len(self.rows) >= _CHUNK:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self.rows:
+            return
+        block = np.asarray(self.rows, dtype=np.float32 if self.out is not None else np.float64)
+        if self.out is not None:
+            self.out.write(block.tobytes())
+        else:
+            self.blocks.append(block)
+        self.rows = []
+
+    def finish(self) -> tuple[Any, np.ndarray]:
+        self._flush()
+        y = np.asarray(self.labels, dtype=np.float64)
+        if self.out is None:
+            return np.concatenate(self.blocks).reshape(len(y), self.width - 1), y
+        self.out.close()
+        from tapefit.data.npy import NpyFile
+
+        return NpyFile(Path(self.out_path), (len(y), self.width - 1), np.dtype(np.float32), 0), y
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)

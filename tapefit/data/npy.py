@@ -89,8 +89,10 @@ class NpyFile:
         return f"NpyFile({str(self.path)!r}, shape={self.shape}, dtype={self.dtype})"
 
 
-def _read_header(path: Path) -> tuple[tuple[int, ...], np.dtype, bool, int]:
+def _read_header(path: Path, start: int = 0) -> tuple[tuple[int, ...], np.dtype, bool, int]:
+    """Shape, dtype, Fortran order and data offset of the ``.npy`` that begins at ``start``."""
     with open(path, "rb") as f:
+        f.seek(start)
         version = np.lib.format.read_magic(f)
         if version == (1, 0):
             shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
@@ -99,6 +101,17 @@ def _read_header(path: Path) -> tuple[tuple[int, ...], np.dtype, bool, int]:
         else:
             raise ValueError(f".npy format version {version} is not read on demand; save it with np.save")
         return shape, dtype, fortran, f.tell()
+
+
+def on_disk_array(path: Path, start: int = 0) -> NpyFile:
+    """The ``.npy`` beginning at byte ``start`` of ``path`` (an uncompressed ``.npz`` member too),
+    read on demand; ``ValueError`` when it cannot be."""
+    shape, dtype, fortran, offset = _read_header(path, start)
+    if dtype.hasobject:
+        raise ValueError("it holds Python objects, which are never loaded")
+    if fortran and len(shape) > 1:
+        raise ValueError("it is in Fortran order; rows are read on demand only from C order")
+    return NpyFile(path, tuple(shape), dtype, offset)
 
 
 def _open_one(path: Path, on_disk: bool) -> Any:
@@ -115,12 +128,7 @@ def _open_one(path: Path, on_disk: bool) -> Any:
         if not on_disk:
             array = np.load(path, allow_pickle=False)
         else:
-            shape, dtype, fortran, offset = _read_header(path)
-            if dtype.hasobject:
-                raise ValueError("it holds Python objects, which are never loaded")
-            if fortran and len(shape) > 1:
-                raise ValueError("it is in Fortran order; rows are read on demand only from C order")
-            array = NpyFile(path, tuple(shape), dtype, offset)
+            array = on_disk_array(path)
     except ValueError as error:
         raise DataError(f"cannot read {str(path)!r}: {error}", key="path") from None
     if array.ndim == 0:

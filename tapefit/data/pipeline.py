@@ -19,6 +19,15 @@ from tapefit.core import random as _random
 __all__ = ["Pipeline", "require_grain"]
 
 
+def _absl_defaults() -> None:
+    """Grain's worker processes read absl flags, which a program that is not an absl app never
+    parsed: take their defaults, as an absl app without arguments would."""
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+
 def require_grain() -> Any:
     """The ``grain`` module, or an ``ImportError`` that says how to install it."""
     try:
@@ -214,6 +223,7 @@ class Pipeline:
             grain.ReadOptions(num_threads=threads, prefetch_buffer_size=self.prefetch)
         )
         if workers:
+            _absl_defaults()
             options = grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=self.prefetch)
             iter_ds = iter_ds.mp_prefetch(options)
         return iter(iter_ds)

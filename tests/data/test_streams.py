@@ -314,3 +314,26 @@ def test_a_batch_that_does_not_fit_the_model_is_named():
     trainer = build()
     with pytest.raises(ValueError, match=r"^batch 1 of epoch 1 of the data: .*"):
         trainer.fit(widening(), verbose=0)
+
+
+def test_large_csv_and_npz_files_are_read_on_demand(tmp_path):
+    from tapefit.data.files import load_csv, load_npz
+
+    rows = "\n".join(f"{a:.6f},{b:.6f},{label}" for (a, b), label in zip(X, Y))
+    (tmp_path / "d.csv").write_text("a,b,label\n" + rows + "\n")
+    x, y = load_csv(str(tmp_path / "d.csv"), label_column="label", mmap=True)
+    assert isinstance(x, NpyFile) and x.shape == (400, 2) and y.dtype == np.int64
+    in_memory, same = load_csv(str(tmp_path / "d.csv"), label_column="label")
+    np.testing.assert_allclose(x[np.arange(400)], in_memory, rtol=1e-6)
+    np.testing.assert_array_equal(y, same)
+    np.savez(tmp_path / "d.npz", x=X, y=Y)
+    x, y = load_npz(str(tmp_path / "d.npz"), mmap=True)
+    assert isinstance(x, NpyFile)
+    np.testing.assert_array_equal(x[np.array([7, 0, 399])], X[[7, 0, 399]])
+    trainer = build()
+    trainer.fit(x, y, epochs=1, batch_size=BATCH, verbose=0)  # batches read from the archive
+    np.savez_compressed(tmp_path / "c.npz", x=X, y=Y)
+    with pytest.raises(
+        tp.data.DataError, match=r"compressed \(np.savez_compressed\).*np.savez, or set mmap: false"
+    ):
+        load_npz(str(tmp_path / "c.npz"), mmap=True)
