@@ -26,12 +26,38 @@ __all__ = ["NpyFile", "ShardedArray", "is_on_disk", "load_npy", "open_npy"]
 _MAGIC = b"\x93NUMPY"
 
 
-class NpyFile:
+class _OnDisk:
+    """An array-like whose rows are read from disk as they are taken: ``len``, ``shape``,
+    ``dtype``, ``ndim``, indexing the first axis (an integer, an integer array or a slice), and
+    ``np.asarray`` (reads it whole). Subclasses read the rows of an index array (``_gather``)."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    ndim: int
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def _gather(self, index: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def __getitem__(self, rows: Any) -> Any:
+        if isinstance(rows, (int, np.integer)):
+            return self[np.array([rows])][0]
+        index = np.arange(len(self))[rows] if isinstance(rows, slice) else np.asarray(rows, dtype=np.int64)
+        if index.size and (index.min() < -len(self) or index.max() >= len(self)):
+            raise IndexError(f"row index out of range for {len(self)} rows of {self!r}")
+        return self._gather(np.where(index < 0, index + len(self), index))
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = self[np.arange(len(self))]
+        return whole if dtype is None else whole.astype(dtype)
+
+
+class NpyFile(_OnDisk):
     """The rows of a C-ordered ``.npy`` file, read on demand with ``os.pread``.
 
-    Supports what batching needs: ``len``, ``shape``, ``dtype``, ``ndim`` and indexing the
-    first axis with an integer, an integer array or a slice; runs of consecutive rows are
-    read with one call. ``np.asarray`` reads it whole.
+    Runs of consecutive rows are read with one call each.
     """
 
     def __init__(self, path: Path, shape: tuple[int, ...], dtype: np.dtype, offset: int) -> None:
@@ -53,16 +79,7 @@ class NpyFile:
         if self._fd is not None and self._pid == os.getpid():
             os.close(self._fd)
 
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, rows: Any) -> np.ndarray:
-        if isinstance(rows, (int, np.integer)):
-            return self[np.array([rows])][0]
-        index = np.arange(len(self))[rows] if isinstance(rows, slice) else np.asarray(rows, dtype=np.int64)
-        if index.size and (index.min() < -len(self) or index.max() >= len(self)):
-            raise IndexError(f"row index out of range for {len(self)} rows of {str(self.path)!r}")
-        index = np.where(index < 0, index + len(self), index)
+    def _gather(self, index: np.ndarray) -> np.ndarray:
         out = np.empty((len(index), *self.shape[1:]), dtype=self.dtype)
         if not len(index):
             return out
@@ -80,10 +97,6 @@ class NpyFile:
             block = np.frombuffer(data, dtype=np.uint8).reshape(count, self.row_bytes)
             flat[order[run]] = block  # type: ignore[index]
         return out
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        whole = self[np.arange(len(self))]
-        return whole if dtype is None else whole.astype(dtype)
 
     def __repr__(self) -> str:
         return f"NpyFile({str(self.path)!r}, shape={self.shape}, dtype={self.dtype})"
@@ -136,11 +149,10 @@ def _open_one(path: Path, on_disk: bool) -> Any:
     return array
 
 
-class ShardedArray:
+class ShardedArray(_OnDisk):
     """Several ``.npy`` arrays read as one along the first axis, without joining them in memory.
 
-    Supports what batching needs: ``len``, ``shape``, ``dtype``, ``ndim`` and indexing the
-    first axis with an integer array or a slice (rows are gathered from their shards).
+    Rows are gathered from their shards.
     """
 
     def __init__(self, shards: list[Any], names: list[str]) -> None:
@@ -156,13 +168,7 @@ class ShardedArray:
         self.shape = (int(self.offsets[-1]), *shards[0].shape[1:])
         self.ndim = len(self.shape)
 
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, rows: Any) -> np.ndarray:
-        if isinstance(rows, (int, np.integer)):
-            return self[np.array([rows])][0]
-        index = np.arange(len(self))[rows] if isinstance(rows, slice) else np.asarray(rows, dtype=np.int64)
+    def _gather(self, index: np.ndarray) -> np.ndarray:
         out = np.empty((len(index), *self.shape[1:]), dtype=self.dtype)
         shard_of = np.searchsorted(self.offsets, index, side="right") - 1
         for shard in np.unique(shard_of):
@@ -170,12 +176,8 @@ class ShardedArray:
             out[where] = self.shards[shard][index[where] - self.offsets[shard]]
         return out
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        whole = self[np.arange(len(self))]
-        return whole if dtype is None else whole.astype(dtype)
 
-
-class _Rows:
+class _Rows(_OnDisk):
     """Rows ``start:stop`` of an on-disk array, itself read on demand (a validation split)."""
 
     def __init__(self, array: Any, start: int, stop: int) -> None:
@@ -183,19 +185,8 @@ class _Rows:
         self.shape = (stop - start, *array.shape[1:])
         self.dtype, self.ndim = array.dtype, array.ndim
 
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, rows: Any) -> np.ndarray:
-        if isinstance(rows, slice) and rows.step in (None, 1):
-            start, stop, _ = rows.indices(len(self))
-            return _Rows(self.array, self.start + start, self.start + max(start, stop))  # type: ignore[return-value]
-        index = np.arange(len(self))[rows] if isinstance(rows, slice) else np.asarray(rows, dtype=np.int64)
+    def _gather(self, index: np.ndarray) -> np.ndarray:
         return self.array[index + self.start]
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        whole = self[np.arange(len(self))]
-        return whole if dtype is None else whole.astype(dtype)
 
 
 def rows(array: Any, start: int, stop: int) -> Any:
