@@ -15,18 +15,22 @@ from tapefit.layers.convolutional import (
 from tapefit.layers.core import Activation, Dense, Dropout, Embedding, Flatten, Lambda, Sequential
 from tapefit.layers.module import Layer, Module
 from tapefit.layers.normalization import BatchNormalization, LayerNormalization
+from tapefit.layers.recurrent import GRU, LSTM, Bidirectional, SimpleRNN
 
 __all__ = [
     "Activation",
     "AvgPool2D",
     "AveragePooling2D",
     "BatchNormalization",
+    "Bidirectional",
     "Conv2D",
     "Convolution2D",
     "Dense",
     "Dropout",
     "Embedding",
     "Flatten",
+    "GRU",
+    "LSTM",
     "Lambda",
     "Layer",
     "LayerNormalization",
@@ -34,6 +38,7 @@ __all__ = [
     "MaxPooling2D",
     "Module",
     "Sequential",
+    "SimpleRNN",
     "activations",
     "initializers",
     "losses",

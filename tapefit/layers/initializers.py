@@ -215,6 +215,32 @@ class LecunUniform(VarianceScaling):
         super().__init__(1.0, "fan_in", "uniform", seed)
 
 
+class Orthogonal(Initializer):
+    """Keras's ``Orthogonal``: a random orthogonal matrix (of the last axis against the others
+    flattened) times ``gain``, from the QR decomposition of a normal matrix with the signs of
+    ``R``'s diagonal, so that the distribution is uniform over orthogonal matrices.
+
+    Args:
+        gain: the factor applied to the matrix.
+        seed: makes every call give the same values.
+    """
+
+    def __init__(self, gain: float = 1.0, seed: int | None = None) -> None:
+        super().__init__(seed)
+        self.gain = float(gain)
+
+    def sample(self, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+        if len(shape) < 2:
+            raise ValueError(f"Orthogonal needs a shape of rank >= 2, got {shape}")
+        rows, cols = int(np.prod(shape[:-1])), shape[-1]
+        flat = rng.normal(0.0, 1.0, (max(rows, cols), min(rows, cols)))
+        q, r = np.linalg.qr(flat)
+        q *= np.sign(np.diag(r))
+        if rows < cols:
+            q = q.T
+        return self.gain * q.reshape(shape)
+
+
 registry: Registry[type[Initializer]] = Registry(
     "initializer",
     {
@@ -233,6 +259,7 @@ registry: Registry[type[Initializer]] = Registry(
         "he_uniform": HeUniform,
         "lecun_normal": LecunNormal,
         "lecun_uniform": LecunUniform,
+        "orthogonal": Orthogonal,
     },
     instantiate=True,
     callable_form=" (shape, dtype) -> value",
@@ -258,6 +285,7 @@ __all__ = [
     "HeUniform",
     "Initializer",
     "LecunNormal",
+    "Orthogonal",
     "LecunUniform",
     "Ones",
     "RandomNormal",

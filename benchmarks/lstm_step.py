@@ -1,0 +1,126 @@
+"""An LSTM layer's forward and backward pass: tapefit against a handwritten NumPy LSTM.
+
+Batch 32, 50 steps, 64 inputs, 128 units, float32; the loss is the sum of the squared outputs
+of every step. The NumPy LSTM is written as an expert would (the input projection of all steps
+in one product, the four gates in one recurrent product per step, backpropagation through
+time by hand) and is checked to give tapefit's gradients. PyTorch's ``nn.LSTM`` runs as a
+reference when installed. The systems alternate; the result is the median of per-pair ratios.
+
+    python benchmarks/lstm_step.py [--pairs 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+import tapefit as tp
+
+BATCH, STEPS, FEATURES, UNITS = 32, 50, 64, 128
+
+
+def sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def numpy_lstm(
+    x: np.ndarray, kernel: np.ndarray, recurrent: np.ndarray, bias: np.ndarray
+) -> list[np.ndarray]:
+    """Forward and backward by hand; returns the gradients of (x, kernel, recurrent, bias)."""
+    batch, steps, features = x.shape
+    units = recurrent.shape[0]
+    xw = (x.reshape(-1, features) @ kernel).reshape(batch, steps, 4 * units) + bias
+    hs = np.zeros((steps + 1, batch, units), np.float32)
+    cs = np.zeros((steps + 1, batch, units), np.float32)
+    gates = np.empty((steps, batch, 4 * units), np.float32)
+    for t in range(steps):
+        z = xw[:, t] + hs[t] @ recurrent
+        z[:, : 2 * units] = sigmoid(z[:, : 2 * units])
+        z[:, 2 * units : 3 * units] = np.tanh(z[:, 2 * units : 3 * units])
+        z[:, 3 * units :] = sigmoid(z[:, 3 * units :])
+        gates[t] = z
+        i, f, g, o = z[:, :units], z[:, units : 2 * units], z[:, 2 * units : 3 * units], z[:, 3 * units :]
+        cs[t + 1] = f * cs[t] + i * g
+        hs[t + 1] = o * np.tanh(cs[t + 1])
+    dz = np.empty((steps, batch, 4 * units), np.float32)
+    dh_next = np.zeros((batch, units), np.float32)
+    dc_next = np.zeros((batch, units), np.float32)
+    d_recurrent = np.zeros_like(recurrent)
+    for t in range(steps - 1, -1, -1):
+        i, f, g, o = np.split(gates[t], 4, axis=1)
+        dh = 2.0 * hs[t + 1] + dh_next
+        tanh_c = np.tanh(cs[t + 1])
+        dc = dh * o * (1.0 - tanh_c**2) + dc_next
+        dz[t, :, :units] = dc * g * i * (1.0 - i)
+        dz[t, :, units : 2 * units] = dc * cs[t] * f * (1.0 - f)
+        dz[t, :, 2 * units : 3 * units] = dc * i * (1.0 - g**2)
+        dz[t, :, 3 * units :] = dh * tanh_c * o * (1.0 - o)
+        d_recurrent += hs[t].T @ dz[t]
+        dh_next = dz[t] @ recurrent.T
+        dc_next = dc * f
+    flat_dz = dz.transpose(1, 0, 2).reshape(-1, 4 * units)
+    d_kernel = x.reshape(-1, features).T @ flat_dz
+    dx = (flat_dz @ kernel.T).reshape(batch, steps, features)
+    return [dx, d_kernel, d_recurrent, flat_dz.sum(axis=0)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=15)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((BATCH, STEPS, FEATURES), dtype=np.float32) * np.float32(0.5)
+    tp.random.set_seed(0)
+    layer = tp.layers.LSTM(UNITS, return_sequences=True)
+    layer(tp.constant(x))
+    weights = [v.numpy() for v in (layer.kernel, layer.recurrent_kernel, layer.bias)]
+    xv = tp.Variable(x)
+
+    def tapefit_step() -> list[tp.Tensor]:
+        with tp.GradientTape() as tape:
+            loss = tp.reduce_sum(tp.square(layer(xv)))
+        return tape.gradient(loss, [xv, layer.kernel, layer.recurrent_kernel, layer.bias])
+
+    mine = numpy_lstm(x, *weights)
+    for ours, theirs, name in zip(tapefit_step(), mine, ("x", "kernel", "recurrent_kernel", "bias")):
+        np.testing.assert_allclose(ours.numpy(), theirs, rtol=2e-3, atol=2e-3, err_msg=name)
+    fns: dict[str, Callable[[], object]] = {"tapefit": tapefit_step, "numpy": lambda: numpy_lstm(x, *weights)}
+    try:
+        import torch
+
+        module = torch.nn.LSTM(FEATURES, UNITS, batch_first=True)
+        xt = torch.from_numpy(x.copy()).requires_grad_()
+
+        def torch_step() -> None:
+            out, _ = module(xt)
+            (out**2).sum().backward()
+            module.zero_grad(set_to_none=True)
+            xt.grad = None
+
+        fns["torch"] = torch_step
+    except ImportError:
+        pass
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(args.pairs):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    for name, values in times.items():
+        print(f"{name:8s} {statistics.median(values) * 1e3:8.1f} ms per forward + backward")
+    for peer in [n for n in fns if n != "tapefit"]:
+        ratio = statistics.median(a / b for a, b in zip(times["tapefit"], times[peer]))
+        target = " (target <= 1.5)" if peer == "numpy" else ""
+        print(f"tapefit / {peer}: {ratio:.2f}x (median of per-pair ratios){target}")
+    if "torch" not in fns:
+        print("torch: skipped (not installed; pip install 'tapefit[bench]')")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,355 @@
+"""Recurrent layers with Keras 3's names, arguments and weight layouts: SimpleRNN, LSTM, GRU,
+and the Bidirectional wrapper.
+
+A layer runs its cell over the time steps in a Python loop that the tape records like any
+other code (so gradients, higher derivatives and ``tp.function`` replay work as for any op).
+The input projection of every time step is one matrix product before the loop; each step adds
+one product with the recurrent kernel. Inputs are ``(batch, time, features)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tapefit.core.ops import math as _math
+from tapefit.core.ops import shape as _shape
+from tapefit.core.ops.linalg import matmul
+from tapefit.core.tensor import Tensor, as_tensor
+from tapefit.layers import activations, initializers
+from tapefit.layers.module import Layer
+
+__all__ = ["GRU", "LSTM", "Bidirectional", "SimpleRNN"]
+
+
+class _RNN(Layer):
+    """What the three layers share: the time loop, masks, ``return_sequences``/``return_state``
+    and ``go_backwards``. A subclass gives the number of gates, its states and ``_cell``."""
+
+    _gates = 1
+    _state_count = 1
+
+    def __init__(
+        self,
+        units: int,
+        activation: str | Callable[..., Any] | None = "tanh",
+        use_bias: bool = True,
+        kernel_initializer: Any = "glorot_uniform",
+        recurrent_initializer: Any = "orthogonal",
+        bias_initializer: Any = "zeros",
+        return_sequences: bool = False,
+        return_state: bool = False,
+        go_backwards: bool = False,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(name=name)
+        if isinstance(units, bool) or not isinstance(units, (int, np.integer)) or units < 1:
+            raise ValueError(f"{type(self).__name__}: units must be a positive integer, got {units!r}")
+        self.units = int(units)
+        self.activation = activations.get(activation)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = initializers.get(kernel_initializer)
+        self.recurrent_initializer = initializers.get(recurrent_initializer)
+        self.bias_initializer = initializers.get(bias_initializer)
+        self.return_sequences, self.return_state = bool(return_sequences), bool(return_state)
+        self.go_backwards = bool(go_backwards)
+        self._arguments = {
+            "units": units,
+            "activation": activation,
+            "use_bias": use_bias,
+            "kernel_initializer": kernel_initializer,
+            "recurrent_initializer": recurrent_initializer,
+            "bias_initializer": bias_initializer,
+            "return_sequences": return_sequences,
+            "return_state": return_state,
+        }
+        self.kernel = self.recurrent_kernel = self.bias = None
+
+    def _bias_shape(self) -> tuple[int, ...]:
+        return (self._gates * self.units,)
+
+    def _bias_initial(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        return self.bias_initializer(shape, dtype)
+
+    def build(self, input_shape: Any) -> None:
+        """Creates ``kernel`` (features, gates*units), ``recurrent_kernel`` (units, gates*units), ``bias``."""
+        if not isinstance(input_shape, tuple) or len(input_shape) != 3:
+            raise ValueError(
+                f"{type(self).__name__} '{self.name}' needs inputs of shape (batch, time, features), "
+                f"got shape {input_shape}"
+            )
+        width = self._gates * self.units
+        self.kernel = self.add_weight((input_shape[-1], width), self.kernel_initializer, name="kernel")
+        self.recurrent_kernel = self.add_weight(
+            (self.units, width), self.recurrent_initializer, name="recurrent_kernel"
+        )
+        if self.use_bias:
+            self.bias = self.add_weight(self._bias_shape(), self._bias_initial, name="bias")
+
+    def _input_projection(self, x: Tensor) -> Tensor:
+        """``x @ kernel + bias`` for every time step at once: (batch, time, gates*units)."""
+        batch, steps, features = x.shape
+        flat = matmul(_shape.reshape(x, (batch * steps, features)), self.kernel)
+        if self.bias is not None:
+            flat = flat + self._input_bias()
+        return _shape.reshape(flat, (batch, steps, self._gates * self.units))
+
+    def _input_bias(self) -> Any:
+        return self.bias
+
+    def _cell(self, xw: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
+        raise NotImplementedError
+
+    def call(self, inputs: Any, mask: Any = None, initial_state: Any = None, training: Any = None) -> Any:
+        """Runs the layer over the time axis; see the class docstring for what it returns."""
+        x = as_tensor(inputs)
+        if x.dtype != self.kernel.dtype:
+            x = _math.cast(x, self.kernel.dtype)
+        if x.ndim != 3 or x.shape[-1] != self.kernel.shape[0]:
+            raise ValueError(
+                f"{type(self).__name__} '{self.name}' was built for inputs (batch, time, {self.kernel.shape[0]}), "
+                f"got shape {x.shape}"
+            )
+        batch, steps, _ = x.shape
+        keep = None
+        if mask is not None:
+            keep = np.asarray(mask.numpy() if isinstance(mask, Tensor) else mask, dtype=bool)
+            if keep.shape != (batch, steps):
+                raise ValueError(
+                    f"{type(self).__name__} '{self.name}': mask must have shape {(batch, steps)}, got {keep.shape}"
+                )
+        states = self._initial_states(batch, initial_state, x.dtype)
+        # One split for all steps: slicing each step out would give each its own gradient of the
+        # whole (batch, time, gates*units) projection in the backward pass.
+        width = self._gates * self.units
+        inputs_by_step = [
+            _shape.reshape(part, (batch, width))
+            for part in _shape.split(self._input_projection(x), steps, axis=1)
+        ]
+        order = range(steps - 1, -1, -1) if self.go_backwards else range(steps)
+        outputs = []
+        zeros = None
+        for t in order:
+            output, new_states = self._cell(inputs_by_step[t], states)
+            if keep is not None:
+                # A masked step carries the states through and outputs zeros (Keras's rule).
+                step_keep = as_tensor(keep[:, t : t + 1])
+                new_states = [_math.where(step_keep, n, s) for n, s in zip(new_states, states)]
+                zeros = zeros if zeros is not None else as_tensor(np.zeros((batch, self.units), x.dtype))
+                output = _math.where(step_keep, output, zeros)
+            states = new_states
+            outputs.append(output)
+        last = states[0]
+        result = _shape.stack(outputs, axis=1) if self.return_sequences else last
+        if self.return_state:
+            return [result, *states]
+        return result
+
+    def _initial_states(self, batch: int, initial_state: Any, dtype: Any) -> list[Tensor]:
+        if initial_state is None:
+            return [as_tensor(np.zeros((batch, self.units), dtype)) for _ in range(self._state_count)]
+        given = list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
+        if len(given) != self._state_count:
+            raise ValueError(
+                f"{type(self).__name__} '{self.name}' takes {self._state_count} initial state(s), got {len(given)}"
+            )
+        states = [as_tensor(s) for s in given]
+        for s in states:
+            if tuple(s.shape) != (batch, self.units):
+                raise ValueError(
+                    f"{type(self).__name__} '{self.name}': an initial state must have shape {(batch, self.units)}, "
+                    f"got {tuple(s.shape)}"
+                )
+        return states
+
+
+class SimpleRNN(_RNN):
+    """Keras's ``SimpleRNN``: ``h_t = activation(x_t @ kernel + h_{t-1} @ recurrent_kernel + bias)``.
+
+    Args:
+        units: the size of the state and of each output.
+        activation: default ``"tanh"``.
+        use_bias, kernel_initializer, recurrent_initializer (default ``"orthogonal"``),
+        bias_initializer: as Keras.
+        return_sequences: return every step's output ``(batch, time, units)``, not the last.
+        return_state: also return the final state: ``[output, state]``.
+        go_backwards: run over the steps in reverse (outputs in that reversed order).
+
+    Called as ``layer(inputs, mask=None, initial_state=None)``; ``mask`` (batch, time) of
+    booleans marks the real steps: a masked step keeps the state and outputs zeros.
+    """
+
+    def _cell(self, xw: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
+        h = self.activation(xw + matmul(states[0], self.recurrent_kernel))
+        return h, [h]
+
+
+class LSTM(_RNN):
+    """Keras's ``LSTM``: gates ``i, f, c, o`` in that order along the last axis of ``kernel``
+    (features, 4*units), ``recurrent_kernel`` (units, 4*units) and ``bias`` (4*units,).
+
+    ``c_t = f * c_{t-1} + i * activation(c~)``, ``h_t = o * activation(c_t)``, the gates through
+    ``recurrent_activation`` (default sigmoid). ``unit_forget_bias`` (default true) starts the
+    forget gate's bias at 1. ``return_state`` gives ``[output, h, c]``; ``initial_state`` is
+    ``[h, c]``. Other arguments as ``SimpleRNN``.
+    """
+
+    _gates = 4
+    _state_count = 2
+
+    def __init__(
+        self,
+        units: int,
+        activation: str | Callable[..., Any] | None = "tanh",
+        recurrent_activation: str | Callable[..., Any] | None = "sigmoid",
+        use_bias: bool = True,
+        kernel_initializer: Any = "glorot_uniform",
+        recurrent_initializer: Any = "orthogonal",
+        bias_initializer: Any = "zeros",
+        unit_forget_bias: bool = True,
+        return_sequences: bool = False,
+        return_state: bool = False,
+        go_backwards: bool = False,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(
+            units,
+            activation,
+            use_bias,
+            kernel_initializer,
+            recurrent_initializer,
+            bias_initializer,
+            return_sequences,
+            return_state,
+            go_backwards,
+            name,
+        )
+        self.recurrent_activation = activations.get(recurrent_activation)
+        self.unit_forget_bias = bool(unit_forget_bias)
+        self._arguments.update(recurrent_activation=recurrent_activation, unit_forget_bias=unit_forget_bias)
+
+    def _bias_initial(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        value = np.array(as_tensor(self.bias_initializer(shape, dtype)).numpy(), dtype=np.float32)
+        if self.unit_forget_bias:
+            value[self.units : 2 * self.units] = 1.0
+        return value
+
+    def _cell(self, xw: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
+        h, c = states
+        z = xw + matmul(h, self.recurrent_kernel)
+        i, f, g, o = _shape.split(z, 4, axis=-1)
+        gate = self.recurrent_activation
+        c = gate(f) * c + gate(i) * self.activation(g)
+        h = gate(o) * self.activation(c)
+        return h, [h, c]
+
+
+class GRU(_RNN):
+    """Keras's ``GRU`` with ``reset_after=True`` (Keras 3's default and cuDNN's form): gates
+    ``z, r, h`` in that order; ``bias`` (2, 3*units) holds the input bias and the recurrent one.
+
+    ``z = sigmoid(x_z + h_z)``, ``r = sigmoid(x_r + h_r)``, ``ĥ = activation(x_h + r * h_h)``,
+    ``h_t = z * h_{t-1} + (1 - z) * ĥ``, where ``x_* = x_t @ kernel + bias[0]`` and
+    ``h_* = h_{t-1} @ recurrent_kernel + bias[1]``. Other arguments as ``SimpleRNN``.
+    """
+
+    _gates = 3
+
+    def __init__(
+        self,
+        units: int,
+        activation: str | Callable[..., Any] | None = "tanh",
+        recurrent_activation: str | Callable[..., Any] | None = "sigmoid",
+        use_bias: bool = True,
+        kernel_initializer: Any = "glorot_uniform",
+        recurrent_initializer: Any = "orthogonal",
+        bias_initializer: Any = "zeros",
+        return_sequences: bool = False,
+        return_state: bool = False,
+        go_backwards: bool = False,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(
+            units,
+            activation,
+            use_bias,
+            kernel_initializer,
+            recurrent_initializer,
+            bias_initializer,
+            return_sequences,
+            return_state,
+            go_backwards,
+            name,
+        )
+        self.recurrent_activation = activations.get(recurrent_activation)
+        self._arguments.update(recurrent_activation=recurrent_activation)
+
+    def _bias_shape(self) -> tuple[int, ...]:
+        return (2, 3 * self.units)
+
+    def _input_bias(self) -> Any:
+        return self.bias[0]
+
+    def _cell(self, xw: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
+        (h,) = states
+        hw = matmul(h, self.recurrent_kernel)
+        if self.bias is not None:
+            hw = hw + self.bias[1]
+        x_z, x_r, x_h = _shape.split(xw, 3, axis=-1)
+        h_z, h_r, h_h = _shape.split(hw, 3, axis=-1)
+        gate = self.recurrent_activation
+        z = gate(x_z + h_z)
+        r = gate(x_r + h_r)
+        candidate = self.activation(x_h + r * h_h)
+        h = z * h + (1.0 - z) * candidate
+        return h, [h]
+
+
+class Bidirectional(Layer):
+    """Keras's ``Bidirectional``: runs ``layer`` forward and a copy of it backward, and merges
+    their outputs (``merge_mode``: ``"concat"`` (default), ``"sum"``, ``"mul"``, ``"ave"``, or
+    ``None`` for the pair ``[forward, backward]``). With ``return_sequences`` the backward
+    outputs are put back in time order first. With ``return_state``: ``[output, *forward
+    states, *backward states]``.
+    """
+
+    _MODES = ("concat", "sum", "mul", "ave", None)
+
+    def __init__(self, layer: _RNN, merge_mode: str | None = "concat", name: str | None = None) -> None:
+        super().__init__(name=name)
+        if not isinstance(layer, _RNN):
+            raise TypeError(f"Bidirectional wraps a SimpleRNN, LSTM or GRU layer, got {layer!r}")
+        if merge_mode not in self._MODES:
+            raise ValueError(f"Bidirectional: merge_mode must be one of {self._MODES}, got {merge_mode!r}")
+        self.merge_mode = merge_mode
+        self.forward_layer = layer
+        self.backward_layer = type(layer)(**{**layer._arguments, "go_backwards": not layer.go_backwards})
+
+    def call(self, inputs: Any, mask: Any = None, initial_state: Any = None, training: Any = None) -> Any:
+        """Runs both directions and merges them."""
+        forward_state = backward_state = None
+        if initial_state is not None:
+            half = len(initial_state) // 2
+            forward_state, backward_state = initial_state[:half], initial_state[half:]
+        forward = self.forward_layer(inputs, mask=mask, initial_state=forward_state)
+        backward = self.backward_layer(inputs, mask=mask, initial_state=backward_state)
+        states: list[Tensor] = []
+        if self.forward_layer.return_state:
+            forward, *f_states = forward
+            backward, *b_states = backward
+            states = [*f_states, *b_states]
+        if self.forward_layer.return_sequences:
+            backward = backward[:, ::-1]
+        if self.merge_mode == "concat":
+            output: Any = _shape.concat([forward, backward], axis=-1)
+        elif self.merge_mode == "sum":
+            output = forward + backward
+        elif self.merge_mode == "mul":
+            output = forward * backward
+        elif self.merge_mode == "ave":
+            output = (forward + backward) * 0.5
+        else:
+            output = [forward, backward]
+        return [output, *states] if states else output

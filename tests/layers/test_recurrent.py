@@ -1,0 +1,227 @@
+"""SimpleRNN, LSTM, GRU and Bidirectional: Keras's equations and layouts, masks, gradients."""
+
+import numpy as np
+import pytest
+
+import tapefit as tp
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((3, 6, 4)).astype(np.float32)
+
+
+def sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def reference(kind, x, kernel, recurrent, bias, go_backwards=False):
+    """Keras 3's equations in float64 NumPy: every step's output and the final states."""
+    batch, steps, _ = x.shape
+    units = recurrent.shape[0]
+    h, c = np.zeros((batch, units)), np.zeros((batch, units))
+    outputs = []
+    for t in range(steps - 1, -1, -1) if go_backwards else range(steps):
+        xt = x[:, t].astype(np.float64)
+        if kind == "simple":
+            h = np.tanh(xt @ kernel + h @ recurrent + bias)
+        elif kind == "lstm":
+            i, f, g, o = np.split(xt @ kernel + h @ recurrent + bias, 4, axis=-1)
+            c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+            h = sigmoid(o) * np.tanh(c)
+        else:
+            x_z, x_r, x_h = np.split(xt @ kernel + bias[0], 3, axis=-1)
+            h_z, h_r, h_h = np.split(h @ recurrent + bias[1], 3, axis=-1)
+            z, r = sigmoid(x_z + h_z), sigmoid(x_r + h_r)
+            h = z * h + (1 - z) * np.tanh(x_h + r * h_h)
+        outputs.append(h)
+    return np.stack(outputs, axis=1), h, c
+
+
+LAYERS = {"simple": tp.layers.SimpleRNN, "lstm": tp.layers.LSTM, "gru": tp.layers.GRU}
+
+
+def weights(layer):
+    return [v.numpy().astype(np.float64) for v in (layer.kernel, layer.recurrent_kernel, layer.bias)]
+
+
+@pytest.mark.parametrize("kind", list(LAYERS))
+@pytest.mark.parametrize("go_backwards", [False, True])
+def test_outputs_follow_keras_equations(kind, go_backwards):
+    tp.random.set_seed(1)
+    layer = LAYERS[kind](5, return_sequences=True, return_state=True, go_backwards=go_backwards)
+    sequence, *states = layer(tp.constant(X))
+    expected, h, c = reference(kind, X, *weights(layer), go_backwards=go_backwards)
+    np.testing.assert_allclose(sequence.numpy(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(states[0].numpy(), h, rtol=1e-5, atol=1e-5)
+    if kind == "lstm":
+        np.testing.assert_allclose(states[1].numpy(), c, rtol=1e-5, atol=1e-5)
+    assert len(states) == (2 if kind == "lstm" else 1)
+    np.testing.assert_allclose(LAYERS[kind](5)(tp.constant(X)).shape, (3, 5))
+
+
+def test_weight_layouts_and_initializers_are_keras():
+    tp.random.set_seed(2)
+    lstm, gru = tp.layers.LSTM(8), tp.layers.GRU(8)
+    lstm(tp.constant(X)), gru(tp.constant(X))
+    assert [v.shape for v in lstm.variables] == [(4, 32), (8, 32), (32,)]
+    assert [v.shape for v in gru.variables] == [(4, 24), (8, 24), (2, 24)]
+    bias = lstm.bias.numpy()
+    assert (
+        np.all(bias[8:16] == 1.0) and np.all(bias[:8] == 0.0) and np.all(bias[16:] == 0.0)
+    )  # unit_forget_bias
+    rk = gru.recurrent_kernel.numpy()
+    np.testing.assert_allclose(rk @ rk.T, np.eye(8), atol=1e-5)  # (8, 24): orthonormal rows
+
+
+def test_masked_steps_change_nothing():
+    tp.random.set_seed(3)
+    layer = tp.layers.LSTM(5, return_sequences=True, return_state=True)
+    padded = np.concatenate([X[:, :4], np.full((3, 2, 4), 7.0, np.float32)], axis=1)
+    mask = np.zeros((3, 6), bool)
+    mask[:, :4] = True
+    sequence, h, c = layer(tp.constant(padded), mask=mask)
+    unpadded, h4, c4 = layer(tp.constant(X[:, :4]))
+    np.testing.assert_allclose(h.numpy(), h4.numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(c.numpy(), c4.numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(sequence.numpy()[:, :4], unpadded.numpy(), rtol=1e-6, atol=1e-6)
+    assert np.all(sequence.numpy()[:, 4:] == 0.0)  # masked steps output zeros
+
+
+def test_bidirectional_concatenates_forward_and_time_ordered_backward():
+    tp.random.set_seed(4)
+    layer = tp.layers.Bidirectional(tp.layers.GRU(3, return_sequences=True))
+    out = layer(tp.constant(X)).numpy()
+    forward, _, _ = reference("gru", X, *weights(layer.forward_layer))
+    backward, _, _ = reference("gru", X, *weights(layer.backward_layer), go_backwards=True)
+    np.testing.assert_allclose(
+        out, np.concatenate([forward, backward[:, ::-1]], axis=-1), rtol=1e-5, atol=1e-5
+    )
+    assert len(layer.trainable_variables) == 6
+    summed = tp.layers.Bidirectional(tp.layers.LSTM(3), merge_mode="sum")(tp.constant(X))
+    assert summed.shape == (3, 3)
+    with pytest.raises(ValueError, match="merge_mode must be one of"):
+        tp.layers.Bidirectional(tp.layers.LSTM(3), merge_mode="max")
+
+
+@pytest.mark.parametrize("kind", list(LAYERS))
+def test_gradients_match_finite_differences(kind):
+    layer = LAYERS[kind](3, return_sequences=True)
+    tp.random.set_seed(5)
+    layer(tp.constant(X[:2, :3, :2]))  # builds the float32 weights; the check runs in float64
+
+    def run(x, kernel, recurrent, bias):
+        layer.kernel, layer.recurrent_kernel, layer.bias = kernel, recurrent, bias
+        return layer.call(x)
+
+    tp.testing.check_gradients(run, X[:2, :3, :2].astype(np.float64), *weights(layer))
+
+
+def test_second_order_through_an_lstm_cell():
+    layer = tp.layers.LSTM(2)
+    tp.random.set_seed(6)
+    layer(tp.constant(X[:1, :2, :2]))
+
+    def run(x, kernel):
+        layer.kernel = kernel
+        layer.recurrent_kernel = tp.constant(layer.recurrent_kernel.numpy().astype(np.float64))
+        layer.bias = tp.constant(layer.bias.numpy().astype(np.float64))
+        return layer.call(x)
+
+    tp.testing.check_gradients(run, X[:1, :2, :2].astype(np.float64), weights(layer)[0], order=2)
+
+
+def test_a_compiled_step_equals_the_eager_one_bit_for_bit():
+    def make():
+        tp.random.set_seed(7)
+        model = tp.layers.Sequential([tp.layers.LSTM(6), tp.layers.Dense(2)])
+        model(tp.constant(X))  # built now: both models draw the same weights
+        return model, tp.optimizers.Adam(0.01)
+
+    y = tp.constant(np.array([0, 1, 1]))
+    loss_fn = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def stepper(model, optimizer):
+        def step(x, y):
+            with tp.GradientTape() as tape:
+                loss = loss_fn(y, model(x))
+            optimizer.apply_gradients(
+                zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+            )
+            return loss
+
+        return step
+
+    (eager_model, eager_opt), (compiled_model, compiled_opt) = make(), make()
+    eager, compiled = stepper(eager_model, eager_opt), tp.function(stepper(compiled_model, compiled_opt))
+    for _ in range(3):
+        assert float(eager(tp.constant(X), y)) == float(compiled(tp.constant(X), y))
+    for a, b in zip(eager_model.variables, compiled_model.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_bad_inputs_name_the_shapes():
+    layer = tp.layers.LSTM(4)
+    with pytest.raises(
+        ValueError, match=r"needs inputs of shape \(batch, time, features\), got shape \(3, 4\)"
+    ):
+        layer(tp.constant(X[:, 0]))
+    layer(tp.constant(X))
+    with pytest.raises(ValueError, match=r"built for inputs \(batch, time, 4\), got shape \(3, 6, 5\)"):
+        layer(tp.constant(np.zeros((3, 6, 5), np.float32)))
+    with pytest.raises(ValueError, match=r"mask must have shape \(3, 6\)"):
+        layer(tp.constant(X), mask=np.ones((3, 5), bool))
+    with pytest.raises(ValueError, match="units must be a positive integer"):
+        tp.layers.GRU(0)
+
+
+torch = pytest.importorskip("torch")
+
+
+def torch_module(kind, layer):
+    kernel, recurrent, bias = (np.asarray(w, np.float32) for w in weights(layer))
+    units = recurrent.shape[0]
+    cls = {"simple": torch.nn.RNN, "lstm": torch.nn.LSTM, "gru": torch.nn.GRU}[kind]
+    module = cls(kernel.shape[0], units, batch_first=True)
+    if kind == "gru":  # Keras's z, r, h against PyTorch's r, z, n
+        order = np.concatenate(
+            [np.arange(units, 2 * units), np.arange(units), np.arange(2 * units, 3 * units)]
+        )
+        kernel, recurrent, bias_ih, bias_hh = (
+            kernel[:, order],
+            recurrent[:, order],
+            bias[0][order],
+            bias[1][order],
+        )
+    else:  # LSTM: i, f, c, o in both
+        bias_ih, bias_hh = bias, np.zeros_like(bias)
+    with torch.no_grad():
+        module.weight_ih_l0.copy_(torch.from_numpy(kernel.T.copy()))
+        module.weight_hh_l0.copy_(torch.from_numpy(recurrent.T.copy()))
+        module.bias_ih_l0.copy_(torch.from_numpy(np.ascontiguousarray(bias_ih)))
+        module.bias_hh_l0.copy_(torch.from_numpy(np.ascontiguousarray(bias_hh)))
+    return module
+
+
+@pytest.mark.parametrize("kind", list(LAYERS))
+def test_outputs_and_gradients_equal_pytorchs(kind):
+    tp.random.set_seed(8)
+    layer = LAYERS[kind](5, return_sequences=True)
+    x = tp.Variable(X)
+    with tp.GradientTape() as tape:
+        loss = tp.reduce_sum(tp.square(layer(x)))
+    ours = tape.gradient(loss, [x, layer.kernel, layer.recurrent_kernel])
+    module = torch_module(kind, layer)
+    xt = torch.from_numpy(X.copy()).requires_grad_()
+    out, _ = module(xt)
+    (out**2).sum().backward()
+    np.testing.assert_allclose(layer(tp.constant(X)).numpy(), out.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ours[0].numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-5)
+    kernel_grad = module.weight_ih_l0.grad.numpy().T
+    recurrent_grad = module.weight_hh_l0.grad.numpy().T
+    if kind == "gru":
+        units = 5
+        back = np.concatenate(
+            [np.arange(units, 2 * units), np.arange(units), np.arange(2 * units, 3 * units)]
+        )
+        kernel_grad, recurrent_grad = kernel_grad[:, np.argsort(back)], recurrent_grad[:, np.argsort(back)]
+    np.testing.assert_allclose(ours[1].numpy(), kernel_grad, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ours[2].numpy(), recurrent_grad, rtol=1e-4, atol=1e-5)
