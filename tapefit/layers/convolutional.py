@@ -1,4 +1,5 @@
-"""Convolution and pooling layers over NHWC images (channels last, as Keras by default)."""
+"""Convolution and pooling layers over NHWC images and (batch, steps, channels) sequences
+(channels last, as Keras by default)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 import numpy as np
 
 from tapefit.core.ops import nn as _nn
+from tapefit.core.ops import reduce as _reduce
+from tapefit.core.ops import shape as _shape
 from tapefit.core.tensor import Tensor
 from tapefit.layers.core import _KernelLayer, _positive_int
 from tapefit.layers.module import Layer
@@ -188,3 +191,126 @@ AveragePooling2D = AvgPool2D
 Convolution2D = Conv2D
 
 __all__ = ["AvgPool2D", "AveragePooling2D", "Conv2D", "Convolution2D", "MaxPool2D", "MaxPooling2D"]
+
+
+class Conv1D(_KernelLayer):
+    """Keras's ``Conv1D`` over sequences ``(batch, steps, channels)``.
+
+    ``kernel`` has shape ``(kernel_size, in_channels, filters)``. ``padding``: ``"valid"``,
+    ``"same"``, or ``"causal"`` (zeros before the sequence only, so output ``t`` sees inputs up
+    to ``t``). Runs as ``conv2d`` over a height of 1. Other arguments as ``Conv2D``.
+    """
+
+    def __init__(
+        self,
+        filters: int,
+        kernel_size: int | tuple[int],
+        strides: int | tuple[int] = 1,
+        padding: str = "valid",
+        activation: str | Callable[..., Any] | None = None,
+        use_bias: bool = True,
+        kernel_initializer: Any = "glorot_uniform",
+        bias_initializer: Any = "zeros",
+        kernel_regularizer: Any = None,
+        bias_regularizer: Any = None,
+        name: str | None = None,
+        dtype: Any = None,
+        trainable: bool = True,
+    ) -> None:
+        super().__init__(trainable=trainable, name=name, dtype=dtype)
+        self.filters = _positive_int(filters, "filters", "Conv1D")
+        self.kernel_size = _single(kernel_size, "kernel_size")
+        self.strides = _single(strides, "strides")
+        if not isinstance(padding, str) or padding.lower() not in ("valid", "same", "causal"):
+            raise ValueError(f"Conv1D: padding must be 'valid', 'same' or 'causal', got {padding!r}")
+        self.padding = padding.lower()
+        self._init_kernel(
+            activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer
+        )
+
+    def build(self, input_shape: Any) -> None:
+        """Creates ``kernel`` (kernel_size, in_channels, filters) and ``bias`` (filters,)."""
+        if not isinstance(input_shape, tuple) or len(input_shape) != 3:
+            raise ValueError(
+                f"Conv1D '{self.name}' needs sequences of shape (batch, steps, channels), got shape {input_shape}"
+            )
+        self._build_kernel((self.kernel_size, input_shape[-1], self.filters), self.filters)
+
+    def call(self, inputs: Any) -> Tensor:
+        """Applies the convolution."""
+        x = self._cast_input(inputs)
+        channels = self.kernel.shape[1]
+        if x.ndim != 3 or x.shape[-1] != channels:
+            raise ValueError(
+                f"Conv1D '{self.name}' was built for sequences (batch, steps, {channels}), got shape {x.shape}"
+            )
+        padding = self.padding
+        if padding == "causal":
+            x = _shape.pad(x, [[0, 0], [self.kernel_size - 1, 0], [0, 0]])
+            padding = "valid"
+        if padding == "valid" and x.shape[1] < self.kernel_size:
+            raise ValueError(
+                f"Conv1D '{self.name}': sequences of shape {x.shape} are shorter than the kernel "
+                f"{self.kernel_size} with padding='valid'"
+            )
+        kernel = _shape.expand_dims(self.kernel, 0)  # (1, k, in, out): a 2-D kernel of height 1
+        y = _nn.conv2d(_shape.expand_dims(x, 1), kernel, strides=[1, self.strides], padding=padding.upper())
+        return self._bias_and_activation(_shape.squeeze(y, axis=1))
+
+
+def _single(value: Any, what: str) -> int:
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        value = value[0]
+    return _positive_int(value, what, "Conv1D")
+
+
+class _GlobalPool(Layer):
+    _axes: tuple[int, ...] = ()
+    _rank = 0
+
+    def __init__(self, keepdims: bool = False, name: str | None = None, dtype: Any = None) -> None:
+        super().__init__(name=name, dtype=dtype)
+        self.keepdims = bool(keepdims)
+
+    def call(self, inputs: Any) -> Tensor:
+        """Pools over every step (1D) or every pixel (2D)."""
+        x = self._cast_input(inputs)
+        if x.ndim != self._rank:
+            what = "(batch, steps, channels)" if self._rank == 3 else "(batch, height, width, channels)"
+            raise ValueError(
+                f"{type(self).__name__} '{self.name}' needs inputs of shape {what}, got shape {x.shape}"
+            )
+        return self._reduce(x, axis=list(self._axes), keepdims=self.keepdims)
+
+    def _reduce(self, x: Tensor, axis: list[int], keepdims: bool) -> Tensor:
+        raise NotImplementedError
+
+
+class GlobalAveragePooling1D(_GlobalPool):
+    """The mean over the steps of ``(batch, steps, channels)``; ``keepdims`` keeps that axis."""
+
+    _axes, _rank = (1,), 3
+
+    def _reduce(self, x: Tensor, axis: list[int], keepdims: bool) -> Tensor:
+        return _reduce.reduce_mean(x, axis=axis, keepdims=keepdims)
+
+
+class GlobalMaxPooling1D(_GlobalPool):
+    """The maximum over the steps of ``(batch, steps, channels)``; ``keepdims`` keeps that axis."""
+
+    _axes, _rank = (1,), 3
+
+    def _reduce(self, x: Tensor, axis: list[int], keepdims: bool) -> Tensor:
+        return _reduce.reduce_max(x, axis=axis, keepdims=keepdims)
+
+
+class GlobalAveragePooling2D(GlobalAveragePooling1D):
+    """The mean over the pixels of NHWC images; ``keepdims`` keeps those axes."""
+
+    _axes, _rank = (1, 2), 4
+
+
+class GlobalMaxPooling2D(GlobalMaxPooling1D):
+    """The maximum over the pixels of NHWC images; ``keepdims`` keeps those axes."""
+
+    _axes, _rank = (1, 2), 4

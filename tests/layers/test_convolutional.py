@@ -185,3 +185,79 @@ def test_small_cnn_learns_bars():
 def test_conv2d_rejects_an_unknown_initializer_when_constructed():
     with pytest.raises(ValueError, match="unknown initializer 'he'"):
         tp.layers.Conv2D(2, 3, kernel_initializer="he")
+
+
+# -- Conv1D and global pooling ----------------------------------------------------------------
+
+
+def _conv1d_reference(x, kernel, bias, stride, padding):
+    """Keras's Conv1D in float64 NumPy: causal pads k-1 zeros before, same pads around."""
+    k = kernel.shape[0]
+    steps = x.shape[1]
+    if padding == "causal":
+        x = np.pad(x, [(0, 0), (k - 1, 0), (0, 0)])
+    elif padding == "same":
+        out = -(-steps // stride)
+        total = max((out - 1) * stride + k - steps, 0)
+        x = np.pad(x, [(0, 0), (total // 2, total - total // 2), (0, 0)])
+    starts = range(0, x.shape[1] - k + 1, stride)
+    return np.stack([np.einsum("bkc,kcf->bf", x[:, s : s + k], kernel) for s in starts], axis=1) + bias
+
+
+@pytest.mark.parametrize("padding", ["valid", "same", "causal"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_conv1d_follows_keras(padding, stride):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 7, 3)).astype(np.float32)
+    layer = tp.layers.Conv1D(4, 3, strides=stride, padding=padding, bias_initializer="ones")
+    y = layer(tp.constant(x)).numpy()
+    assert layer.kernel.shape == (3, 3, 4)
+    expected = _conv1d_reference(
+        x.astype(np.float64), layer.kernel.numpy(), layer.bias.numpy(), stride, padding
+    )
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_conv1d_gradients_and_causality():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 5, 2))
+    kernel = rng.standard_normal((3, 2, 2))
+    layer = tp.layers.Conv1D(2, 3, padding="causal", dtype="float64")
+    layer(tp.constant(x))
+
+    def run(x, kernel):
+        layer.kernel = kernel
+        layer.bias = tp.constant(np.zeros(2))
+        return layer.call(x)
+
+    tp.testing.check_gradients(run, x, kernel)
+    later = x.copy()
+    later[0, 3:] += 5.0  # a change at step 3 leaves the outputs before it as they were
+    first, second = (
+        run(tp.constant(x), tp.constant(kernel)).numpy(),
+        run(tp.constant(later), tp.constant(kernel)).numpy(),
+    )
+    np.testing.assert_array_equal(first[0, :3], second[0, :3])
+    assert not np.allclose(first[0, 3:], second[0, 3:])
+    with pytest.raises(ValueError, match="padding must be 'valid', 'same' or 'causal'"):
+        tp.layers.Conv1D(2, 3, padding="full")
+    with pytest.raises(ValueError, match=r"needs sequences of shape \(batch, steps, channels\)"):
+        tp.layers.Conv1D(2, 3)(tp.constant(np.zeros((2, 4), np.float32)))
+
+
+@pytest.mark.parametrize(
+    ("layer", "shape", "reduce", "axes"),
+    [
+        (tp.layers.GlobalAveragePooling1D, (2, 5, 3), np.mean, (1,)),
+        (tp.layers.GlobalMaxPooling1D, (2, 5, 3), np.max, (1,)),
+        (tp.layers.GlobalAveragePooling2D, (2, 4, 5, 3), np.mean, (1, 2)),
+        (tp.layers.GlobalMaxPooling2D, (2, 4, 5, 3), np.max, (1, 2)),
+    ],
+)
+def test_global_pooling(layer, shape, reduce, axes):
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    np.testing.assert_allclose(layer()(tp.constant(x)).numpy(), reduce(x, axis=axes), rtol=1e-6)
+    kept = layer(keepdims=True)(tp.constant(x))
+    assert kept.shape == reduce(x, axis=axes, keepdims=True).shape
+    with pytest.raises(ValueError, match="needs inputs of shape"):
+        layer()(tp.constant(x[0]))
