@@ -125,6 +125,9 @@ class GrainSource:
     checkpointable = True
 
     def __init__(self, dataset: Any, steps_per_epoch: int | None = None) -> None:
+        from tapefit.data.pipeline import _absl_defaults
+
+        _absl_defaults()  # the user's own Grain workers read absl flags as the Pipeline's do
         self.dataset = dataset
         length = None
         try:

@@ -337,3 +337,31 @@ def test_large_csv_and_npz_files_are_read_on_demand(tmp_path):
         tp.data.DataError, match=r"compressed \(np.savez_compressed\).*np.savez, or set mmap: false"
     ):
         load_npz(str(tmp_path / "c.npz"), mmap=True)
+
+
+def test_a_users_grain_input_leaves_absl_flags_usable_in_a_fresh_interpreter():
+    # With JAX importable, Grain reads an absl flag when its workers start, also those of a
+    # user's own mp_prefetch or DataLoader: a program that never parsed absl flags must still
+    # train, and one that parsed its own keeps their values.
+    import subprocess
+    import sys
+
+    script = (
+        "from absl import flags\n"
+        "import sys\n"
+        "flags.DEFINE_integer('mine', 1, 'a flag of the program')\n"
+        "parse = sys.argv[1] == 'parse'\n"
+        "if parse:\n"
+        "    flags.FLAGS(['prog', '--mine=7'])\n"
+        "import numpy as np, tapefit as tp\n"
+        "import grain\n"
+        "tp.data.sources.as_source(grain.MapDataset.range(8).batch(4))\n"
+        "assert flags.FLAGS.is_parsed()\n"
+        "print(flags.FLAGS.mine)\n"
+    )
+    for mode, expected in (("plain", "1"), ("parse", "7")):
+        done = subprocess.run(
+            [sys.executable, "-c", script, mode], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split()[-1] == expected
