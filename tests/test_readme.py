@@ -50,6 +50,7 @@ def test_python_blocks_run_in_order(tmp_path, monkeypatch, capsys):
     assert "108.0 108.0" in printed
     assert "True [(4, 16), (16,), (16, 2), (2,)]" in printed
     assert "['accuracy', 'loss', 'val_accuracy', 'val_loss']" in printed
+    assert "(4, 2)" in printed
     assert "[0, 1, 2, 3]" in printed
     assert "['sequential/scaled/kernel', 'sequential/scaled/scale'] True" in printed
 
