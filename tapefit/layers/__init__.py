@@ -4,6 +4,7 @@ Layers import the core; the core never imports layers.
 """
 
 from tapefit.layers import activations, initializers, losses, metrics, regularizers
+from tapefit.layers.attention import MultiHeadAttention
 from tapefit.layers.convolutional import (
     AveragePooling2D,
     AvgPool2D,
@@ -47,6 +48,7 @@ __all__ = [
     "MaxPool2D",
     "MaxPooling2D",
     "Module",
+    "MultiHeadAttention",
     "Sequential",
     "SimpleRNN",
     "activations",

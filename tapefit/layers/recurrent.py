@@ -114,12 +114,14 @@ class _RNN(Layer):
             )
         batch, steps, _ = x.shape
         keep = None
-        if mask is not None:
-            keep = np.asarray(mask.numpy() if isinstance(mask, Tensor) else mask, dtype=bool)
-            if keep.shape != (batch, steps):
+        if mask is not None:  # a Tensor: ops, so that tp.function replays it
+            given = as_tensor(mask)
+            if tuple(given.shape) != (batch, steps):
                 raise ValueError(
-                    f"{type(self).__name__} '{self.name}': mask must have shape {(batch, steps)}, got {keep.shape}"
+                    f"{type(self).__name__} '{self.name}': mask must have shape {(batch, steps)}, "
+                    f"got {tuple(given.shape)}"
                 )
+            keep = _shape.split(given if given.dtype == bool else _math.cast(given, bool), steps, axis=1)
         states = self._initial_states(batch, initial_state, x.dtype)
         # One split for all steps: slicing each step out would give each its own gradient of the
         # whole (batch, time, gates*units) projection in the backward pass.
@@ -135,7 +137,7 @@ class _RNN(Layer):
             output, new_states = self._cell(inputs_by_step[t], states)
             if keep is not None:
                 # A masked step carries the states through and outputs zeros (Keras's rule).
-                step_keep = as_tensor(keep[:, t : t + 1])
+                step_keep = keep[t]
                 new_states = [_math.where(step_keep, n, s) for n, s in zip(new_states, states)]
                 zeros = zeros if zeros is not None else as_tensor(np.zeros((batch, self.units), x.dtype))
                 output = _math.where(step_keep, output, zeros)

@@ -1,0 +1,169 @@
+"""``MultiHeadAttention`` with Keras 3's arguments, call signature and weight layout."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from tapefit.core.ops import math as _math
+from tapefit.core.ops import nn as _nn
+from tapefit.core.ops import shape as _shape
+from tapefit.core.ops.linalg import einsum
+from tapefit.core.tensor import Tensor, as_tensor
+from tapefit.layers import initializers
+from tapefit.layers.module import Layer
+
+__all__ = ["MultiHeadAttention"]
+
+_MASKED = -1e9  # added where a key may not be attended to, as Keras's softmax does
+
+
+class MultiHeadAttention(Layer):
+    """Keras's ``MultiHeadAttention``: scaled dot-product attention over ``num_heads`` heads.
+
+    Weights, as Keras's ``EinsumDense`` layers lay them out: ``query_kernel``
+    ``(query_dim, num_heads, key_dim)``, ``key_kernel`` ``(key_dim_in, num_heads, key_dim)``,
+    ``value_kernel`` ``(value_dim_in, num_heads, value_dim)``, each with a bias ``(num_heads,
+    dim)``, and ``output_kernel`` ``(num_heads, value_dim, output_dim)`` with a bias
+    ``(output_dim,)``.
+
+    Args:
+        num_heads: the number of heads.
+        key_dim: the size of each head's queries and keys.
+        value_dim: the size of each head's values (default ``key_dim``).
+        dropout: the dropout rate on the attention weights, in training.
+        use_bias: whether the projections have biases.
+        output_shape: the last axis of the output (default the query's).
+        kernel_initializer, bias_initializer: as Keras.
+
+    Called as ``mha(query, value, key=None, attention_mask=None,
+    return_attention_scores=False, training=None, use_causal_mask=False)`` with ``query``
+    ``(batch, T, dim)`` and ``value``/``key`` ``(batch, S, dim)``; ``attention_mask``
+    ``(batch, T, S)`` of booleans says which keys each query may attend to, and
+    ``use_causal_mask`` adds that query ``t`` attends to keys ``<= t`` only. Returns
+    ``(batch, T, output_dim)``, and with ``return_attention_scores`` also the weights
+    ``(batch, num_heads, T, S)``.
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        key_dim: int,
+        value_dim: int | None = None,
+        dropout: float = 0.0,
+        use_bias: bool = True,
+        output_shape: int | None = None,
+        kernel_initializer: Any = "glorot_uniform",
+        bias_initializer: Any = "zeros",
+        name: str | None = None,
+    ) -> None:
+        super().__init__(name=name)
+        for what, value in (
+            ("num_heads", num_heads),
+            ("key_dim", key_dim),
+            ("value_dim", value_dim or key_dim),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"MultiHeadAttention: {what} must be a positive integer, got {value!r}")
+        if not 0.0 <= float(dropout) < 1.0:
+            raise ValueError(f"MultiHeadAttention: dropout must be in [0, 1), got {dropout!r}")
+        self.num_heads, self.key_dim = int(num_heads), int(key_dim)
+        self.value_dim = int(value_dim or key_dim)
+        self.dropout, self.use_bias, self.output_dim = float(dropout), bool(use_bias), output_shape
+        self.kernel_initializer = initializers.get(kernel_initializer)
+        self.bias_initializer = initializers.get(bias_initializer)
+        self._built_dims: tuple[int, int, int] | None = None
+
+    def _projection(self, name: str, shape: tuple[int, ...], bias_shape: tuple[int, ...]) -> None:
+        setattr(
+            self, f"{name}_kernel", self.add_weight(shape, self.kernel_initializer, name=f"{name}/kernel")
+        )
+        bias = (
+            self.add_weight(bias_shape, self.bias_initializer, name=f"{name}/bias") if self.use_bias else None
+        )
+        setattr(self, f"{name}_bias", bias)
+
+    def _build_for(self, query: Tensor, value: Tensor, key: Tensor) -> None:
+        dims = (query.shape[-1], key.shape[-1], value.shape[-1])
+        if self._built_dims is None:
+            heads = self.num_heads
+            self._projection("query", (dims[0], heads, self.key_dim), (heads, self.key_dim))
+            self._projection("key", (dims[1], heads, self.key_dim), (heads, self.key_dim))
+            self._projection("value", (dims[2], heads, self.value_dim), (heads, self.value_dim))
+            out = int(self.output_dim or dims[0])
+            self._projection("output", (heads, self.value_dim, out), (out,))
+            self._built_dims = dims
+        elif dims != self._built_dims:
+            raise ValueError(
+                f"MultiHeadAttention '{self.name}' was built for (query, key, value) feature sizes "
+                f"{self._built_dims}, got {dims}"
+            )
+
+    def call(
+        self,
+        query: Any,
+        value: Any,
+        key: Any = None,
+        attention_mask: Any = None,
+        return_attention_scores: bool = False,
+        training: Any = None,
+        use_causal_mask: bool = False,
+    ) -> Any:
+        """Attends from ``query`` to ``key``/``value``; see the class docstring."""
+        query, value = as_tensor(query), as_tensor(value)
+        key = value if key is None else as_tensor(key)
+        for what, tensor in (("query", query), ("value", value), ("key", key)):
+            if tensor.ndim != 3:
+                raise ValueError(
+                    f"MultiHeadAttention '{self.name}': {what} must have shape (batch, steps, features), "
+                    f"got {tensor.shape}"
+                )
+        if key.shape[:2] != value.shape[:2] or query.shape[0] != key.shape[0]:
+            raise ValueError(
+                f"MultiHeadAttention '{self.name}': query {query.shape}, key {key.shape} and value "
+                f"{value.shape} must share the batch, and key and value the steps"
+            )
+        self._build_for(query, value, key)
+        q = self._project(query, "query", "btd,dhk->bthk")
+        k = self._project(key, "key", "bsd,dhk->bshk")
+        v = self._project(value, "value", "bsd,dhk->bshk")
+        scores = einsum("bthk,bshk->bhts", q * (1.0 / math.sqrt(self.key_dim)), k)
+        masked = as_tensor(np.asarray(_MASKED, scores.dtype))
+        if use_causal_mask:  # depends on the shapes alone: a constant of the trace
+            lower = np.tril(np.ones((query.shape[1], key.shape[1]), bool))
+            scores = _math.where(as_tensor(lower), scores, masked)
+        if attention_mask is not None:  # a Tensor: ops, so that tp.function replays it
+            scores = _math.where(
+                self._attention_mask(attention_mask, query.shape[0], query.shape[1], key.shape[1]),
+                scores,
+                masked,
+            )
+        weights = _nn.softmax(scores, axis=-1)
+        attended = weights
+        if training and self.dropout > 0.0:
+            attended = _nn.dropout(weights, self.dropout)
+        context = einsum("bhts,bshk->bthk", attended, v)
+        output = einsum("bthk,hko->bto", context, self.output_kernel)
+        if self.output_bias is not None:
+            output = output + self.output_bias
+        return (output, weights) if return_attention_scores else output
+
+    def _project(self, x: Tensor, name: str, equation: str) -> Tensor:
+        projected = einsum(equation, x, getattr(self, f"{name}_kernel"))
+        bias = getattr(self, f"{name}_bias")
+        return projected + bias if bias is not None else projected
+
+    def _attention_mask(self, attention_mask: Any, batch: int, steps: int, keys: int) -> Tensor:
+        """``attention_mask`` as a boolean Tensor that broadcasts against (batch, heads, T, S)."""
+        mask = as_tensor(attention_mask)
+        shape = tuple(mask.shape)
+        if shape not in ((batch, steps, keys), (steps, keys), (1, steps, keys)):
+            raise ValueError(
+                f"MultiHeadAttention '{self.name}': attention_mask must have shape (batch, T, S) = "
+                f"{(batch, steps, keys)}, got {shape}"
+            )
+        if mask.dtype != bool:
+            mask = _math.cast(mask, bool)
+        return _shape.expand_dims(mask, -3) if len(shape) == 3 else mask

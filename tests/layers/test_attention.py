@@ -1,0 +1,153 @@
+"""MultiHeadAttention: Keras's layout and equations, masks, gradients, tp.function."""
+
+import numpy as np
+import pytest
+
+import tapefit as tp
+
+RNG = np.random.default_rng(0)
+Q = RNG.standard_normal((2, 4, 6)).astype(np.float32)
+V = RNG.standard_normal((2, 5, 3)).astype(np.float32)
+
+NAMES = ("query", "key", "value", "output")
+
+
+def weights(layer):
+    out = []
+    for name in NAMES:
+        out += [
+            getattr(layer, f"{name}_kernel").numpy().astype(np.float64),
+            getattr(layer, f"{name}_bias").numpy().astype(np.float64),
+        ]
+    return out
+
+
+def reference(query, value, w, key_dim, mask=None):
+    qk, qb, kk, kb, vk, vb, ok, ob = w
+    q = np.einsum("btd,dhk->bthk", query, qk) + qb
+    k = np.einsum("bsd,dhk->bshk", value, kk) + kb
+    v = np.einsum("bsd,dhk->bshk", value, vk) + vb
+    scores = np.einsum("bthk,bshk->bhts", q / np.sqrt(key_dim), k)
+    if mask is not None:
+        scores = np.where(mask[:, None], scores, -1e9)
+    scores = np.exp(scores - scores.max(-1, keepdims=True))
+    probs = scores / scores.sum(-1, keepdims=True)
+    return np.einsum("bthk,hko->bto", np.einsum("bhts,bshk->bthk", probs, v), ok) + ob, probs
+
+
+def make(seed=0, **kwargs):
+    tp.random.set_seed(seed)
+    layer = tp.layers.MultiHeadAttention(num_heads=3, key_dim=4, bias_initializer="random_normal", **kwargs)
+    layer(tp.constant(Q), tp.constant(V))
+    return layer
+
+
+def test_layout_and_outputs_follow_keras():
+    layer = make()
+    shapes = [getattr(layer, f"{n}_kernel").shape for n in NAMES]
+    assert shapes == [(6, 3, 4), (3, 3, 4), (3, 3, 4), (3, 4, 6)]
+    assert layer.output_bias.shape == (6,)
+    out, scores = layer(tp.constant(Q), tp.constant(V), return_attention_scores=True)
+    expected, probs = reference(Q, V, weights(layer), 4)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(scores.numpy(), probs, rtol=1e-5, atol=1e-6)
+    assert tp.layers.MultiHeadAttention(2, 4, value_dim=5, output_shape=7)(
+        tp.constant(Q), tp.constant(V)
+    ).shape == (2, 4, 7)
+
+
+def test_masked_keys_get_no_weight_and_change_nothing():
+    layer = make()
+    mask = np.ones((2, 4, 5), bool)
+    mask[:, :, 3:] = False
+    out, scores = layer(tp.constant(Q), tp.constant(V), attention_mask=mask, return_attention_scores=True)
+    assert np.all(scores.numpy()[..., 3:] == 0.0)
+    changed = V.copy()
+    changed[:, 3:] += 10.0
+    np.testing.assert_allclose(
+        layer(tp.constant(Q), tp.constant(changed), attention_mask=mask).numpy(),
+        out.numpy(),
+        rtol=1e-6,
+        atol=1e-6,
+    )
+    np.testing.assert_allclose(out.numpy(), reference(Q, V, weights(layer), 4, mask)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_the_causal_mask_hides_the_future():
+    tp.random.set_seed(1)
+    layer = tp.layers.MultiHeadAttention(2, 4)
+    x = RNG.standard_normal((1, 6, 4)).astype(np.float32)
+    out = layer(tp.constant(x), tp.constant(x), use_causal_mask=True).numpy()
+    later = x.copy()
+    later[0, 4:] += 3.0
+    again = layer(tp.constant(later), tp.constant(later), use_causal_mask=True).numpy()
+    np.testing.assert_allclose(again[0, :4], out[0, :4], rtol=1e-6, atol=1e-6)
+    assert not np.allclose(again[0, 4:], out[0, 4:])
+
+
+def test_gradients_match_finite_differences():
+    layer = make()
+
+    def run(query, value, *w):
+        for name, kernel, bias in zip(NAMES, w[0::2], w[1::2]):
+            setattr(layer, f"{name}_kernel", kernel)
+            setattr(layer, f"{name}_bias", bias)
+        return layer.call(query, value, use_causal_mask=True)
+
+    tp.testing.check_gradients(
+        run, Q[:1, :3].astype(np.float64), V[:1, :3].astype(np.float64), *weights(layer)
+    )
+
+
+def test_a_compiled_step_equals_the_eager_one_bit_for_bit():
+    def stepper():
+        layer = make(seed=2)
+        optimizer = tp.optimizers.Adam(0.01)
+
+        def step(query, value, mask):
+            with tp.GradientTape() as tape:
+                loss = tp.reduce_mean(tp.square(layer(query, value, attention_mask=mask)))
+            optimizer.apply_gradients(
+                zip(tape.gradient(loss, layer.trainable_variables), layer.trainable_variables)
+            )
+            return loss
+
+        return step
+
+    eager, compiled = stepper(), tp.function(stepper())
+    for cut in (5, 2, 4):  # the mask is a Tensor argument: a replay must use each call's own
+        mask = np.zeros((2, 4, 5), bool)
+        mask[:, :, :cut] = True
+        args = (tp.constant(Q), tp.constant(V), tp.constant(mask))
+        assert float(eager(*args)) == float(compiled(*args))
+
+
+def test_bad_shapes_are_named():
+    layer = make()
+    with pytest.raises(ValueError, match=r"query must have shape \(batch, steps, features\), got \(4, 6\)"):
+        layer(tp.constant(Q[0]), tp.constant(V))
+    with pytest.raises(
+        ValueError, match=r"attention_mask must have shape \(batch, T, S\) = \(2, 4, 5\), got \(2, 4, 4\)"
+    ):
+        layer(tp.constant(Q), tp.constant(V), attention_mask=np.ones((2, 4, 4), bool))
+    with pytest.raises(
+        ValueError, match=r"built for \(query, key, value\) feature sizes \(6, 3, 3\), got \(6, 2, 2\)"
+    ):
+        layer(tp.constant(Q), tp.constant(V[..., :2]))
+    with pytest.raises(ValueError, match="num_heads must be a positive integer"):
+        tp.layers.MultiHeadAttention(0, 4)
+
+
+def test_equals_pytorchs_scaled_dot_product_attention():
+    torch = pytest.importorskip("torch")
+    layer = make()
+    w = weights(layer)
+    qk, qb, kk, kb, vk, vb, ok, ob = w
+    q = np.einsum("btd,dhk->bhtk", Q, qk) + qb[None, :, None]
+    k = np.einsum("bsd,dhk->bhsk", V, kk) + kb[None, :, None]
+    v = np.einsum("bsd,dhk->bhsk", V, vk) + vb[None, :, None]
+    context = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.from_numpy(a) for a in (q, k, v))
+    ).numpy()
+    expected = np.einsum("bhtk,hko->bto", context, ok) + ob
+    np.testing.assert_allclose(layer(tp.constant(Q), tp.constant(V)).numpy(), expected, rtol=1e-5, atol=1e-5)
