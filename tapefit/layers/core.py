@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 from collections.abc import Callable
@@ -83,6 +84,8 @@ class Dense(_KernelLayer):
         trainable: whether the weights are trainable.
     """
 
+    supports_masking = True  # the steps' mask passes on to the next layer
+
     def __init__(
         self,
         units: int,
@@ -139,6 +142,8 @@ class Activation(Layer):
         dtype: inputs are cast to it (default float32).
     """
 
+    supports_masking = True  # the steps' mask passes on to the next layer
+
     def __init__(
         self, activation: str | Callable[..., Any], name: str | None = None, dtype: Any = None
     ) -> None:
@@ -176,6 +181,9 @@ class Embedding(Layer):
         embeddings_initializer: initializer name or callable (Keras default ``"uniform"``,
             uniform on ``[-0.05, 0.05)``).
         embeddings_regularizer: ``None``, a name or a callable; its penalty goes to ``losses``.
+        mask_zero: id 0 is padding: the layer's mask (``compute_mask``) marks the other ids,
+            and ``Sequential`` hands it to the next layers that take a ``mask`` (recurrent
+            layers skip the padded steps), as in Keras. ``input_dim`` counts the padding id.
         name: the layer's name.
         dtype: the dtype of the embeddings (default float32).
         trainable: whether the embeddings are trainable.
@@ -190,14 +198,20 @@ class Embedding(Layer):
         name: str | None = None,
         dtype: Any = None,
         trainable: bool = True,
+        mask_zero: bool = False,
     ) -> None:
         super().__init__(trainable=trainable, name=name, dtype=dtype)
+        self.mask_zero = bool(mask_zero)
         self.input_dim = _positive_int(input_dim, "input_dim", "Embedding")
         self.output_dim = _positive_int(output_dim, "output_dim", "Embedding")
         self.embeddings = self.add_weight(
             (self.input_dim, self.output_dim), embeddings_initializer, name="embeddings"
         )
         self._add_regularizer("embeddings", embeddings_regularizer)
+
+    def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
+        """With ``mask_zero``, ``ids != 0`` (a boolean Tensor, an op: replayed by ``tp.function``)."""
+        return cast(as_tensor(inputs), _dt.bool) if self.mask_zero else None
 
     def call(self, inputs: Any) -> Tensor:
         """Looks the ids up."""
@@ -233,6 +247,8 @@ class Dropout(Layer):
         name: the layer's name.
         dtype: inputs are cast to it (default float32).
     """
+
+    supports_masking = True  # the steps' mask passes on to the next layer
 
     def __init__(
         self,
@@ -321,10 +337,22 @@ class Sequential(Layer):
 
     def call(self, inputs: Any, training: bool | None = None) -> Any:
         """Calls the layers in turn; ``training`` reaches those that take it."""
-        x = inputs
+        x, mask = inputs, None
         for layer in self._layers:
-            x = layer(x, training=training)  # dropped for layers whose call does not take it
+            # training (and a mask) are dropped for layers whose call does not take them
+            if mask is not None and _takes_mask(layer):
+                y = layer(x, training=training, mask=mask)
+            else:
+                y = layer(x, training=training)
+            compute_mask = getattr(layer, "compute_mask", None)
+            mask = compute_mask(x, mask) if callable(compute_mask) else None
+            x = y
         return x
+
+
+def _takes_mask(layer: Any) -> bool:
+    call = getattr(type(layer), "call", None)
+    return call is not None and "mask" in inspect.signature(call).parameters
 
 
 __all__ = ["Activation", "Dense", "Dropout", "Embedding", "Flatten", "Lambda", "Sequential"]

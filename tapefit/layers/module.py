@@ -742,6 +742,14 @@ class Layer(Module):
         self._trainable = bool(trainable)
         self._regularizers: dict[str, Callable[[Tensor], Tensor]] = {}
 
+    supports_masking = False
+    """Whether a mask of the input's steps passes through this layer unchanged (Keras's flag)."""
+
+    def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
+        """The mask of this layer's output steps, for the next layer (Keras's ``compute_mask``):
+        ``mask`` itself when ``supports_masking``, else ``None`` (the steps end here)."""
+        return mask if self.supports_masking else None
+
     def _add_regularizer(self, attribute: str, regularizer: Any) -> None:
         """Penalizes the variable held in ``attribute`` with ``regularizer`` (a name or callable)."""
         fn = regularizers.get(regularizer)

@@ -70,6 +70,8 @@ class LayerNormalization(_Normalization):
         trainable: whether ``gamma`` and ``beta`` are trainable.
     """
 
+    supports_masking = True  # the steps' mask passes on to the next layer
+
     def __init__(
         self,
         axis: int | list[int] | tuple[int, ...] = -1,

@@ -102,6 +102,10 @@ class _RNN(Layer):
     def _cell(self, xw: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
         raise NotImplementedError
 
+    def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
+        """The steps' mask goes on with the sequence (``return_sequences``), not past the last state."""
+        return mask if self.return_sequences else None
+
     def call(self, inputs: Any, mask: Any = None, initial_state: Any = None, training: Any = None) -> Any:
         """Runs the layer over the time axis; see the class docstring for what it returns."""
         x = as_tensor(inputs)

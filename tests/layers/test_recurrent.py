@@ -225,3 +225,27 @@ def test_outputs_and_gradients_equal_pytorchs(kind):
         kernel_grad, recurrent_grad = kernel_grad[:, np.argsort(back)], recurrent_grad[:, np.argsort(back)]
     np.testing.assert_allclose(ours[1].numpy(), kernel_grad, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(ours[2].numpy(), recurrent_grad, rtol=1e-4, atol=1e-5)
+
+
+def test_embedding_mask_zero_flows_through_sequential_to_the_rnn():
+    ids = np.array([[3, 5, 2, 0, 0], [4, 1, 0, 0, 0]])
+    for layers in (
+        lambda: [tp.layers.Embedding(10, 4, mask_zero=True), tp.layers.GRU(6)],
+        lambda: [tp.layers.Embedding(10, 4, mask_zero=True), tp.layers.Dense(4), tp.layers.LSTM(6)],
+    ):
+        tp.random.set_seed(9)
+        model = tp.layers.Sequential([*layers(), tp.layers.Dense(2)])
+        padded = model(tp.constant(ids)).numpy()
+        first = model(tp.constant(ids[:1, :3])).numpy()  # the first sequence without its padding
+        np.testing.assert_allclose(padded[:1], first, rtol=1e-6, atol=1e-6)
+    tp.random.set_seed(9)
+    unmasked = tp.layers.Sequential([tp.layers.Embedding(10, 4), tp.layers.GRU(6)])
+    assert not np.allclose(unmasked(tp.constant(ids)).numpy()[:1], unmasked(tp.constant(ids[:1, :3])).numpy())
+
+
+def test_a_compiled_model_with_mask_zero_follows_each_calls_padding():
+    tp.random.set_seed(10)
+    model = tp.layers.Sequential([tp.layers.Embedding(10, 4, mask_zero=True), tp.layers.LSTM(3)])
+    compiled = tp.function(lambda ids: model(ids))
+    for ids in (np.array([[1, 2, 0, 0]]), np.array([[1, 2, 3, 0]]), np.array([[4, 0, 0, 0]])):
+        np.testing.assert_array_equal(compiled(tp.constant(ids)).numpy(), model(tp.constant(ids)).numpy())
