@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tapefit.core.ops import math as _math
+from tapefit.core.ops import nn as _nn
 from tapefit.core.ops import shape as _shape
 from tapefit.core.ops.linalg import matmul
 from tapefit.core.tensor import Tensor, as_tensor
@@ -43,8 +44,14 @@ class _RNN(Layer):
         return_state: bool = False,
         go_backwards: bool = False,
         name: str | None = None,
+        dropout: float = 0.0,
+        recurrent_dropout: float = 0.0,
     ) -> None:
         super().__init__(name=name)
+        for what, rate in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
+            if not 0.0 <= float(rate) < 1.0:
+                raise ValueError(f"{type(self).__name__}: {what} must be in [0, 1), got {rate!r}")
+        self.dropout, self.recurrent_dropout = float(dropout), float(recurrent_dropout)
         if isinstance(units, bool) or not isinstance(units, (int, np.integer)) or units < 1:
             raise ValueError(f"{type(self).__name__}: units must be a positive integer, got {units!r}")
         self.units = int(units)
@@ -64,6 +71,8 @@ class _RNN(Layer):
             "bias_initializer": bias_initializer,
             "return_sequences": return_sequences,
             "return_state": return_state,
+            "dropout": dropout,
+            "recurrent_dropout": recurrent_dropout,
         }
         self.kernel = self.recurrent_kernel = self.bias = None
 
@@ -99,7 +108,9 @@ class _RNN(Layer):
     def _input_bias(self) -> Any:
         return self.bias
 
-    def _cell(self, xw: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
+    def _cell(self, xw: Tensor, states: list[Tensor], h_in: Tensor) -> tuple[Tensor, list[Tensor]]:
+        """One step: the output and the new states; ``h_in`` is the state the recurrent kernel
+        multiplies (``states[0]`` after recurrent dropout)."""
         raise NotImplementedError
 
     def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
@@ -127,6 +138,13 @@ class _RNN(Layer):
                 )
             keep = _shape.split(given if given.dtype == bool else _math.cast(given, bool), steps, axis=1)
         states = self._initial_states(batch, initial_state, x.dtype)
+        recurrent_keep = None
+        if training and self.dropout:  # one mask per sequence, the same at every step (Keras)
+            x = x * _nn.dropout(as_tensor(np.ones((batch, 1, x.shape[-1]), x.dtype)), self.dropout)
+        if training and self.recurrent_dropout:
+            recurrent_keep = _nn.dropout(
+                as_tensor(np.ones((batch, self.units), x.dtype)), self.recurrent_dropout
+            )
         # One split for all steps: slicing each step out would give each its own gradient of the
         # whole (batch, time, gates*units) projection in the backward pass.
         width = self._gates * self.units
@@ -138,7 +156,8 @@ class _RNN(Layer):
         outputs = []
         zeros = None
         for t in order:
-            output, new_states = self._cell(inputs_by_step[t], states)
+            h_in = states[0] if recurrent_keep is None else states[0] * recurrent_keep
+            output, new_states = self._cell(inputs_by_step[t], states, h_in)
             if keep is not None:
                 # A masked step carries the states through and outputs zeros (Keras's rule).
                 step_keep = keep[t]
@@ -182,13 +201,16 @@ class SimpleRNN(_RNN):
         return_sequences: return every step's output ``(batch, time, units)``, not the last.
         return_state: also return the final state: ``[output, state]``.
         go_backwards: run over the steps in reverse (outputs in that reversed order).
+        dropout: in training, the rate of dropout on the inputs (one mask per sequence, the
+            same at every step, as Keras), drawn from ``tp.random``'s generators.
+        recurrent_dropout: likewise, on the state the recurrent kernel multiplies.
 
     Called as ``layer(inputs, mask=None, initial_state=None)``; ``mask`` (batch, time) of
     booleans marks the real steps: a masked step keeps the state and outputs zeros.
     """
 
-    def _cell(self, xw: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
-        h = self.activation(xw + matmul(states[0], self.recurrent_kernel))
+    def _cell(self, xw: Tensor, states: list[Tensor], h_in: Tensor) -> tuple[Tensor, list[Tensor]]:
+        h = self.activation(xw + matmul(h_in, self.recurrent_kernel))
         return h, [h]
 
 
@@ -219,6 +241,8 @@ class LSTM(_RNN):
         return_state: bool = False,
         go_backwards: bool = False,
         name: str | None = None,
+        dropout: float = 0.0,
+        recurrent_dropout: float = 0.0,
     ) -> None:
         super().__init__(
             units,
@@ -231,6 +255,8 @@ class LSTM(_RNN):
             return_state,
             go_backwards,
             name,
+            dropout,
+            recurrent_dropout,
         )
         self.recurrent_activation = activations.get(recurrent_activation)
         self.unit_forget_bias = bool(unit_forget_bias)
@@ -242,9 +268,9 @@ class LSTM(_RNN):
             value[self.units : 2 * self.units] = 1.0
         return value
 
-    def _cell(self, xw: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
-        h, c = states
-        z = xw + matmul(h, self.recurrent_kernel)
+    def _cell(self, xw: Tensor, states: list[Tensor], h_in: Tensor) -> tuple[Tensor, list[Tensor]]:
+        c = states[1]
+        z = xw + matmul(h_in, self.recurrent_kernel)
         i, f, g, o = _shape.split(z, 4, axis=-1)
         gate = self.recurrent_activation
         c = gate(f) * c + gate(i) * self.activation(g)
@@ -276,6 +302,8 @@ class GRU(_RNN):
         return_state: bool = False,
         go_backwards: bool = False,
         name: str | None = None,
+        dropout: float = 0.0,
+        recurrent_dropout: float = 0.0,
     ) -> None:
         super().__init__(
             units,
@@ -288,6 +316,8 @@ class GRU(_RNN):
             return_state,
             go_backwards,
             name,
+            dropout,
+            recurrent_dropout,
         )
         self.recurrent_activation = activations.get(recurrent_activation)
         self._arguments.update(recurrent_activation=recurrent_activation)
@@ -298,9 +328,9 @@ class GRU(_RNN):
     def _input_bias(self) -> Any:
         return self.bias[0]
 
-    def _cell(self, xw: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
+    def _cell(self, xw: Tensor, states: list[Tensor], h_in: Tensor) -> tuple[Tensor, list[Tensor]]:
         (h,) = states
-        hw = matmul(h, self.recurrent_kernel)
+        hw = matmul(h_in, self.recurrent_kernel)
         if self.bias is not None:
             hw = hw + self.bias[1]
         x_z, x_r, x_h = _shape.split(xw, 3, axis=-1)

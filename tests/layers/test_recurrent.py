@@ -249,3 +249,19 @@ def test_a_compiled_model_with_mask_zero_follows_each_calls_padding():
     compiled = tp.function(lambda ids: model(ids))
     for ids in (np.array([[1, 2, 0, 0]]), np.array([[1, 2, 3, 0]]), np.array([[4, 0, 0, 0]])):
         np.testing.assert_array_equal(compiled(tp.constant(ids)).numpy(), model(tp.constant(ids)).numpy())
+
+
+@pytest.mark.parametrize("kind", list(LAYERS))
+def test_dropout_in_training_only_and_seeded(kind):
+    def run(training, seed=11):
+        tp.random.set_seed(seed)
+        layer = LAYERS[kind](5, dropout=0.5, recurrent_dropout=0.3)
+        return layer(tp.constant(X), training=training).numpy()
+
+    tp.random.set_seed(11)
+    plain = LAYERS[kind](5)(tp.constant(X)).numpy()
+    np.testing.assert_array_equal(run(False), plain)  # inference: no dropout
+    assert not np.allclose(run(True), plain)
+    np.testing.assert_array_equal(run(True), run(True))  # the same seed, the same masks
+    with pytest.raises(ValueError, match="dropout must be in"):
+        LAYERS[kind](5, dropout=1.0)
