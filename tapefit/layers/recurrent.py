@@ -214,14 +214,29 @@ class SimpleRNN(_RNN):
         return h, [h]
 
 
-class LSTM(_RNN):
+class _GatedRNN(_RNN):
+    """A recurrent layer whose gates go through ``recurrent_activation`` (LSTM, GRU)."""
+
+    def __init__(
+        self,
+        units: int,
+        activation: str | Callable[..., Any] | None = "tanh",
+        recurrent_activation: str | Callable[..., Any] | None = "sigmoid",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(units, activation, **kwargs)
+        self.recurrent_activation = activations.get(recurrent_activation)
+        self._arguments.update(recurrent_activation=recurrent_activation)
+
+
+class LSTM(_GatedRNN):
     """Keras's ``LSTM``: gates ``i, f, c, o`` in that order along the last axis of ``kernel``
     (features, 4*units), ``recurrent_kernel`` (units, 4*units) and ``bias`` (4*units,).
 
     ``c_t = f * c_{t-1} + i * activation(c~)``, ``h_t = o * activation(c_t)``, the gates through
     ``recurrent_activation`` (default sigmoid). ``unit_forget_bias`` (default true) starts the
     forget gate's bias at 1. ``return_state`` gives ``[output, h, c]``; ``initial_state`` is
-    ``[h, c]``. Other arguments as ``SimpleRNN``.
+    ``[h, c]``. Other arguments (by keyword) as ``SimpleRNN``.
     """
 
     _gates = 4
@@ -232,35 +247,12 @@ class LSTM(_RNN):
         units: int,
         activation: str | Callable[..., Any] | None = "tanh",
         recurrent_activation: str | Callable[..., Any] | None = "sigmoid",
-        use_bias: bool = True,
-        kernel_initializer: Any = "glorot_uniform",
-        recurrent_initializer: Any = "orthogonal",
-        bias_initializer: Any = "zeros",
         unit_forget_bias: bool = True,
-        return_sequences: bool = False,
-        return_state: bool = False,
-        go_backwards: bool = False,
-        name: str | None = None,
-        dropout: float = 0.0,
-        recurrent_dropout: float = 0.0,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            units,
-            activation,
-            use_bias,
-            kernel_initializer,
-            recurrent_initializer,
-            bias_initializer,
-            return_sequences,
-            return_state,
-            go_backwards,
-            name,
-            dropout,
-            recurrent_dropout,
-        )
-        self.recurrent_activation = activations.get(recurrent_activation)
+        super().__init__(units, activation, recurrent_activation, **kwargs)
         self.unit_forget_bias = bool(unit_forget_bias)
-        self._arguments.update(recurrent_activation=recurrent_activation, unit_forget_bias=unit_forget_bias)
+        self._arguments.update(unit_forget_bias=unit_forget_bias)
 
     def _bias_initial(self, shape: tuple[int, ...], dtype: Any) -> Any:
         value = np.array(as_tensor(self.bias_initializer(shape, dtype)).numpy(), dtype=np.float32)
@@ -278,49 +270,16 @@ class LSTM(_RNN):
         return h, [h, c]
 
 
-class GRU(_RNN):
+class GRU(_GatedRNN):
     """Keras's ``GRU`` with ``reset_after=True`` (Keras 3's default and cuDNN's form): gates
     ``z, r, h`` in that order; ``bias`` (2, 3*units) holds the input bias and the recurrent one.
 
     ``z = sigmoid(x_z + h_z)``, ``r = sigmoid(x_r + h_r)``, ``ĥ = activation(x_h + r * h_h)``,
     ``h_t = z * h_{t-1} + (1 - z) * ĥ``, where ``x_* = x_t @ kernel + bias[0]`` and
-    ``h_* = h_{t-1} @ recurrent_kernel + bias[1]``. Other arguments as ``SimpleRNN``.
+    ``h_* = h_{t-1} @ recurrent_kernel + bias[1]``. Other arguments (by keyword) as ``SimpleRNN``.
     """
 
     _gates = 3
-
-    def __init__(
-        self,
-        units: int,
-        activation: str | Callable[..., Any] | None = "tanh",
-        recurrent_activation: str | Callable[..., Any] | None = "sigmoid",
-        use_bias: bool = True,
-        kernel_initializer: Any = "glorot_uniform",
-        recurrent_initializer: Any = "orthogonal",
-        bias_initializer: Any = "zeros",
-        return_sequences: bool = False,
-        return_state: bool = False,
-        go_backwards: bool = False,
-        name: str | None = None,
-        dropout: float = 0.0,
-        recurrent_dropout: float = 0.0,
-    ) -> None:
-        super().__init__(
-            units,
-            activation,
-            use_bias,
-            kernel_initializer,
-            recurrent_initializer,
-            bias_initializer,
-            return_sequences,
-            return_state,
-            go_backwards,
-            name,
-            dropout,
-            recurrent_dropout,
-        )
-        self.recurrent_activation = activations.get(recurrent_activation)
-        self._arguments.update(recurrent_activation=recurrent_activation)
 
     def _bias_shape(self) -> tuple[int, ...]:
         return (2, 3 * self.units)
