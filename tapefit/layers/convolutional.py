@@ -11,7 +11,7 @@ import numpy as np
 from tapefit.core.ops import nn as _nn
 from tapefit.core.ops import reduce as _reduce
 from tapefit.core.ops import shape as _shape
-from tapefit.core.tensor import Tensor
+from tapefit.core.tensor import Tensor, as_tensor
 from tapefit.layers.core import _KernelLayer, _positive_int
 from tapefit.layers.module import Layer
 
@@ -67,6 +67,11 @@ class Conv2D(_KernelLayer):
         name: the layer's name.
         dtype: the dtype of the weights and computations (default float32).
         trainable: whether the weights are trainable.
+        dilation_rate: an int or a pair: the kernel's taps are this far apart (atrous
+            convolution); with ``strides`` of 1 only, as Keras.
+        groups: split the input channels and the filters into this many groups, each group's
+            filters seeing only its channels; ``kernel`` is then ``(kh, kw, in_channels //
+            groups, filters)``.
     """
 
     def __init__(
@@ -84,12 +89,22 @@ class Conv2D(_KernelLayer):
         name: str | None = None,
         dtype: Any = None,
         trainable: bool = True,
+        dilation_rate: int | tuple[int, int] = 1,
+        groups: int = 1,
     ) -> None:
         super().__init__(trainable=trainable, name=name, dtype=dtype)
         self.filters = _positive_int(filters, "filters", "Conv2D")
         self.kernel_size = _pair(kernel_size, "kernel_size", "Conv2D")
         self.strides = _pair(strides, "strides", "Conv2D")
         self.padding = _padding(padding, "Conv2D")
+        self.dilation_rate = _pair(dilation_rate, "dilation_rate", "Conv2D")
+        self.groups = _positive_int(groups, "groups", "Conv2D")
+        if self.dilation_rate != (1, 1) and self.strides != (1, 1):
+            raise ValueError(
+                f"Conv2D: dilation_rate {self.dilation_rate} needs strides of 1 (as Keras), got {self.strides}"
+            )
+        if self.filters % self.groups:
+            raise ValueError(f"Conv2D: filters ({self.filters}) must be a multiple of groups ({self.groups})")
         self._init_kernel(
             activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer
         )
@@ -100,24 +115,54 @@ class Conv2D(_KernelLayer):
             raise ValueError(
                 f"Conv2D '{self.name}' needs images of shape (batch, height, width, channels), got shape {input_shape}"
             )
-        self._build_kernel((*self.kernel_size, input_shape[-1], self.filters), self.filters)
+        if input_shape[-1] % self.groups:
+            raise ValueError(
+                f"Conv2D '{self.name}': the {input_shape[-1]} input channels are not a multiple of groups "
+                f"({self.groups})"
+            )
+        self._build_kernel((*self.kernel_size, input_shape[-1] // self.groups, self.filters), self.filters)
 
     def call(self, inputs: Any) -> Tensor:
         """Applies the convolution."""
         x = self._cast_input(inputs)
         _check_images(x, f"Conv2D '{self.name}'")
-        channels = self.kernel.shape[2]
+        channels = self.kernel.shape[2] * self.groups
         if x.shape[-1] != channels:
             raise ValueError(
                 f"Conv2D '{self.name}' was built for {channels} input channels, got shape {x.shape}"
             )
-        if self.padding == "valid" and (x.shape[1] < self.kernel_size[0] or x.shape[2] < self.kernel_size[1]):
+        kernel = _dilated(self.kernel, self.dilation_rate)
+        if self.padding == "valid" and (x.shape[1] < kernel.shape[0] or x.shape[2] < kernel.shape[1]):
             raise ValueError(
-                f"Conv2D '{self.name}': images of shape {x.shape} are smaller than the kernel {self.kernel_size} "
-                "with padding='valid'"
+                f"Conv2D '{self.name}': images of shape {x.shape} are smaller than the kernel "
+                f"{tuple(kernel.shape[:2])} with padding='valid'"
             )
-        y = _nn.conv2d(x, self.kernel, strides=list(self.strides), padding=self.padding.upper())
+        strides, padding = list(self.strides), self.padding.upper()
+        if self.groups == 1:
+            y = _nn.conv2d(x, kernel, strides=strides, padding=padding)
+        else:  # each group of filters sees its own slice of the channels
+            pairs = zip(_shape.split(x, self.groups, axis=-1), _shape.split(kernel, self.groups, axis=-1))
+            y = _shape.concat(
+                [_nn.conv2d(xg, kg, strides=strides, padding=padding) for xg, kg in pairs], axis=-1
+            )
         return self._bias_and_activation(y)
+
+
+def _dilated(kernel: Any, rate: tuple[int, int]) -> Any:
+    """``kernel`` with ``rate - 1`` zero taps between its taps along height and width (ops, so
+    the gradient reaches the real taps)."""
+    for axis, d in enumerate(rate):
+        if d == 1:
+            continue
+        taps = kernel.shape[axis]
+        zeros = as_tensor(
+            np.zeros((*kernel.shape[:axis], taps, d - 1, *kernel.shape[axis + 1 :]), kernel.dtype)
+        )
+        spaced = _shape.concat([_shape.expand_dims(kernel, axis + 1), zeros], axis=axis + 1)
+        merged = _shape.reshape(spaced, (*kernel.shape[:axis], taps * d, *kernel.shape[axis + 1 :]))
+        keep = (taps - 1) * d + 1
+        kernel = merged[:keep] if axis == 0 else merged[:, :keep]
+    return kernel
 
 
 class _Pool2D(Layer):

@@ -261,3 +261,73 @@ def test_global_pooling(layer, shape, reduce, axes):
     assert kept.shape == reduce(x, axis=axes, keepdims=True).shape
     with pytest.raises(ValueError, match="needs inputs of shape"):
         layer()(tp.constant(x[0]))
+
+
+# -- Conv2D dilation_rate and groups ---------------------------------------------------------
+
+
+def _conv2d_reference(x, kernel, bias, dilation, groups):
+    """A 'valid' convolution by loops: taps ``dilation`` apart, each group of filters on its channels."""
+    kh, kw, per_group, filters = kernel.shape
+    dh, dw = dilation
+    out_h, out_w = x.shape[1] - (kh - 1) * dh, x.shape[2] - (kw - 1) * dw
+    y = np.zeros((x.shape[0], out_h, out_w, filters))
+    per_filters = filters // groups
+    for f in range(filters):
+        g = f // per_filters
+        channels = x[..., g * per_group : (g + 1) * per_group]
+        for i in range(kh):
+            for j in range(kw):
+                patch = channels[:, i * dh : i * dh + out_h, j * dw : j * dw + out_w]
+                y[..., f] += patch @ kernel[i, j, :, f]
+    return y + bias
+
+
+@pytest.mark.parametrize(("dilation", "groups"), [((2, 1), 1), ((2, 3), 2), ((1, 1), 4), ((3, 2), 4)])
+def test_conv2d_dilation_and_groups_follow_keras(dilation, groups):
+    x = np.random.default_rng(3).standard_normal((2, 9, 8, 4)).astype(np.float32)
+    layer = tp.layers.Conv2D(8, 3, dilation_rate=dilation, groups=groups, bias_initializer="ones")
+    y = layer(tp.constant(x)).numpy()
+    assert layer.kernel.shape == (3, 3, 4 // groups, 8)
+    expected = _conv2d_reference(
+        x.astype(np.float64), layer.kernel.numpy(), layer.bias.numpy(), dilation, groups
+    )
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_conv2d_dilation_and_groups_gradients():
+    x = np.random.default_rng(4).standard_normal((1, 6, 5, 4))
+    layer = tp.layers.Conv2D(2, 2, padding="same", dilation_rate=2, groups=2, dtype="float64")
+    layer(tp.constant(x))
+
+    def run(x, kernel):
+        layer.kernel = kernel
+        return layer.call(x)
+
+    tp.testing.check_gradients(run, x, layer.kernel.numpy())
+
+
+def test_conv2d_dilation_and_groups_errors():
+    with pytest.raises(ValueError, match=r"dilation_rate \(2, 2\) needs strides of 1"):
+        tp.layers.Conv2D(4, 3, strides=2, dilation_rate=2)
+    with pytest.raises(ValueError, match=r"filters \(6\) must be a multiple of groups \(4\)"):
+        tp.layers.Conv2D(6, 3, groups=4)
+    with pytest.raises(ValueError, match="the 3 input channels are not a multiple of groups"):
+        tp.layers.Conv2D(4, 3, groups=2)(tp.constant(np.zeros((1, 5, 5, 3), np.float32)))
+
+
+def test_conv2d_dilation_and_groups_equal_pytorchs():
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(5).standard_normal((2, 9, 8, 4)).astype(np.float32)
+    layer = tp.layers.Conv2D(8, 3, padding="same", dilation_rate=(2, 3), groups=2)
+    y = layer(tp.constant(x)).numpy()
+    kernel = torch.from_numpy(layer.kernel.numpy().transpose(3, 2, 0, 1).copy())
+    expected = torch.nn.functional.conv2d(
+        torch.from_numpy(x.transpose(0, 3, 1, 2).copy()),
+        kernel,
+        torch.from_numpy(layer.bias.numpy()),
+        dilation=(2, 3),
+        groups=2,
+        padding="same",
+    )
+    np.testing.assert_allclose(y, expected.numpy().transpose(0, 2, 3, 1), rtol=1e-5, atol=1e-5)
