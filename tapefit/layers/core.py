@@ -225,13 +225,12 @@ class Embedding(Layer):
             ids = cast(ids, _dt.int32)
         elif ids.dtype.kind not in "iu":
             raise TypeError(f"Embedding '{self.name}' needs integer ids, got dtype {ids.dtype.name}")
-        values = ids.numpy()
-        if values.size and (values.min() < 0 or values.max() >= self.input_dim):
+        try:  # the range is checked in the gather op, so a tp.function replay checks it too
+            return _shape.gather(self.embeddings, ids)
+        except IndexError as error:
             raise ValueError(
-                f"Embedding '{self.name}': ids must lie in [0, {self.input_dim}), got values from "
-                f"{values.min()} to {values.max()}"
-            )
-        return _shape.gather(self.embeddings, ids)
+                f"Embedding '{self.name}': ids must lie in [0, {self.input_dim}): {error}"
+            ) from None
 
 
 class Dropout(Layer):

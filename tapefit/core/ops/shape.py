@@ -454,7 +454,20 @@ def _gather_perm(ndim_out: int, ndim_indices: int, axis: int, batch_dims: int) -
     ]
 
 
+def _check_indices(indices: np.ndarray, shape: tuple[int, ...], axis: int) -> None:
+    n = shape[axis]
+    if indices.size and (indices.min() < 0 or indices.max() >= n):
+        bad = indices[(indices < 0) | (indices >= n)].flat[0]
+        raise IndexError(
+            f"gather: index {bad} is out of range [0, {n}) for axis {axis} of params of shape {shape} "
+            f"(indices from {indices.min()} to {indices.max()})"
+        )
+
+
 def _gather(params: np.ndarray, indices: np.ndarray, axis: int, batch_dims: int) -> np.ndarray:
+    # Checked here, in the op, so that a tp.function replay checks every call's indices too
+    # (NumPy would wrap a negative index around silently; TensorFlow refuses it).
+    _check_indices(indices, params.shape, axis)
     if not batch_dims:
         return np.take(params, indices, axis=axis)
     out = params[_gather_key(indices, axis, batch_dims)]
@@ -516,12 +529,6 @@ def gather(params: Any, indices: Any, axis: int | None = None, batch_dims: int =
     if x.shape[:batch_dims] != idx.shape[:batch_dims]:
         raise ValueError(
             f"gather: the first {batch_dims} (batch) axes of params {x.shape} and indices {idx.shape} must match"
-        )
-    n = x.shape[axis]
-    if idx.size and (idx._value.min() < 0 or idx._value.max() >= n):
-        bad = idx._value[(idx._value < 0) | (idx._value >= n)].flat[0]
-        raise IndexError(
-            f"gather: index {bad} is out of range [0, {n}) for axis {axis} of params of shape {x.shape}"
         )
     return execute(_GATHER, (x, idx), {"axis": axis, "batch_dims": batch_dims})
 
