@@ -43,6 +43,11 @@ def pop_tape(tape: GradientTape) -> None:
         active_tapes.remove(tape)
 
 
+def recording() -> bool:
+    """Whether an active tape records right now (so a gradient term may itself be differentiated)."""
+    return any(not tape._paused for tape in active_tapes)
+
+
 def current_tapes() -> tuple[GradientTape, ...]:
     """The tapes recording in this thread, innermost last (a snapshot)."""
     return tuple(_state.tapes)

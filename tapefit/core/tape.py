@@ -20,7 +20,7 @@ from tapefit.core import nest
 from tapefit.core.explain import explain
 from tapefit.core.graph import Node, downstream, node_fields, upstream
 from tapefit.core.ops import add, ones_like, reduce_sum, reshape, stack, zeros, zeros_like
-from tapefit.core.record import Op, active_tapes, pop_tape, push_tape
+from tapefit.core.record import Op, pop_tape, push_tape, recording
 from tapefit.core.registry import get_gradient
 from tapefit.core.tensor import Tensor, Variable, _traces, _wrap
 
@@ -480,7 +480,7 @@ def _accumulate(grads: dict[int, Tensor], key: int, g: Tensor) -> Tensor:
     total = grads[key]
     value = total._value
     if (
-        not any(not tape._paused for tape in active_tapes)
+        not recording()
         and not _traces  # a trace replays ops only: the sum must be one
         and total.__class__ is Tensor
         and g.__class__ is Tensor

@@ -23,7 +23,7 @@ from tapefit.core.ops.linalg import matmul
 from tapefit.core.ops.math import exp, identity, sigmoid, square, tanh, where
 from tapefit.core.ops.reduce import reduce_sum
 from tapefit.core.ops.shape import expand_dims, gather, reshape
-from tapefit.core.record import Op, active_tapes
+from tapefit.core.record import Op, recording
 from tapefit.core.registry import OpDef, execute, not_differentiable, register_gradient, unary
 from tapefit.core.tensor import Tensor, _wrap, as_tensor, weak_operand
 
@@ -42,11 +42,6 @@ def _axis(axis: Any, ndim: int, fn: str) -> int:
     if not -ndim <= axis < ndim:
         raise ValueError(f"{fn}: axis {axis} is out of range for a tensor of rank {ndim}")
     return axis % ndim
-
-
-def _recording() -> bool:
-    """Whether a tape records right now (so a gradient term may itself be differentiated)."""
-    return any(not tape._paused for tape in active_tapes)
 
 
 # -- activations -------------------------------------------------------------
@@ -472,7 +467,7 @@ def _softmax_xent_grad(op: Op, dloss: Tensor, dbackprop: Tensor) -> tuple[Any, A
     dx = dloss * backprop if op.needs_grad[1] else None
     dz = -dloss * log_softmax(x, axis) if op.needs_grad[0] else None
     # The backprop output only gets a gradient in higher-order derivatives.
-    if _recording() or dbackprop._value.any():
+    if recording() or dbackprop._value.any():
         # backprop = p S - z with p = softmax(x), S = sum(z)
         p = softmax(x, axis)
         projected = reduce_sum(dbackprop * p, axis, keepdims=True)
@@ -537,7 +532,7 @@ def _sparse_xent_grad(op: Op, dloss: Tensor, dbackprop: Tensor) -> tuple[Any, No
     x = op.inputs[0]
     backprop = op.outputs[1]
     dx = expand_dims(dloss, -1) * backprop
-    if _recording() or dbackprop._value.any():
+    if recording() or dbackprop._value.any():
         # backprop = softmax(x) - one_hot(labels)
         p = softmax(x, -1)
         dx = dx + p * (dbackprop - reduce_sum(dbackprop * p, -1, keepdims=True))

@@ -233,8 +233,17 @@ def unstack(value: Any, num: int | None = None, axis: int = 0) -> list[Tensor]:
         raise ValueError(f"unstack: num={num} but axis {axis} of shape {x.shape} has {x.shape[axis]} entries")
     if x.shape[axis] == 0:
         return []
-    rest = x.shape[:axis] + x.shape[axis + 1 :]
-    return [reshape(part, rest) for part in split(x, x.shape[axis], axis=axis)]
+    return list(execute(_UNSTACK, (x,), {"axis": axis}))
+
+
+# One op with a view per slice: an RNN unstacks its time steps, and split + reshape would
+# record two ops per step each way.
+_UNSTACK = OpDef("Unpack", lambda x, axis: tuple(np.moveaxis(x, axis, 0)), save="")
+
+
+@register_gradient("Unpack")
+def _unstack_grad(op: Op, *dys: Tensor) -> Tensor:
+    return stack(dys, axis=op.attrs["axis"])
 
 
 def _split(x: np.ndarray, sizes: tuple[int, ...], axis: int) -> tuple[np.ndarray, ...]:
