@@ -18,6 +18,7 @@ from tapefit.core.ops import math as _math
 from tapefit.core.ops import nn as _nn
 from tapefit.core.ops import shape as _shape
 from tapefit.core.ops.linalg import matmul
+from tapefit.core.ops.recurrent import lstm_cell
 from tapefit.core.tensor import Tensor, as_tensor
 from tapefit.layers import activations, initializers
 from tapefit.layers.module import Layer
@@ -97,13 +98,14 @@ class _RNN(Layer):
         if self.use_bias:
             self.bias = self.add_weight(self._bias_shape(), self._bias_initial, name="bias")
 
-    def _input_projection(self, x: Tensor) -> Tensor:
-        """``x @ kernel + bias`` for every time step at once: (batch, time, gates*units)."""
+    def _input_projection(self, x: Tensor) -> list[Tensor]:
+        """``x @ kernel + bias`` for every time step in one product, then one (batch,
+        gates*units) view per step (unstacking them all at once records one op, not one per step)."""
         batch, steps, features = x.shape
         flat = matmul(_shape.reshape(x, (batch * steps, features)), self.kernel)
         if self.bias is not None:
             flat = flat + self._input_bias()
-        return _shape.reshape(flat, (batch, steps, self._gates * self.units))
+        return _shape.unstack(_shape.reshape(flat, (batch, steps, self._gates * self.units)), axis=1)
 
     def _input_bias(self) -> Any:
         return self.bias
@@ -145,13 +147,7 @@ class _RNN(Layer):
             recurrent_keep = _nn.dropout(
                 as_tensor(np.ones((batch, self.units), x.dtype)), self.recurrent_dropout
             )
-        # One split for all steps: slicing each step out would give each its own gradient of the
-        # whole (batch, time, gates*units) projection in the backward pass.
-        width = self._gates * self.units
-        inputs_by_step = [
-            _shape.reshape(part, (batch, width))
-            for part in _shape.split(self._input_projection(x), steps, axis=1)
-        ]
+        inputs_by_step = self._input_projection(x)
         order = range(steps - 1, -1, -1) if self.go_backwards else range(steps)
         outputs = []
         zeros = None
@@ -229,6 +225,10 @@ class _GatedRNN(_RNN):
         self._arguments.update(recurrent_activation=recurrent_activation)
 
 
+_TANH = (activations.tanh, _math.tanh)
+_SIGMOID = (activations.sigmoid, _math.sigmoid)
+
+
 class LSTM(_GatedRNN):
     """Keras's ``LSTM``: gates ``i, f, c, o`` in that order along the last axis of ``kernel``
     (features, 4*units), ``recurrent_kernel`` (units, 4*units) and ``bias`` (4*units,).
@@ -263,6 +263,9 @@ class LSTM(_GatedRNN):
     def _cell(self, xw: Tensor, states: list[Tensor], h_in: Tensor) -> tuple[Tensor, list[Tensor]]:
         c = states[1]
         z = xw + matmul(h_in, self.recurrent_kernel)
+        if self.activation in _TANH and self.recurrent_activation in _SIGMOID:
+            h, c = lstm_cell(z, c)  # the default activations: one fused op per step
+            return h, [h, c]
         i, f, g, o = _shape.split(z, 4, axis=-1)
         gate = self.recurrent_activation
         c = gate(f) * c + gate(i) * self.activation(g)

@@ -150,16 +150,21 @@ for _name in (
 # -- unary -------------------------------------------------------------------
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
+def sigmoid_into(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Writes the logistic sigmoid of ``x`` into ``out`` (the fused ops share it)."""
     # 1 / (1 + exp(-x)): exp overflows to inf for very negative x, which gives the right limit 0,
     # and unlike 0.5 + 0.5 tanh(x / 2) it keeps full relative precision for x < 0.
-    out = np.empty_like(x)  # an array also for 0-d input, so the in-place steps below work
     with np.errstate(over="ignore"):
         np.negative(x, out=out)
         np.exp(out, out=out)
     out += 1
     np.reciprocal(out, out=out)
     return out
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    # an array also for 0-d input, so the in-place steps work
+    return sigmoid_into(x, np.empty_like(x))
 
 
 def _identity(x: np.ndarray) -> np.ndarray:
