@@ -38,13 +38,16 @@ class MultiHeadAttention(Layer):
         output_shape: the last axis of the output (default the query's).
         kernel_initializer, bias_initializer: as Keras.
 
-    Called as ``mha(query, value, key=None, attention_mask=None,
-    return_attention_scores=False, training=None, use_causal_mask=False)`` with ``query``
-    ``(batch, T, dim)`` and ``value``/``key`` ``(batch, S, dim)``; ``attention_mask``
-    ``(batch, T, S)`` of booleans says which keys each query may attend to, and
-    ``use_causal_mask`` adds that query ``t`` attends to keys ``<= t`` only. Returns
-    ``(batch, T, output_dim)``, and with ``return_attention_scores`` also the weights
-    ``(batch, num_heads, T, S)``.
+    Called as ``mha(query, value, key=None, query_mask=None, value_mask=None, key_mask=None,
+    attention_mask=None, return_attention_scores=False, training=None, use_causal_mask=False)``
+    (Keras 3's order) with ``query`` ``(batch, T, dim)`` and ``value``/``key`` ``(batch, S,
+    dim)``. Masks are booleans, true where attending is allowed, and combine by "and":
+    ``attention_mask`` ``(batch, T, S)`` says which keys each query may attend to;
+    ``query_mask`` ``(batch, T)`` and ``value_mask``/``key_mask`` ``(batch, S)`` mark the
+    real steps, as ``Embedding(mask_zero=True).compute_mask(ids)`` gives them (a Keras
+    tensor carries its mask; pass it here); ``use_causal_mask`` lets query ``t`` attend to
+    keys ``<= t`` only. Returns ``(batch, T, output_dim)``, and with
+    ``return_attention_scores`` also the weights ``(batch, num_heads, T, S)``.
     """
 
     def __init__(
@@ -106,6 +109,9 @@ class MultiHeadAttention(Layer):
         query: Any,
         value: Any,
         key: Any = None,
+        query_mask: Any = None,
+        value_mask: Any = None,
+        key_mask: Any = None,
         attention_mask: Any = None,
         return_attention_scores: bool = False,
         training: Any = None,
@@ -130,16 +136,18 @@ class MultiHeadAttention(Layer):
         k = self._project(key, "key", "bsd,dhk->bshk")
         v = self._project(value, "value", "bsd,dhk->bshk")
         scores = einsum("bthk,bshk->bhts", q * (1.0 / math.sqrt(self.key_dim)), k)
-        masked = as_tensor(np.asarray(_MASKED, scores.dtype))
-        if use_causal_mask:  # depends on the shapes alone: a constant of the trace
-            lower = np.tril(np.ones((query.shape[1], key.shape[1]), bool))
-            scores = _math.where(as_tensor(lower), scores, masked)
-        if attention_mask is not None:  # a Tensor: ops, so that tp.function replays it
-            scores = _math.where(
-                self._attention_mask(attention_mask, query.shape[0], query.shape[1], key.shape[1]),
-                scores,
-                masked,
-            )
+        mask = self._mask(
+            (query.shape[0], query.shape[1], key.shape[1]),
+            query_mask,
+            value_mask,
+            key_mask,
+            attention_mask,
+            use_causal_mask,
+        )
+        if mask is not None:
+            if mask.ndim == 3:  # (batch, T, S) against (batch, heads, T, S)
+                mask = _shape.expand_dims(mask, -3)
+            scores = _math.where(mask, scores, as_tensor(np.asarray(_MASKED, scores.dtype)))
         weights = _nn.softmax(scores, axis=-1)
         attended = weights
         if training and self.dropout > 0.0:
@@ -155,15 +163,46 @@ class MultiHeadAttention(Layer):
         bias = getattr(self, f"{name}_bias")
         return projected + bias if bias is not None else projected
 
-    def _attention_mask(self, attention_mask: Any, batch: int, steps: int, keys: int) -> Tensor:
-        """``attention_mask`` as a boolean Tensor that broadcasts against (batch, heads, T, S)."""
-        mask = as_tensor(attention_mask)
-        shape = tuple(mask.shape)
-        if shape not in ((batch, steps, keys), (steps, keys), (1, steps, keys)):
+    def _mask(
+        self,
+        sizes: tuple[int, int, int],
+        query_mask: Any,
+        value_mask: Any,
+        key_mask: Any,
+        attention_mask: Any,
+        causal: bool,
+    ) -> Tensor | None:
+        """Every mask given, "and"-ed into one boolean Tensor that broadcasts against
+        (batch, T, S); ``None`` for no mask. Masks are Tensors and their combination ops,
+        so that ``tp.function`` replays them; the causal mask is a constant of the shapes."""
+        batch, steps, keys = sizes
+        parts: list[Tensor] = []
+        for what, given, length, axis in (
+            ("query_mask", query_mask, steps, -1),
+            ("value_mask", value_mask, keys, -2),
+            ("key_mask", key_mask, keys, -2),
+        ):
+            if given is not None:
+                step_mask = self._boolean(given, what, ((batch, length),), "(batch, steps)")
+                parts.append(_shape.expand_dims(step_mask, axis))
+        if causal:
+            parts.append(as_tensor(np.tril(np.ones((steps, keys), bool))))
+        if attention_mask is not None:
+            shapes = ((batch, steps, keys), (steps, keys), (1, steps, keys))
+            parts.append(self._boolean(attention_mask, "attention_mask", shapes, "(batch, T, S)"))
+        if not parts:
+            return None
+        combined = parts[0]
+        for part in parts[1:]:
+            combined = _math.logical_and(combined, part)
+        return combined
+
+    def _boolean(self, mask: Any, what: str, shapes: tuple[tuple[int, ...], ...], form: str) -> Tensor:
+        """``mask`` as a boolean Tensor of one of ``shapes``."""
+        tensor = as_tensor(mask)
+        if tuple(tensor.shape) not in shapes:
             raise ValueError(
-                f"MultiHeadAttention '{self.name}': attention_mask must have shape (batch, T, S) = "
-                f"{(batch, steps, keys)}, got {shape}"
+                f"MultiHeadAttention '{self.name}': {what} must have shape {form} = {shapes[0]}, "
+                f"got {tuple(tensor.shape)}"
             )
-        if mask.dtype != bool:
-            mask = _math.cast(mask, bool)
-        return _shape.expand_dims(mask, -3) if len(shape) == 3 else mask
+        return tensor if tensor.dtype == bool else _math.cast(tensor, bool)

@@ -85,6 +85,35 @@ def test_the_causal_mask_hides_the_future():
     assert not np.allclose(again[0, 4:], out[0, 4:])
 
 
+def test_step_masks_from_an_embedding_combine_like_keras():
+    tp.random.set_seed(3)
+    embedding = tp.layers.Embedding(9, 6, mask_zero=True)
+    layer = tp.layers.MultiHeadAttention(2, 4)
+    ids = np.array([[3, 1, 4, 0, 0], [2, 7, 1, 8, 0]])
+    steps = embedding.compute_mask(ids)  # (batch, steps): the ids that are not padding
+    x = embedding(ids)
+    out, scores = layer(x, x, query_mask=steps, value_mask=steps, return_attention_scores=True)
+    pairs = steps.numpy()[:, :, None] & steps.numpy()[:, None, :]
+    expected, probs = layer(x, x, attention_mask=pairs, return_attention_scores=True)
+    np.testing.assert_array_equal(out.numpy(), expected.numpy())
+    np.testing.assert_array_equal(scores.numpy(), probs.numpy())
+    real = scores.numpy()[0, :, :3]
+    assert np.all(real[..., 3:] == 0.0) and np.allclose(real[..., :3].sum(-1), 1.0)
+    # What sits at a padded step changes nothing at the real ones; a key mask alone masks keys.
+    changed = x.numpy().copy()
+    changed[0, 3:] += 5.0
+    again = layer(tp.constant(changed), tp.constant(changed), query_mask=steps, value_mask=steps)
+    np.testing.assert_allclose(again.numpy()[0, :3], out.numpy()[0, :3], rtol=1e-6, atol=1e-6)
+    keyed = layer(x, x, key_mask=steps, return_attention_scores=True)[1].numpy()
+    assert np.all(keyed[0, ..., 3:] == 0.0) and np.all(keyed[0, :, 3:, :3] > 0.0)
+    causal = layer(x, x, value_mask=steps, use_causal_mask=True, return_attention_scores=True)[1]
+    assert np.all(np.triu(causal.numpy()[1, 0], 1) == 0.0) and np.all(causal.numpy()[1, :, :, 4] == 0.0)
+    with pytest.raises(
+        ValueError, match=r"query_mask must have shape \(batch, steps\) = \(2, 5\), got \(2, 4\)"
+    ):
+        layer(x, x, query_mask=np.ones((2, 4), bool))
+
+
 def test_gradients_match_finite_differences():
     layer = make()
 
