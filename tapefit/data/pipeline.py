@@ -8,7 +8,6 @@ processes and prefetching are Grain's, and so is the iterator state a checkpoint
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -139,8 +138,8 @@ class Pipeline:
         prefetch: batches each worker (or this process) reads ahead.
         drop_last: drop the last batch of an epoch when it is smaller than ``batch_size``.
 
-    ``fit`` reads it as a batch source; its state (the seed, the epoch, the Grain iterator's
-    state) goes into checkpoints, so a resume reads the same batches.
+    ``fit`` reads it as a batch source; its state (the seed, the epoch and the position in it)
+    goes into checkpoints, so a resume reads the same batches.
     """
 
     checkpointable = True
@@ -180,7 +179,6 @@ class Pipeline:
         self.epoch = -1  # the epoch in progress; -1 before the first
         self.position = 0  # batches of the epoch in progress already given
         self._iterator: Any = None
-        self._start = 0  # the run's batch number the iterator started at
         self._next = 0  # the run's batch number next_batch gives next
 
     def _batches_per_epoch(self) -> int:
@@ -234,7 +232,7 @@ class Pipeline:
         first = self.epoch * int(self.num_batches or 1)
         if self._iterator is None or self._next != first:  # an epoch left early: go to this one
             self._iterator = self._open(first)
-            self._start = self._next = first
+            self._next = first
 
     def peek(self) -> Any:
         """The first batch of the current epoch, read in this process by an iterator of its own."""
@@ -262,28 +260,20 @@ class Pipeline:
         return int(self.num_batches or 0)
 
     def get_state(self) -> dict[str, Any]:
-        iterator = self._iterator.get_state() if self._iterator is not None else None
-        return {
-            "kind": "pipeline",
-            "seed": self.seed,
-            "epoch": self.epoch,
-            "position": self.position,
-            "start": self._start,
-            "iterator": json.dumps(iterator),
-        }
+        """The seed and the position (plain data): every batch is a function of the seed and
+        its number in the run, so they are the whole iterator state. Asking Grain's iterator
+        for its state instead made its second worker start only after the first had given a
+        batch (measured: a 0.8 s stall at every fit's second batch)."""
+        return {"kind": "pipeline", "seed": self.seed, "epoch": self.epoch, "position": self.position}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        if state.get("kind") != "pipeline" or not isinstance(state.get("iterator"), str):
+        if state.get("kind") != "pipeline":
             raise ValueError("loader: the checkpoint holds no tp.data.Pipeline state for this pipeline input")
-        for key in ("seed", "epoch", "position", "start"):
-            value = state.get(key, 0)
+        for key in ("seed", "epoch", "position"):
+            value = state.get(key)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < -1:
                 raise ValueError(f"loader.{key}: expected an integer, got {value!r}")
         self.seed, self.epoch, self.position = int(state["seed"]), int(state["epoch"]), int(state["position"])
-        saved = json.loads(state["iterator"])
-        self._iterator = None
-        if saved is not None:
-            self._start = int(state.get("start", 0))
-            self._iterator = self._open(self._start)
-            self._iterator.set_state(saved)
-            self._next = self.epoch * int(self.num_batches or 1) + self.position
+        self._next = max(self.epoch, 0) * int(self.num_batches or 1) + self.position
+        # In an epoch: go on from its next batch (before the first epoch, start_epoch opens).
+        self._iterator = self._open(self._next) if self.epoch >= 0 else None

@@ -161,7 +161,9 @@ class GrainSource:
         return batch
 
     def get_state(self) -> dict[str, Any]:
-        state = self._iterator.get_state() if self._iterator is not None else None
+        # An iterator that has given nothing is at its start, which None says as well; asking
+        # Grain there makes a multiprocess iterator start its workers one after the other.
+        state = self._iterator.get_state() if self._iterator is not None and self.position else None
         if isinstance(state, bytes):  # a DataLoader's iterator: JSON as bytes
             state = state.decode("utf-8")
         return {"kind": "grain", "position": self.position, "iterator": json.dumps(state)}

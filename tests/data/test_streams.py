@@ -170,6 +170,45 @@ def test_a_grain_dataset_resumed_in_the_middle_of_an_epoch_is_bit_exact(tmp_path
     assert_same_weights(resumed, straight)
 
 
+class NoStateAsked:
+    """Wraps a Grain iterator and fails if asked for its state: asked before the first batch,
+    a multiprocess iterator starts its second worker only after the first gave a batch."""
+
+    def __init__(self, iterator):
+        self.iterator = iterator
+
+    def __next__(self):
+        return next(self.iterator)
+
+    def get_state(self):
+        raise AssertionError("Grain's iterator state was asked for")
+
+
+def test_a_pipelines_state_is_its_position_and_grain_is_not_asked():
+    pipeline = tp.data.Pipeline(X, Y, batch_size=BATCH, seed=7)
+    pipeline.start_epoch()
+    pipeline._iterator = NoStateAsked(pipeline._iterator)
+    for _ in range(3):
+        pipeline.next_batch()
+    state = pipeline.get_state()
+    assert state == {"kind": "pipeline", "seed": 7, "epoch": 0, "position": 3}
+    again = tp.data.Pipeline(X, Y, batch_size=BATCH, seed=0)
+    again.set_state(state)
+    for ours, theirs in zip(again.next_batch(), pipeline.next_batch(), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    with pytest.raises(ValueError, match=r"loader.position: expected an integer, got 'x'"):
+        again.set_state({**state, "position": "x"})
+
+
+def test_a_grain_input_at_an_epochs_start_needs_no_state_from_grain():
+    source = tp.data.sources.as_source(grain.MapDataset.source(list(zip(X, Y))).batch(BATCH))
+    source.start_epoch()
+    source._iterator = NoStateAsked(source._iterator)
+    assert source.get_state() == {"kind": "grain", "position": 0, "iterator": "null"}
+    source.set_state(source.get_state())
+    np.testing.assert_array_equal(source.next_batch()[0], X[:BATCH])
+
+
 def test_a_plain_generator_resume_warns_once_and_goes_on(tmp_path, caplog):
     folder = tmp_path / "ckpt"
 
