@@ -4,7 +4,8 @@ Batch 32, 50 steps, 64 inputs, 128 units, float32; the loss is the sum of the sq
 of every step. The NumPy LSTM is written as an expert would (the input projection of all steps
 in one product, the four gates in one recurrent product per step, backpropagation through
 time by hand) and is checked to give tapefit's gradients. PyTorch's ``nn.LSTM`` runs as a
-reference when installed. The systems alternate; the result is the median of per-pair ratios.
+reference when installed. The systems alternate, in an order that turns every round; the
+result is the median of per-pair ratios.
 
     python benchmarks/lstm_step.py [--pairs 15]
 """
@@ -112,8 +113,12 @@ def main() -> None:
     for fn in fns.values():
         fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(args.pairs):
-        for name, fn in fns.items():
+    names = list(fns)
+    for round_ in range(args.pairs):
+        # The order turns every round: whatever a system leaves behind (PyTorch's thread pool,
+        # a cold cache) falls on each of the others in turn, not always on the same one.
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            fn = fns[name]
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
