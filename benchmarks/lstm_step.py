@@ -4,8 +4,8 @@ Batch 32, 50 steps, 64 inputs, 128 units, float32; the loss is the sum of the sq
 of every step. The NumPy LSTM is written as an expert would (the input projection of all steps
 in one product, the four gates in one recurrent product per step, backpropagation through
 time by hand) and is checked to give tapefit's gradients. PyTorch's ``nn.LSTM`` runs as a
-reference when installed. The systems alternate, in an order that turns every round; the
-result is the median of per-pair ratios.
+reference when installed, after the tapefit/NumPy pairs and against NumPy again. Each pair
+alternates; the results are medians of per-pair ratios.
 
     python benchmarks/lstm_step.py [--pairs 15]
 """
@@ -94,42 +94,60 @@ def main() -> None:
     mine = numpy_lstm(x, *weights)
     for ours, theirs, name in zip(tapefit_step(), mine, ("x", "kernel", "recurrent_kernel", "bias")):
         np.testing.assert_allclose(ours.numpy(), theirs, rtol=2e-3, atol=2e-3, err_msg=name)
-    fns: dict[str, Callable[[], object]] = {"tapefit": tapefit_step, "numpy": lambda: numpy_lstm(x, *weights)}
+
+    def numpy_step() -> None:
+        numpy_lstm(x, *weights)
+
+    # PyTorch's thread pool slows whatever runs after it in the same process (measured here:
+    # tapefit / NumPy 1.2x alone, 1.4-1.6x with PyTorch in the rotation), so the target pair
+    # runs first and PyTorch, the reference, after it against the same NumPy LSTM.
+    times = alternate({"tapefit": tapefit_step, "numpy": numpy_step}, args.pairs)
+    ours = report(times, "tapefit", "numpy", " (target <= 1.5)")
+    torch_step = make_torch_step(x)
+    if torch_step is None:
+        print("torch: skipped (not installed; pip install 'tapefit[bench]')")
+        return
+    theirs = report(alternate({"torch": torch_step, "numpy": numpy_step}, args.pairs), "torch", "numpy", "")
+    print(f"tapefit / torch: {ours / theirs:.2f}x (through the NumPy LSTM: the two ratios above)")
+
+
+def make_torch_step(x: np.ndarray) -> Callable[[], None] | None:
+    """``torch.nn.LSTM``'s forward and backward on ``x``, or ``None`` without PyTorch."""
     try:
         import torch
-
-        module = torch.nn.LSTM(FEATURES, UNITS, batch_first=True)
-        xt = torch.from_numpy(x.copy()).requires_grad_()
-
-        def torch_step() -> None:
-            out, _ = module(xt)
-            (out**2).sum().backward()
-            module.zero_grad(set_to_none=True)
-            xt.grad = None
-
-        fns["torch"] = torch_step
     except ImportError:
-        pass
+        return None
+    module = torch.nn.LSTM(FEATURES, UNITS, batch_first=True)
+    xt = torch.from_numpy(x.copy()).requires_grad_()
+
+    def torch_step() -> None:
+        out, _ = module(xt)
+        (out**2).sum().backward()
+        module.zero_grad(set_to_none=True)
+        xt.grad = None
+
+    return torch_step
+
+
+def alternate(fns: dict[str, Callable[[], object]], pairs: int) -> dict[str, list[float]]:
+    """Seconds per call of each function, the functions taking turns (A, B, A, B, ...)."""
     for fn in fns.values():
         fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
-    names = list(fns)
-    for round_ in range(args.pairs):
-        # The order turns every round: whatever a system leaves behind (PyTorch's thread pool,
-        # a cold cache) falls on each of the others in turn, not always on the same one.
-        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-            fn = fns[name]
+    for _ in range(pairs):
+        for name, fn in fns.items():
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
-    for name, values in times.items():
-        print(f"{name:8s} {statistics.median(values) * 1e3:8.1f} ms per forward + backward")
-    for peer in [n for n in fns if n != "tapefit"]:
-        ratio = statistics.median(a / b for a, b in zip(times["tapefit"], times[peer]))
-        target = " (target <= 1.5)" if peer == "numpy" else ""
-        print(f"tapefit / {peer}: {ratio:.2f}x (median of per-pair ratios){target}")
-    if "torch" not in fns:
-        print("torch: skipped (not installed; pip install 'tapefit[bench]')")
+    return times
+
+
+def report(times: dict[str, list[float]], a: str, b: str, target: str) -> float:
+    for name in (a, b):
+        print(f"{name:8s} {statistics.median(times[name]) * 1e3:8.1f} ms per forward + backward")
+    ratio = statistics.median(x / y for x, y in zip(times[a], times[b]))
+    print(f"{a} / {b}: {ratio:.2f}x (median of per-pair ratios){target}")
+    return ratio
 
 
 if __name__ == "__main__":
