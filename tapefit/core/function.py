@@ -207,7 +207,7 @@ def _user_frame() -> tuple[str, int, str]:
 class _Program:
     """One traced signature: the instructions, the constants and where the inputs and outputs go."""
 
-    __slots__ = ("code", "init", "inputs", "outputs", "structure", "objects")
+    __slots__ = ("code", "init", "inputs", "outputs", "structure", "objects", "_replay")
 
     def __init__(
         self, trace: _Trace, inputs: list[int], outputs: list[Any], structure: Any, objects: list[Any]
@@ -218,46 +218,107 @@ class _Program:
         self.outputs = outputs
         self.structure = structure
         self.objects = objects  # the arguments keyed by identity: keeps their ids valid
+        self._replay: Callable[..., list[Any]] | None = None  # made on the first run
 
     def run(self, arrays: list[np.ndarray]) -> Any:
-        slots = self.init.copy()
-        for slot, array in zip(self.inputs, arrays):
-            slots[slot] = array
-        for kind, a, b, c, d, free in self.code:
-            if kind == _OP:
-                result = a(*[slots[i] for i in b], **c)
-                if d.__class__ is int:
-                    slots[d] = result if result.__class__ is _ndarray else _asarray(result)
-                else:
-                    for slot, r in zip(d, result):
-                        slots[slot] = r if r.__class__ is _ndarray else _asarray(r)
-            elif kind == _READ:
-                slots[b] = a._value
-            elif kind == _ASSIGN:
-                value = slots[c]
-                for slot in free:  # an assign* writes in place only when it holds the sole reference
-                    slots[slot] = None
-                getattr(a, b)(_wrap(value) if d else value)
-                del value
-                continue
-            elif kind == _DRAW:
-                slots[b] = a()
+        replay = self._replay
+        if replay is None:
+            replay = self._replay = _compile(self)
+        return nest.pack_sequence_as(self.structure, replay(*arrays))
+
+
+def _compile(program: _Program) -> Callable[..., list[Any]]:
+    """The program as one Python function of straight-line NumPy calls.
+
+    Each slot is a local variable, deleted after its last read (so memory is reused and
+    ``assign*`` find their arrays unshared, as in eager code); constants, functions and
+    Variables are globals of the function. Running it costs the NumPy calls and little else:
+    no loop over instructions, no list of slots. The source holds only names made here (and
+    the ``assign*`` method names); every value reaches it as a global.
+    """
+    names: dict[str, Any] = {"_ndarray": _ndarray, "_asarray": _asarray, "_wrap": _wrap}
+    local = set(program.inputs)
+    for kind, _, b, c, d, _ in program.code:
+        if kind == _OP:
+            local.update((d,) if d.__class__ is int else d)
+        elif kind in (_READ, _DRAW):
+            local.add(b)
+        elif kind == _HOST and c is not None:
+            local.add(c)
+
+    def slot(i: int) -> str:
+        if i in local:
+            return f"s{i}"
+        names[f"k{i}"] = program.init[i]  # a constant captured at trace time
+        return f"k{i}"
+
+    def const(value: Any) -> str:
+        name = f"g{len(names)}"
+        names[name] = value
+        return name
+
+    lines = [f"def replay({', '.join(f's{i}' for i in program.inputs)}):"]
+    body = lines.append
+
+    def frees(free: tuple[int, ...]) -> None:
+        dropped = [f"s{i}" for i in free if i in local]
+        if dropped:
+            body(f"    del {', '.join(dropped)}")
+
+    def arrays(targets: list[str], result: str) -> None:
+        for target in targets:  # 0-d ufunc results come back as NumPy scalars
+            body(f"    {target} = {result}")
+            body(f"    if {target}.__class__ is not _ndarray: {target} = _asarray({target})")
+
+    for kind, a, b, c, d, free in program.code:
+        if kind == _OP:
+            args = ", ".join([slot(i) for i in b] + ([f"**{const(c)}"] if c else []))
+            call = f"{const(a)}({args})"
+            if d.__class__ is int:
+                body(f"    _r = {call}")
+                arrays([f"s{d}"], "_r")
             else:
-                structure, template = b
-                args = nest.pack_sequence_as(
-                    structure, [_wrap(slots[x.slot]) if x.__class__ is _Ref else x for x in template]
-                )
-                for slot in free:  # before the call: the optimizer then updates in place
-                    slots[slot] = None
-                result = a(*args)
-                del args
-                if c is not None:
-                    slots[c] = result._value
-                continue
-            for slot in free:
-                slots[slot] = None
-        flat = [_wrap(slots[x.slot]) if x.__class__ is _Ref else x for x in self.outputs]
-        return nest.pack_sequence_as(self.structure, flat)
+                body(f"    _r = {call}")
+                for k, target in enumerate(d):
+                    arrays([f"s{target}"], f"_r[{k}]")
+            body("    del _r")
+            frees(free)
+        elif kind == _READ:
+            body(f"    s{b} = {const(a)}._value")
+            frees(free)
+        elif kind == _DRAW:
+            body(f"    s{b} = {const(a)}()")
+            frees(free)
+        elif kind == _ASSIGN:
+            # The value is taken before the frees: an assign* writes in place only when the
+            # variable's array has no other holder.
+            body(f"    _v = {slot(c)}")
+            frees(free)
+            body(f"    {const(a)}.{b}({'_wrap(_v)' if d else '_v'})")
+            body("    del _v")
+        else:
+            structure, template = b
+            refs = [slot(x.slot) for x in template if x.__class__ is _Ref]
+            body(f"    _a = {const(functools.partial(_host_args, structure, template))}({', '.join(refs)})")
+            frees(free)  # before the call: the optimizer then updates in place
+            body(f"    _h = {const(a)}(*_a)")
+            body("    del _a")
+            if c is not None:
+                body(f"    s{c} = _h._value")
+            body("    del _h")
+    flat = [f"_wrap(s{x.slot})" if x.__class__ is _Ref else const(x) for x in program.outputs]
+    body(f"    return [{', '.join(flat)}]")
+    namespace: dict[str, Any] = dict(names)
+    exec(compile("\n".join(lines), "<tp.function replay>", "exec"), namespace)
+    return namespace["replay"]
+
+
+def _host_args(structure: Any, template: list[Any], *arrays: np.ndarray) -> Any:
+    """A host call's arguments: ``template`` with each ``_Ref`` replaced by the next array, as a Tensor."""
+    values = iter(arrays)
+    return nest.pack_sequence_as(
+        structure, [_wrap(next(values)) if x.__class__ is _Ref else x for x in template]
+    )
 
 
 def _with_frees(code: list[tuple[Any, ...]], outputs: list[Any]) -> list[tuple[Any, ...]]:

@@ -366,3 +366,29 @@ def test_a_gradient_summed_over_several_uses_replays_right():
         x = np.random.default_rng(seed).normal(size=3).astype(np.float32)
         expected = 2 * x * x + x  # d/dw of (w x)^2 + w x at w = 1
         np.testing.assert_allclose(grad(x).numpy(), expected, rtol=1e-6)
+
+
+def test_multi_output_ops_scalars_and_python_outputs_replay_as_eager():
+    def run(compiled):
+        v = tp.Variable(np.arange(6, dtype=np.float32).reshape(2, 3))
+
+        def step(x):
+            a, b = tp.unstack(x * v)  # one op, two outputs
+            first, rest = tp.split(a + b, [1, 2])
+            s = tp.reduce_sum(first) * 2.0 - tp.reduce_max(rest)  # 0-d results
+            v.assign_add(tp.stack([a, b]) * 0.5)
+            return {"s": s, "rest": rest, "tag": "done", "n": 3}
+
+        fn = tp.function(step) if compiled else step
+        xs = [np.full((2, 3), i, np.float32) for i in range(1, 6)]
+        return [fn(x) for x in xs], v.numpy(), fn
+
+    eager, v_eager, _ = run(False)
+    compiled, v_compiled, fn = run(True)
+    assert not fn.eager and fn.experimental_get_tracing_count() == 1
+    for e, c in zip(eager, compiled):
+        assert c.keys() == e.keys() and c["tag"] == "done" and c["n"] == 3
+        assert isinstance(c["s"], tp.Tensor) and c["s"].shape == () and c["s"].dtype == np.float32
+        np.testing.assert_array_equal(c["s"].numpy(), e["s"].numpy())
+        np.testing.assert_array_equal(c["rest"].numpy(), e["rest"].numpy())
+    np.testing.assert_array_equal(v_compiled, v_eager)
