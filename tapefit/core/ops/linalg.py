@@ -19,9 +19,9 @@ from tapefit.core.tensor import Tensor, _wrap, as_tensor, weak_operand
 
 def _matmul(a: np.ndarray, b: np.ndarray, transpose_a: bool, transpose_b: bool) -> np.ndarray:
     if transpose_a:
-        a = np.swapaxes(a, -1, -2)
+        a = a.swapaxes(-1, -2)  # the method: np.swapaxes adds a Python wrapper's cost
     if transpose_b:
-        b = np.swapaxes(b, -1, -2)
+        b = b.swapaxes(-1, -2)
     return np.matmul(a, b)
 
 

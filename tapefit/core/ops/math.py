@@ -97,14 +97,16 @@ def _pow_grad(op: Op, dy: Tensor) -> tuple[Any, Any]:
 def _maximum_grad(op: Op, dy: Tensor) -> tuple[Any, Any]:
     x, y = op.inputs
     x_wins = x >= y  # ties send the gradient to x, as TensorFlow does
-    return where(x_wins, dy, 0), where(x_wins, 0, dy)
+    need = op.needs_grad
+    return where(x_wins, dy, 0) if need[0] else None, where(x_wins, 0, dy) if need[1] else None
 
 
 @register_gradient("Minimum")
 def _minimum_grad(op: Op, dy: Tensor) -> tuple[Any, Any]:
     x, y = op.inputs
     x_wins = x <= y
-    return where(x_wins, dy, 0), where(x_wins, 0, dy)
+    need = op.needs_grad
+    return where(x_wins, dy, 0) if need[0] else None, where(x_wins, 0, dy) if need[1] else None
 
 
 not_differentiable("FloorDiv")
