@@ -34,7 +34,7 @@ from tapefit.core import random as _random
 from tapefit.core.function import function
 from tapefit.core.ops import add_n
 from tapefit.core.tape import GradientTape
-from tapefit.core.tensor import Tensor
+from tapefit.core.tensor import Tensor, Variable
 from tapefit.data.arrays import is_lazy
 from tapefit.data.loader import BatchLoader, _take
 from tapefit.data.npy import rows as _rows
@@ -934,7 +934,7 @@ class Trainer:
             if self._compiled_gradients is not None:
                 # The variables before the call are part of the signature: a model that builds
                 # in its first call, or a layer made (non-)trainable, traces again.
-                before = tuple(self.model.trainable_variables)
+                before = before_step[3]
                 loss, y_pred, grads, variables = self._compiled_gradients(x, y, weights, before)
             else:
                 loss, y_pred, grads, variables = self._loss_and_gradients(x, y, weights)
@@ -960,15 +960,20 @@ class Trainer:
             logs[metric.name] = float(metric.result())
         return logs
 
-    def _moving_state(self) -> tuple[Any, list[np.ndarray], int]:
-        """The random generators and the non-trainable variables, as a step may move them, and
-        how many variables the model has (one walk of the model)."""
-        variables = getattr(self.model, "variables", [])
+    def _moving_state(self) -> tuple[Any, list[np.ndarray], int, tuple[Variable, ...]]:
+        """The random generators and the non-trainable variables, as a step may move them, how
+        many variables the model has, and its trainable variables (one walk of a Module)."""
+        lists = getattr(self.model, "_variable_lists", None)
+        if lists is not None:
+            variables, trainable = lists()
+        else:
+            variables = getattr(self.model, "variables", [])
+            trainable = getattr(self.model, "trainable_variables", [])
         fixed = [np.array(v.numpy()) for v in variables if not v.trainable]
-        return _random.get_state(), fixed, len(variables)
+        return _random.get_state(), fixed, len(variables), tuple(trainable)
 
-    def _set_moving_state(self, state: tuple[Any, list[np.ndarray], int]) -> None:
-        generators, values, _ = state
+    def _set_moving_state(self, state: tuple[Any, list[np.ndarray], int, tuple[Variable, ...]]) -> None:
+        generators, values = state[0], state[1]
         _random.set_state(generators)
         fixed = [v for v in getattr(self.model, "variables", []) if not v.trainable]
         for variable, value in zip(fixed, values):

@@ -382,6 +382,13 @@ class Module:
         entries = self._walk(paths=False)[0]
         return [e.variable for e in entries if e.modules_trainable and e.variable.trainable]
 
+    def _variable_lists(self) -> tuple[list[Variable], list[Variable]]:
+        """``variables`` and ``trainable_variables`` from one walk (a training step needs both)."""
+        entries = self._walk(paths=False)[0]
+        return [e.variable for e in entries], [
+            e.variable for e in entries if e.modules_trainable and e.variable.trainable
+        ]
+
     @property
     def non_trainable_variables(self) -> list[Variable]:
         """The Variables that are not in ``trainable_variables``."""
