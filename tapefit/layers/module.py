@@ -20,6 +20,7 @@ import inspect
 import os
 import re
 import threading
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -169,12 +170,17 @@ def _shape_of(value: Any) -> Any:
     return None
 
 
-def _container_items(value: Any) -> Iterator[tuple[str, Any]] | None:
+def _container_items(value: Any) -> Iterator[tuple[Any, Any]] | None:
+    """The (key, item) pairs of a dict, list or tuple (keys as they are: paths format them)."""
     if isinstance(value, dict):
-        return ((str(k), v) for k, v in value.items())
+        return iter(value.items())
     if isinstance(value, (list, tuple)):
-        return ((str(i), v) for i, v in enumerate(value))
+        return enumerate(value)
     return None
+
+
+# Attribute values that hold nothing to track: the walk skips them with one set lookup.
+_PLAIN = frozenset([int, float, bool, str, bytes, type(None), types.FunctionType, types.BuiltinFunctionType])
 
 
 class _Entry:
@@ -322,6 +328,8 @@ class Module:
             # Going down into a module or container leaves this loop by `break`; the frame's
             # iterator resumes where it stopped once the child's frame is done.
             for key, value in items:
+                if value.__class__ in _PLAIN:
+                    continue
                 if isinstance(value, Variable):
                     if id(value) not in seen:
                         seen.add(id(value))
@@ -364,12 +372,10 @@ class Module:
 
     def _own_items(self) -> Iterator[tuple[str, Any]]:
         """This module's attributes in assignment order, then weights only ``add_weight`` knows."""
-        for key, value in list(vars(self).items()):
-            if key not in _INTERNAL:
-                yield key, value
+        items = [(key, value) for key, value in vars(self).items() if key not in _INTERNAL]
         # Those already reached through an attribute are skipped by the walk's `seen` set.
-        for variable in list(self._added_weights):
-            yield variable.name, variable
+        items += [(variable.name, variable) for variable in self._added_weights]
+        return iter(items)
 
     @property
     def variables(self) -> list[Variable]:
