@@ -5,9 +5,10 @@ Tracing runs the function eagerly (so the first call's results are the eager one
 with the arrays it read, each read of a Variable, each ``assign*``, each random draw and
 each *host call* (a Python callable that must run again on every call, such as an
 optimizer's update). The tape's gradient computation is itself made of ops, so the backward
-pass is in the program too. A replay runs that flat list on the new inputs: no Tensors, no
-tapes, no dtype checks; the same NumPy calls in the same order, so the results are the eager
-ones bit for bit.
+pass is in the program too. A confirmed program becomes one generated Python function of
+straight-line NumPy calls, and a replay calls it on the new inputs: no Tensors, no tapes,
+no dtype checks; the same NumPy calls in the same order, so the results are the eager ones
+bit for bit.
 
 Arrays are followed by identity: an op's input array is a program input, the output of an
 earlier call, the value of a Variable read before, or else a constant captured at trace time
@@ -224,7 +225,7 @@ class _Program:
         replay = self._replay
         if replay is None:
             replay = self._replay = _compile(self)
-        return nest.pack_sequence_as(self.structure, replay(*arrays))
+        return replay(*arrays)
 
 
 def _compile(program: _Program) -> Callable[..., list[Any]]:
@@ -306,11 +307,48 @@ def _compile(program: _Program) -> Callable[..., list[Any]]:
             if c is not None:
                 body(f"    s{c} = _h._value")
             body("    del _h")
-    flat = [f"_wrap(s{x.slot})" if x.__class__ is _Ref else const(x) for x in program.outputs]
-    body(f"    return [{', '.join(flat)}]")
+    body(f"    return {_result(program.structure, const)}")
     namespace: dict[str, Any] = dict(names)
     exec(compile("\n".join(lines), "<tp.function replay>", "exec"), namespace)
     return namespace["replay"]
+
+
+def _result(structure: Any, const: Callable[[Any], str]) -> str:
+    """An expression that builds the function's result: ``structure`` with each ``_Ref``
+    wrapped as a Tensor and every other leaf a constant (containers as ``nest`` rebuilds them)."""
+    # An explicit stack of (node, its child expressions so far, its children left).
+    stack: list[tuple[Any, list[str], list[Any]]] = [(None, [], [structure])]
+    while True:
+        node, built, left = stack[-1]
+        if len(stack) > 32:  # deeper than Python's parser takes comfortably: rebuild at run time
+            leaves = [
+                f"_wrap(s{x.slot})" if x.__class__ is _Ref else const(x) for x in nest.flatten(structure)
+            ]
+            return f"{const(nest.pack_sequence_as)}({const(structure)}, [{', '.join(leaves)}])"
+        if left:
+            child = left.pop(0)
+            if isinstance(child, dict):
+                stack.append((child, [], list(child.values())))
+            elif isinstance(child, (list, tuple)):
+                stack.append((child, [], list(child)))
+            else:
+                built.append(f"_wrap(s{child.slot})" if child.__class__ is _Ref else const(child))
+            continue
+        stack.pop()
+        if not stack:
+            return built[0]
+        if isinstance(node, dict):
+            pairs = ", ".join(f"({const(k)}, {v})" for k, v in zip(node, built))
+            expression = f"{const(type(node))}([{pairs}])"
+        elif node.__class__ is list:
+            expression = f"[{', '.join(built)}]"
+        elif node.__class__ is tuple:
+            expression = f"({', '.join(built)},)" if built else "()"
+        elif isinstance(node, tuple) and hasattr(node, "_fields"):  # a namedtuple
+            expression = f"{const(type(node))}({', '.join(built)})"
+        else:
+            expression = f"{const(type(node))}([{', '.join(built)}])"
+        stack[-1][1].append(expression)
 
 
 def _host_args(structure: Any, template: list[Any], *arrays: np.ndarray) -> Any:

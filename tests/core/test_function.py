@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import warnings
 
 import numpy as np
@@ -392,3 +393,31 @@ def test_multi_output_ops_scalars_and_python_outputs_replay_as_eager():
         np.testing.assert_array_equal(c["s"].numpy(), e["s"].numpy())
         np.testing.assert_array_equal(c["rest"].numpy(), e["rest"].numpy())
     np.testing.assert_array_equal(v_compiled, v_eager)
+
+
+def test_results_keep_their_structure_however_nested():
+    pair = collections.namedtuple("pair", "first rest")
+
+    @tp.function
+    def f(x):
+        return {"b": pair(x + 1.0, (x, "tag")), "a": [], "t": ()}
+
+    @tp.function
+    def deep(x):  # deeper than the replay writes out as one expression
+        result = x * 2.0
+        for _ in range(40):
+            result = [result]
+        return result
+
+    for value in (1.0, 2.0, 3.0, 4.0):
+        out, nested = f(tp.constant([value])), deep(tp.constant([value]))
+    for fn in (f, deep):
+        assert not fn.eager and fn.experimental_get_tracing_count() == 1
+    assert list(out) == ["b", "a", "t"] and out["a"] == [] and out["t"] == ()
+    assert isinstance(out["b"], pair) and out["b"].rest[1] == "tag"
+    np.testing.assert_array_equal(out["b"].first.numpy(), [5.0])
+    np.testing.assert_array_equal(out["b"].rest[0].numpy(), [4.0])
+    for _ in range(40):
+        assert isinstance(nested, list) and len(nested) == 1
+        (nested,) = nested
+    np.testing.assert_array_equal(nested.numpy(), [8.0])
