@@ -43,19 +43,32 @@ def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False)
     a, b = binary_operands("MatMul", a, b)
     if a.ndim < 2 or b.ndim < 2:
         raise ValueError(f"matmul needs tensors of rank >= 2, got shapes {a.shape} and {b.shape}")
-    inner_a = a.shape[-2] if transpose_a else a.shape[-1]
-    inner_b = b.shape[-1] if transpose_b else b.shape[-2]
-    described = (
-        f"a has shape {a.shape}{' (transposed)' if transpose_a else ''}, "
-        f"b has shape {b.shape}{' (transposed)' if transpose_b else ''}"
-    )
+    shape_a, shape_b = a.shape, b.shape
+    inner_a = shape_a[-2] if transpose_a else shape_a[-1]
+    inner_b = shape_b[-1] if transpose_b else shape_b[-2]
     if inner_a != inner_b:
-        raise ValueError(f"matmul: inner dimensions differ ({inner_a} vs {inner_b}): {described}")
-    try:
-        np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    except ValueError:
-        raise ValueError(f"matmul: the batch dimensions do not broadcast: {described}") from None
+        raise ValueError(
+            f"matmul: inner dimensions differ ({inner_a} vs {inner_b}): "
+            f"{_described(shape_a, shape_b, transpose_a, transpose_b)}"
+        )
+    if shape_a[:-2] != shape_b[:-2]:  # equal batch axes (2-D operands: none) always broadcast
+        try:
+            np.broadcast_shapes(shape_a[:-2], shape_b[:-2])
+        except ValueError:
+            raise ValueError(
+                "matmul: the batch dimensions do not broadcast: "
+                f"{_described(shape_a, shape_b, transpose_a, transpose_b)}"
+            ) from None
     return execute(_MATMUL, (a, b), {"transpose_a": bool(transpose_a), "transpose_b": bool(transpose_b)})
+
+
+def _described(
+    shape_a: tuple[int, ...], shape_b: tuple[int, ...], transpose_a: bool, transpose_b: bool
+) -> str:
+    return (
+        f"a has shape {shape_a}{' (transposed)' if transpose_a else ''}, "
+        f"b has shape {shape_b}{' (transposed)' if transpose_b else ''}"
+    )
 
 
 @register_gradient("MatMul")

@@ -25,6 +25,8 @@ def normalize_axes(axis: Any, ndim: int, name: str = "axis") -> tuple[int, ...]:
     """``axis`` (None, an int or a list) as sorted non-negative ints, checked against ``ndim``."""
     if axis is None:
         return tuple(range(ndim))
+    if axis.__class__ is int and -ndim <= axis < ndim:  # the common case, checked in full below
+        return (axis % ndim,)
     if isinstance(axis, Tensor):
         axis = axis.numpy().tolist()
     items = [axis] if isinstance(axis, (int, np.integer)) else axis
