@@ -1,9 +1,9 @@
 """The benchmark suite: every figure a ratio against references measured in the same run.
 
 ``python -m benchmarks`` runs it, prints one table and writes the figures as JSON. Each row
-times its systems alternately (A, B, A, B, ...) and reports the median of the per-pair
-ratios, so the drift of a shared machine (10-35% between runs here) falls on both sides
-alike. Peers that are not installed (PyTorch, JAX, HIPS autograd: the ``bench`` extra) are
+times its systems alternately (A, B, A, B, ..., in a new order each round) and reports the
+median of the per-pair ratios, so the drift of a shared machine (10-35% between runs here)
+falls on both sides alike. Peers that are not installed (PyTorch, JAX, HIPS autograd: the ``bench`` extra) are
 shown as skipped.
 """
 
@@ -13,6 +13,7 @@ import contextlib
 import importlib.util
 import itertools
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -40,12 +41,21 @@ def installed(name: str) -> bool:
 
 
 def paired(fns: dict[str, Callable[[], object]], pairs: int, inner: int = 1) -> dict[str, list[float]]:
-    """Seconds per call of every function, the functions alternating round after round."""
+    """Seconds per call of every function, the functions alternating round after round.
+
+    Each round runs the systems in a new (seeded) random order: a system that leaves the
+    machine busy (a peer's thread pool winding down, a large free) then slows a different
+    system each round instead of always the one after it.
+    """
     for fn in fns.values():
         fn()  # warm up: caches, traces, lazy builds
     times: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
+    order = random.Random(0)
     for _ in range(pairs):
-        for name, fn in fns.items():
+        order.shuffle(names)
+        for name in names:
+            fn = fns[name]
             start = time.perf_counter()
             for _ in range(inner):
                 fn()
