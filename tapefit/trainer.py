@@ -403,6 +403,16 @@ def _require_targets(y: Any, where: str) -> None:
         raise ValueError(f"{where}: y is None; the loss needs targets (predict(x) takes inputs alone)")
 
 
+def _copied(state: Any) -> Any:
+    """``state`` with its dicts and lists copied; arrays and other values are shared (states
+    hold fresh arrays, which plugins replace rather than write into)."""
+    if isinstance(state, dict):
+        return {key: _copied(value) for key, value in state.items()}
+    if type(state) is list:
+        return [_copied(value) for value in state]
+    return state
+
+
 def _prefixed(logs: dict[str, float], prefix: str) -> dict[str, float]:
     return {prefix + k: v for k, v in logs.items()}
 
@@ -443,8 +453,10 @@ class Trainer:
     ``epochs`` (the index of the epoch the fit stops before), ``batch_size``, ``resumed`` (the
     fit resumed from a checkpoint), ``continued`` (the fit continues an earlier ``fit`` of this
     trainer: plugins keep their files and counters going), ``history``, ``learning_rate``,
-    ``state`` (the ``TrainState``: position, running loss, completed epochs; never written by
-    plugins); and set ``stop_training`` or call ``request_stop``. Checkpointing plugins also
+    ``running_loss`` (the mean loss of the epoch's batches so far), ``world`` (the processes
+    training together), ``batch_rows`` (``(rows of this process, rows of all processes)`` in
+    the last batch), ``state`` (the ``TrainState``: position, running loss, completed epochs;
+    never written by plugins); and set ``stop_training`` or call ``request_stop``. Checkpointing plugins also
     use ``position_key()``, ``checkpoint_contents()``, ``save_checkpoint(path)`` and
     ``update_in_progress`` (``tapefit.plugins.hookspecs``).
     """
@@ -495,10 +507,12 @@ class Trainer:
         self._lazy = False  # the loader's arrays are memory-mapped
         self._source_sharded = False  # each process reads its own part of the data
         self._validation_steps: int | None = None
-        # The checkpoint contents from before an epoch's end (validation and on_epoch_end
-        # hooks), while it runs: what an exception there leaves to resume from.
+        # The last consistent boundary, while the trainer is past it: an exception there saves
+        # the state from the boundary. An epoch's end (validation, on_epoch_end) keeps the whole
+        # checkpoint contents from before it; a step keeps the data's and the plugins' states
+        # from before its batch was read (the step itself puts the model and generators back).
         self._before_epoch_end: dict[str, Any] | None = None
-        self._data_before_step: dict[str, Any] | None = None  # see _fit_epochs
+        self._before_step: dict[str, Any] | None = None
         self._interrupts = _InterruptGuard()
 
     # -- small helpers ---------------------------------------------------------
@@ -542,6 +556,21 @@ class Trainer:
         rows = self.world.shard(n)
         self.batch_rows = (rows.stop - rows.start, n)
         return _take(x, rows), _take(y, rows)
+
+    def _average_moving_statistics(self) -> None:
+        """Averages the floating non-trainable variables (BatchNormalization's moving
+        statistics) over the processes, which each moved with its own shard's batches."""
+        variables = getattr(self.model, "non_trainable_variables", [])
+        floating = [v for v in variables if np.dtype(v.dtype).kind == "f"]
+        if not floating:
+            return
+        flat = np.concatenate([np.asarray(v.numpy(), dtype=np.float64).reshape(-1) for v in floating])
+        mean = self.world.allreduce_sum(flat, "moving statistics Allreduce") / self.world.size
+        offset = 0
+        for v in floating:
+            size = int(np.prod(v.shape))
+            v.assign(mean[offset : offset + size].reshape(v.shape).astype(v.dtype))
+            offset += size
 
     def _reduce_epoch_sums(self) -> None:
         """Sums the loss and metric totals over the processes, so the logs are the global ones."""
@@ -626,6 +655,7 @@ class Trainer:
     def _metric_logs(self) -> dict[str, float]:
         if self.world.size > 1:
             self._reduce_epoch_sums()
+            self._average_moving_statistics()
         logs = {"loss": self.state.running_loss}
         for metric in self.metrics:
             logs[metric.name] = float(metric.result())
@@ -795,7 +825,8 @@ class Trainer:
         self.continued = continued
         self.state.start_fit(first_epoch, continued)
         self.state.fit = {"epochs": self.epochs, **fit_kind(loader)}
-        self._before_epoch_end = self._data_before_step = None
+        self._before_epoch_end = self._before_step = None
+        self._plugins_save_by_hook = bool(self.plugins.hook.on_save_checkpoint.get_hookimpls())
         self.resumed = checkpoint is not None
         if checkpoint is not None:
             self._restore(checkpoint, loader, resume_from)  # type: ignore[arg-type]
@@ -829,6 +860,8 @@ class Trainer:
                     self.plugins.load_state_dicts(checkpoint.get("plugins", {}))
                     hooks.on_load_checkpoint(trainer=self, checkpoint=checkpoint)
                 self._fit_epochs(loader, validation_data)
+                if self.world.size > 1:  # a fit stopped inside an epoch moved them since its end
+                    self._average_moving_statistics()
                 hooks.on_fit_end(trainer=self)
             except BaseException as exception:
                 self.plugins.call_each("on_exception", trainer=self, exception=exception)
@@ -858,13 +891,13 @@ class Trainer:
                     complete = True  # also an epoch resumed after its last batch, before its end
                     break
                 step = self.step
-                # Until the step is counted, a checkpoint takes the data's state from before
-                # its batch was read, so a resume reads that batch again.
-                self._data_before_step = loader.get_state()
+                # Until the step is counted, a checkpoint takes the data's and the plugins'
+                # states from before its batch was read, so a resume runs the step again.
+                self._before_step = {"data": loader.get_state(), "plugins": self._step_plugin_states()}
                 try:
                     batch = loader.next_batch()
                 except StopIteration:
-                    self._data_before_step = None
+                    self._before_step = None
                     complete = True
                     break
                 batch_start(trainer=self, step=step)
@@ -945,7 +978,7 @@ class Trainer:
             self.optimizer.apply_gradients(pairs)
             self.update_in_progress = False
             self.state.end_step(loss_value, _batch_len(y))
-            self._data_before_step = None  # counted: the data's own state is the position now
+            self._before_step = None  # counted: the current state is the position now
             for metric in self.metrics:
                 metric.update_state(y, y_pred)
         except BaseException:
@@ -1096,8 +1129,8 @@ class Trainer:
         epoch statistics, the data's, the generators' and the metrics' states (copies)."""
         snapshot = copy.deepcopy(self.state)
         snapshot.stopped = self.state.stopped if self.stop_training else None
-        if self._data_before_step is not None:
-            snapshot.data = self._data_before_step
+        if self._before_step is not None:
+            snapshot.data = self._before_step["data"]
         else:
             snapshot.data = self._loader.get_state() if self._loader is not None else {}
         snapshot.random = _random.get_state()
@@ -1105,28 +1138,40 @@ class Trainer:
         return snapshot
 
     def _contents(self) -> dict[str, Any]:
-        """The checkpoint contents of the current state, before the ``on_save_checkpoint`` hook."""
-        return {
+        """The checkpoint contents of the current state, with what the ``on_save_checkpoint``
+        hooks add (plugins' states are copies: later hooks do not change them)."""
+        contents = {
             **self.train_state().to_dict(),
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.get_state(),
-            "plugins": copy.deepcopy(self.plugins.state_dicts()),
+            "plugins": _copied(self.plugins.state_dicts()),
             "config": self.config,
         }
+        self.plugins.hook.on_save_checkpoint(trainer=self, checkpoint=contents)
+        return contents
+
+    def _step_plugin_states(self) -> dict[str, Any]:
+        """The plugins' states as a checkpoint taken now would hold them (before every step)."""
+        if self._plugins_save_by_hook:  # their states come only with the whole contents
+            return self._contents()["plugins"]
+        return _copied(self.plugins.state_dicts())
 
     def checkpoint_contents(self) -> dict[str, Any]:
         """Everything a checkpoint holds to resume exactly from the current state.
 
-        While an epoch ends (its validation and ``on_epoch_end`` hooks), that is the state
-        before its end, so a checkpoint taken then (an exception in a hook) runs it again.
-        Calls the ``on_save_checkpoint`` hook, so plugins can add to it.
+        Past the last consistent boundary, that is the state at the boundary: while an epoch
+        ends (its validation and ``on_epoch_end`` hooks) the state before its end, and during
+        a step that has not updated the model (an exception in a hook, the loss or the
+        gradients) the state before the step, plugins' included; a resume runs it again.
+        Calls the ``on_save_checkpoint`` hooks, so plugins can add to it (at the boundary).
         """
         if self._loader is None:
             raise RuntimeError("checkpoint_contents is only available during fit")
-        contents = (
-            copy.copy(self._before_epoch_end) if self._before_epoch_end is not None else self._contents()
-        )
-        self.plugins.hook.on_save_checkpoint(trainer=self, checkpoint=contents)
+        if self._before_epoch_end is not None:
+            return {**self._before_epoch_end, "plugins": dict(self._before_epoch_end["plugins"])}
+        contents = self._contents()
+        if self._before_step is not None:
+            contents["plugins"] = self._before_step["plugins"]
         return contents
 
     def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:

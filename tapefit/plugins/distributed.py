@@ -10,11 +10,11 @@ float32 rounding). It runs first among the ``transform_gradients`` implementatio
 
 * Before the first step rank 0's variables, optimizer state and random generators are
   broadcast, so every rank starts identical (after a resume too).
-* Epoch losses and metrics are sums and counts reduced over the ranks (the trainer asks
-  its ``World``), so the History equals a single process's.
-* BatchNormalization: each rank normalizes with the statistics of its own shard, and the
-  moving statistics (every non-trainable variable) are averaged over the ranks at every
-  epoch end and at the end of the fit.
+* At every epoch's end, before validation and the ``on_epoch_end`` hooks, and at the end of
+  the fit, the trainer asks its ``World`` to reduce the epoch's loss and metric sums and
+  counts over the ranks, so the History equals a single process's, and to average the moving
+  statistics (every floating non-trainable variable: BatchNormalization's), which each rank
+  moved with its own shard's batch statistics.
 * Only rank 0 runs the plugins that write or print (those whose class sets
   ``chief_only = True``: ``progress``, ``csv_logger``, ``tensorboard``, ``checkpoint``).
 * Every rank sets its BLAS threads so the ranks on one host do not oversubscribe its
@@ -122,28 +122,6 @@ class Distributed:
         summed = world.allreduce_sum(_flatten(grads, local / total, logs["loss"]), "gradient Allreduce")
         logs["loss"] = float(summed[-1])
         return list(zip(_unflatten(summed, grads), (v for _, v in grads_and_vars)))
-
-    def _average_statistics(self, trainer: Any) -> None:
-        world = self._active()
-        variables = getattr(trainer.model, "non_trainable_variables", [])
-        floating = [v for v in variables if np.dtype(v.dtype).kind == "f"]
-        if world is None or not floating:
-            return
-        flat = np.concatenate([np.asarray(v.numpy(), dtype=np.float64).reshape(-1) for v in floating])
-        mean = world.allreduce_sum(flat, "moving statistics Allreduce") / world.size
-        offset = 0
-        for v in floating:
-            size = int(np.prod(v.shape))
-            v.assign(mean[offset : offset + size].reshape(v.shape).astype(v.dtype))
-            offset += size
-
-    @hookimpl(tryfirst=True)
-    def on_epoch_end(self, trainer: Any) -> None:
-        self._average_statistics(trainer)
-
-    @hookimpl(tryfirst=True)
-    def on_fit_end(self, trainer: Any) -> None:
-        self._average_statistics(trainer)
 
     @hookimpl
     def on_exception(self, exception: BaseException) -> None:

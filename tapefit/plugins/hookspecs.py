@@ -23,9 +23,9 @@ plugin has seen the step or the epoch.
 docstring, and for checkpointing plugins: ``trainer.state`` (the ``TrainState``, read-only),
 ``trainer.position_key()`` (where a checkpoint taken now resumes), ``trainer.checkpoint_contents()``
 and ``trainer.save_checkpoint(path)`` (the state as a checkpoint holds it: between a step's
-start and its end the state before the step, during an epoch's end the state before it),
-and ``trainer.update_in_progress`` (the optimizer is writing the variables: no state is
-whole).
+start and its update the state before the step, plugins' states included; during an epoch's
+end the state before it), and ``trainer.update_in_progress`` (the optimizer is writing the
+variables: no state is whole).
 
 **Return values** are ignored except where a hook says otherwise.
 
@@ -260,12 +260,17 @@ def on_save_point(trainer: Any, after: str, logs: dict[str, float], last: bool) 
 #    registered name: ``checkpoint["plugins"][trainer.plugins.get_name(self)] = {...}``
 #    (a resume warns about entries that name no registered plugin).
 # States are nested dicts/lists of JSON values (str, int, float, bool, None) and
-# NumPy arrays; no pickle is ever written or read.
+# NumPy arrays; no pickle is ever written or read. The trainer takes the states before every
+# step and every epoch's end (an exception there saves the state from before it), copying
+# the dicts and lists but not the arrays: a state hands out arrays the plugin will not write
+# into afterwards (fresh copies, or arrays it replaces rather than updates in place).
 
 
 @hookspec
 def on_save_checkpoint(trainer: Any, checkpoint: dict[str, Any]) -> None:
-    """Called while a checkpoint's contents are gathered, before it is written.
+    """Called while a checkpoint's contents are gathered: before a checkpoint is written, and
+    before every epoch's end and (when a plugin implements this hook) every step, where the
+    trainer keeps the contents in memory for a checkpoint that an exception there saves.
 
     Args:
         trainer: the ``tp.Trainer``.
@@ -296,6 +301,7 @@ HOOK_NAMES: tuple[str, ...] = (
     "on_train_batch_end",
     "on_validation_end",
     "on_epoch_end",
+    "on_save_point",
     "on_fit_end",
     "on_exception",
     "on_save_checkpoint",

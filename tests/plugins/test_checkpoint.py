@@ -321,6 +321,78 @@ def test_an_exception_inside_a_step_saves_the_state_before_it(tmp_path, referenc
     )
 
 
+class _Counter:
+    """A third-party plugin whose state moves in a step's and an epoch's hooks."""
+
+    def __init__(self, style):
+        self.style, self.steps, self.epochs = style, 0, 0
+
+    @tp.hookimpl
+    def on_train_batch_start(self, step):
+        self.steps += 1
+
+    @tp.hookimpl
+    def on_epoch_end(self, trainer, logs):
+        self.epochs += 1
+        logs["counted"] = float(self.steps * 100 + self.epochs)
+
+    def _state(self):
+        return {"steps": self.steps, "epochs": self.epochs}
+
+    def _load(self, state):
+        self.steps, self.epochs = int(state["steps"]), int(state["epochs"])
+
+
+class _DictCounter(_Counter):
+    def state_dict(self):
+        return self._state()
+
+    def load_state_dict(self, state):
+        self._load(state)
+
+
+class _HookCounter(_Counter):
+    @tp.hookimpl
+    def on_save_checkpoint(self, trainer, checkpoint):
+        checkpoint["plugins"][trainer.plugins.get_name(self)] = self._state()
+
+    @tp.hookimpl
+    def on_load_checkpoint(self, trainer, checkpoint):
+        self._load(checkpoint["plugins"][trainer.plugins.get_name(self)])
+
+
+@pytest.mark.parametrize("style", [_DictCounter, _HookCounter], ids=["state_dict", "hooks"])
+@pytest.mark.parametrize("where", ["transform_gradients", "on_epoch_end"])
+def test_an_exception_saves_the_plugins_states_from_the_same_boundary(tmp_path, style, where):
+    # The interrupted checkpoint puts the model, the data and the generators back to the
+    # state before the failed step or epoch end: a plugin's own state must come from there
+    # too, or the resumed run counts the step or the epoch twice.
+    folder = tmp_path / "ckpt"
+
+    class Fail:
+        @tp.hookimpl
+        def transform_gradients(self, step):
+            if where == "transform_gradients" and step == 7:
+                raise RuntimeError("disk on fire")
+
+        @tp.hookimpl
+        def on_epoch_end(self, epoch):
+            if where == "on_epoch_end" and epoch == 1:
+                raise RuntimeError("disk on fire")
+
+    straight = build([style("straight")])
+    fit(straight, 4)
+    # Hooks run in list order: the counter has counted when Fail raises.
+    failing = build([style("failing"), Fail(), Checkpoint(dirpath=str(folder))])
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        fit(failing, 4)
+    resumed = build([style("resumed")])
+    fit(resumed, 4, resume_from=folder)
+    assert resumed.history.history == straight.history.history
+    for key, value in straight.model.state_dict().items():
+        np.testing.assert_array_equal(resumed.model.state_dict()[key], value, err_msg=key)
+
+
 def test_resume_with_a_different_batch_size_is_refused(tmp_path):
     folder = tmp_path / "ckpt"
     fit(build([Checkpoint(dirpath=str(folder))]), 1)
