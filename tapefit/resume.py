@@ -88,6 +88,14 @@ def _check_model(saved: Any, model: Any) -> None:
     if not isinstance(saved, dict):
         raise ValueError(f"model: expected a mapping of arrays, got {_shown(saved)}")
     ours = model.state_dict() if model is not None else {}
+    if ours and set(saved) != set(ours):
+        missing, unexpected = sorted(set(ours) - set(saved)), sorted(set(saved) - set(ours))
+        parts = [
+            f"{label} {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}"
+            for label, names in (("missing", missing), ("unexpected", unexpected))
+            if names
+        ]
+        raise ValueError(f"model: the checkpoint holds another model than this one ({'; '.join(parts)})")
     for name, value in saved.items():
         if not isinstance(value, np.ndarray):
             raise ValueError(f"model.{name}: expected an array, got {_shown(value)}")

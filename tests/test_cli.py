@@ -1584,6 +1584,27 @@ def test_a_resume_with_another_batch_size_is_exit_2_with_the_fits_message(workdi
     assert "it was written by a fit with {'batch_size': 50}, this fit has {'batch_size': 40}" in line
 
 
+def test_a_resume_with_another_model_names_the_variables_that_differ(workdir, capsys):
+    config = write(workdir / "c.yaml", SPIRALS)
+    status, _, err = run_main(["--config", config, "--set", "name=m"], capsys)
+    assert status == 0, err
+    args = [
+        "--config",
+        config,
+        "--set",
+        "name=m",
+        "--resume",
+        "auto",
+        "--set",
+        "model.hidden_units=[16, 16, 16]",
+    ]
+    status, out, err = run_main(args, capsys)
+    assert status == 2 and out == ""
+    [line] = err.strip().splitlines()
+    assert "model: the checkpoint holds another model than this one (missing " in line
+    assert "dense_3/kernel" in line, line
+
+
 def test_trainer_threads_is_checked_and_auto_trains(workdir, capsys):
     config = write(workdir / "c.yaml", SPIRALS)
     assert_config_error(

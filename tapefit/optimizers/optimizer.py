@@ -242,7 +242,7 @@ class Optimizer:
         # positions follow the order of the pairs, not which gradients happened to be None.
         if any(id(v) not in self._positions for v in every):
             self._register(every)
-        with recording_paused():
+        with pause_recording():
             lr = self._learning_rate_at(int(self._iterations))
             grads = self._clip(grads)
             self._apply_weight_decay(variables, lr)
