@@ -53,3 +53,17 @@ def test_python_m_benchmarks_quick_writes_the_table_and_json(tmp_path):
     assert names[:3] == ["op, no tape (per op)", "op, recorded + backward (per op)", "MLP step, batch 32"]
     assert all(value > 0 for row in figures["rows"] for value in row["ratios"].values())
     assert figures["machine"]["numpy"] == np.__version__
+
+
+def test_the_step_profile_names_tapefits_parts(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "benchmarks/profile_step.py", "--batch", "4", "--calls", "3", "--top", "3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "eager MLP step, batch 4" in result.stdout
+    assert "tapefit/core/record" in result.stdout and "tapefit/core/tape" in result.stdout

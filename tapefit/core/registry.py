@@ -161,6 +161,7 @@ _FLOATS = frozenset([_dt.float16, _dt.float32, _dt.float64])
 _NUMERIC = _FLOATS | frozenset(np.dtype(t) for t in "bBhHiIlLqQ")  # every int, no bool
 _ALLOWED = {"float": _FLOATS, "numeric": _NUMERIC, "any": None}
 _BOOL = _dt.bool
+_FLOAT32 = _dt.float32
 _new = object.__new__
 _ndarray = np.ndarray
 _asarray = np.asarray
@@ -183,7 +184,8 @@ def unary(
         if x.__class__ is not Tensor:
             x = as_tensor(x)
         value = x._value
-        if allowed is not None and value.dtype not in allowed:
+        # float32 first: NumPy's built-in dtypes are singletons, and `is` costs less than hashing.
+        if value.dtype is not _FLOAT32 and allowed is not None and value.dtype not in allowed:
             raise TypeError(
                 f"{name} needs a {'floating' if allowed is _FLOATS else 'numeric'} tensor, got "
                 f"{value.dtype.name}; use tp.cast(x, tp.float32)"
