@@ -1,9 +1,12 @@
-"""One training step of a 784-512-256-10 ReLU MLP at batch 128: tapefit against handwritten NumPy.
+"""One training step of a 784-512-256-10 ReLU MLP: tapefit against handwritten NumPy.
 
-Both run forward, softmax cross-entropy, backward and a plain SGD update on the same
-float32 arrays in the same process; prints the median step times and their ratio.
+All run forward, softmax cross-entropy, backward and a plain SGD update on the same float32
+arrays in the same process, alternating: tapefit's ops written out by a user, NumPy as most
+people write it (allocating every intermediate), and the reference, the lean NumPy step of
+``suite.LeanMLP`` (every buffer allocated once, ``out=`` throughout, as an expert writes it).
+Prints the median step times and the medians of the per-round ratios to the lean step.
 
-    python benchmarks/mlp_step.py [--repeats 30]
+    python benchmarks/mlp_step.py [--batch 128] [--repeats 100]
 """
 
 from __future__ import annotations
@@ -11,15 +14,17 @@ from __future__ import annotations
 import argparse
 import itertools
 import statistics
-import time
-from collections.abc import Callable
+import sys
+from pathlib import Path
 
 import numpy as np
 
 import tapefit as tp
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.suite import LeanMLP, paired, ratio
+
 SIZES = (784, 512, 256, 10)
-BATCH = 128
 LR = np.float32(0.01)
 
 
@@ -67,46 +72,42 @@ def tapefit_step(variables: list[tp.Variable], x: tp.Tensor, y: tp.Tensor) -> fl
     return float(loss)
 
 
-def paired_seconds(
-    first: Callable[[], float], second: Callable[[], float], repeats: int
-) -> tuple[list[float], list[float]]:
-    """Times the two steps alternately, so that machine load falls on both alike."""
-    first(), second()  # warm up
-    times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(repeats):
-        for step, out in ((first, times[0]), (second, times[1])):
-            start = time.perf_counter()
-            step()
-            out.append(time.perf_counter() - start)
-    return times
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=100)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((BATCH, SIZES[0])).astype(np.float32)
-    y = rng.integers(0, SIZES[-1], BATCH).astype(np.int32)
+    x = rng.standard_normal((args.batch, SIZES[0])).astype(np.float32)
+    y = rng.integers(0, SIZES[-1], args.batch).astype(np.int32)
     params = init_params(rng)
     variables = [tp.Variable(p.copy()) for p in params]
     xt, yt = tp.constant(x), tp.constant(y)
 
-    # Both implementations must agree before their speed means anything.
+    # The implementations must agree before their speed means anything.
     check = [p.copy() for p in params]
     np.testing.assert_allclose(tapefit_step(variables, xt, yt), numpy_step(check, x, y), rtol=1e-5)
     for v, p in zip(variables, check):
         np.testing.assert_allclose(v.numpy(), p, rtol=1e-4, atol=1e-6)
+    lean = LeanMLP([p.copy() for p in params], args.batch)
+    np.testing.assert_allclose(lean.step(x, y), numpy_step([p.copy() for p in params], x, y), rtol=1e-5)
 
-    numpy_times, tapefit_times = paired_seconds(
-        lambda: numpy_step(params, x, y), lambda: tapefit_step(variables, xt, yt), args.repeats
+    times = paired(
+        {
+            "lean NumPy": lambda: lean.step(x, y),
+            "allocating NumPy": lambda: numpy_step(params, x, y),
+            "tapefit": lambda: tapefit_step(variables, xt, yt),
+        },
+        args.repeats,
     )
-    t_numpy, t_tapefit = statistics.median(numpy_times), statistics.median(tapefit_times)
-    ratio = statistics.median(t / n for t, n in zip(tapefit_times, numpy_times))
-    print(f"MLP {'-'.join(map(str, SIZES))}, batch {BATCH}, forward + backward + SGD ({args.repeats} pairs)")
-    print(f"  handwritten NumPy  {t_numpy * 1e3:7.2f} ms/step (median)")
-    print(f"  tapefit            {t_tapefit * 1e3:7.2f} ms/step (median)")
-    print(f"  tapefit / NumPy    {ratio:7.2f}x (median of per-pair ratios)")
+    print(
+        f"MLP {'-'.join(map(str, SIZES))}, batch {args.batch}, forward + backward + SGD ({args.repeats} rounds)"
+    )
+    for name, seconds in times.items():
+        print(
+            f"  {name:17s} {statistics.median(seconds) * 1e3:7.2f} ms/step (median)   "
+            f"{ratio(times, name, 'lean NumPy'):5.2f}x the lean step (median of per-round ratios)"
+        )
 
 
 if __name__ == "__main__":
