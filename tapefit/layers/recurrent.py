@@ -47,6 +47,7 @@ class _RNN(Layer):
         name: str | None = None,
         dropout: float = 0.0,
         recurrent_dropout: float = 0.0,
+        zero_output_for_mask: bool = False,
     ) -> None:
         super().__init__(name=name)
         for what, rate in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
@@ -63,6 +64,7 @@ class _RNN(Layer):
         self.bias_initializer = initializers.get(bias_initializer)
         self.return_sequences, self.return_state = bool(return_sequences), bool(return_state)
         self.go_backwards = bool(go_backwards)
+        self.zero_output_for_mask = bool(zero_output_for_mask)
         self._arguments = {
             "units": units,
             "activation": activation,
@@ -74,6 +76,7 @@ class _RNN(Layer):
             "return_state": return_state,
             "dropout": dropout,
             "recurrent_dropout": recurrent_dropout,
+            "zero_output_for_mask": zero_output_for_mask,
         }
         self.kernel = self.recurrent_kernel = self.bias = None
 
@@ -149,20 +152,26 @@ class _RNN(Layer):
             )
         inputs_by_step = self._input_projection(x)
         order = range(steps - 1, -1, -1) if self.go_backwards else range(steps)
-        outputs = []
-        zeros = None
+        outputs: list[Tensor] = []
+        last = states[0]  # what a layer without steps returns
+        previous = zeros = None  # previous: the last step's output, zeros before the first
         for t in order:
             h_in = states[0] if recurrent_keep is None else states[0] * recurrent_keep
             output, new_states = self._cell(inputs_by_step[t], states, h_in)
             if keep is not None:
-                # A masked step carries the states through and outputs zeros (Keras's rule).
+                # Keras's rule: a masked step carries the states through and repeats the
+                # previous step's output, or outputs zeros with zero_output_for_mask.
                 step_keep = keep[t]
                 new_states = [_math.where(step_keep, n, s) for n, s in zip(new_states, states)]
-                zeros = zeros if zeros is not None else as_tensor(np.zeros((batch, self.units), x.dtype))
-                output = _math.where(step_keep, output, zeros)
+                if previous is None or self.zero_output_for_mask:
+                    if zeros is None:
+                        zeros = as_tensor(np.zeros((batch, self.units), x.dtype))
+                    previous = zeros
+                output = _math.where(step_keep, output, previous)
             states = new_states
-            outputs.append(output)
-        last = states[0]
+            previous = last = output
+            if self.return_sequences:
+                outputs.append(output)
         result = _shape.stack(outputs, axis=1) if self.return_sequences else last
         if self.return_state:
             return [result, *states]
@@ -200,9 +209,13 @@ class SimpleRNN(_RNN):
         dropout: in training, the rate of dropout on the inputs (one mask per sequence, the
             same at every step, as Keras), drawn from ``tp.random``'s generators.
         recurrent_dropout: likewise, on the state the recurrent kernel multiplies.
+        zero_output_for_mask: a masked step outputs zeros, not the previous step's output.
 
     Called as ``layer(inputs, mask=None, initial_state=None)``; ``mask`` (batch, time) of
-    booleans marks the real steps: a masked step keeps the state and outputs zeros.
+    booleans marks the real steps. As in Keras, a masked step keeps the states and outputs
+    the previous step's output (zeros before the first real step, as Keras's TensorFlow
+    backend), or zeros with ``zero_output_for_mask``; without ``return_sequences`` the layer
+    returns the last step's output so defined.
     """
 
     def _cell(self, xw: Tensor, states: list[Tensor], h_in: Tensor) -> tuple[Tensor, list[Tensor]]:
@@ -311,6 +324,9 @@ class Bidirectional(Layer):
     ``None`` for the pair ``[forward, backward]``). With ``return_sequences`` the backward
     outputs are put back in time order first. With ``return_state``: ``[output, *forward
     states, *backward states]``.
+
+    As Keras, it sets both layers' ``zero_output_for_mask`` to ``return_sequences``: masked
+    steps output zeros in both directions.
     """
 
     _MODES = ("concat", "sum", "mul", "ave", None)
@@ -323,7 +339,14 @@ class Bidirectional(Layer):
             raise ValueError(f"Bidirectional: merge_mode must be one of {self._MODES}, got {merge_mode!r}")
         self.merge_mode = merge_mode
         self.forward_layer = layer
-        self.backward_layer = type(layer)(**{**layer._arguments, "go_backwards": not layer.go_backwards})
+        layer.zero_output_for_mask = layer.return_sequences
+        self.backward_layer = type(layer)(
+            **{
+                **layer._arguments,
+                "go_backwards": not layer.go_backwards,
+                "zero_output_for_mask": layer.return_sequences,
+            }
+        )
 
     def call(self, inputs: Any, mask: Any = None, initial_state: Any = None, training: Any = None) -> Any:
         """Runs both directions and merges them."""

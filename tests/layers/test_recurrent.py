@@ -13,13 +13,18 @@ def sigmoid(z):
     return 1.0 / (1.0 + np.exp(-z))
 
 
-def reference(kind, x, kernel, recurrent, bias, go_backwards=False):
-    """Keras 3's equations in float64 NumPy: every step's output and the final states."""
+def reference(kind, x, kernel, recurrent, bias, go_backwards=False, mask=None, zero_output_for_mask=False):
+    """Keras 3's equations in float64 NumPy: every step's output and the final states.
+
+    A masked step keeps ``h`` and ``c`` and outputs the previous step's output (zeros before the
+    first step), or zeros with ``zero_output_for_mask`` (Keras's TensorFlow backend).
+    """
     batch, steps, _ = x.shape
     units = recurrent.shape[0]
     h, c = np.zeros((batch, units)), np.zeros((batch, units))
     outputs = []
     for t in range(steps - 1, -1, -1) if go_backwards else range(steps):
+        h_prev, c_prev = h, c
         xt = x[:, t].astype(np.float64)
         if kind == "simple":
             h = np.tanh(xt @ kernel + h @ recurrent + bias)
@@ -32,7 +37,13 @@ def reference(kind, x, kernel, recurrent, bias, go_backwards=False):
             h_z, h_r, h_h = np.split(h @ recurrent + bias[1], 3, axis=-1)
             z, r = sigmoid(x_z + h_z), sigmoid(x_r + h_r)
             h = z * h + (1 - z) * np.tanh(x_h + r * h_h)
-        outputs.append(h)
+        if mask is None:
+            outputs.append(h)
+            continue
+        keep = mask[:, t, None]
+        h, c = np.where(keep, h, h_prev), np.where(keep, c, c_prev)
+        fallback = outputs[-1] if outputs and not zero_output_for_mask else np.zeros_like(h)
+        outputs.append(np.where(keep, h, fallback))
     return np.stack(outputs, axis=1), h, c
 
 
@@ -72,18 +83,60 @@ def test_weight_layouts_and_initializers_are_keras():
     np.testing.assert_allclose(rk @ rk.T, np.eye(8), atol=1e-5)  # (8, 24): orthonormal rows
 
 
-def test_masked_steps_change_nothing():
+def test_padded_steps_change_nothing():
     tp.random.set_seed(3)
     layer = tp.layers.LSTM(5, return_sequences=True, return_state=True)
-    padded = np.concatenate([X[:, :4], np.full((3, 2, 4), 7.0, np.float32)], axis=1)
-    mask = np.zeros((3, 6), bool)
-    mask[:, :4] = True
-    sequence, h, c = layer(tp.constant(padded), mask=mask)
     unpadded, h4, c4 = layer(tp.constant(X[:, :4]))
-    np.testing.assert_allclose(h.numpy(), h4.numpy(), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(c.numpy(), c4.numpy(), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(sequence.numpy()[:, :4], unpadded.numpy(), rtol=1e-6, atol=1e-6)
-    assert np.all(sequence.numpy()[:, 4:] == 0.0)  # masked steps output zeros
+    pad = np.full((3, 2, 4), 7.0, np.float32)
+    right, left = np.concatenate([X[:, :4], pad], axis=1), np.concatenate([pad, X[:, :4]], axis=1)
+    right_mask, left_mask = np.arange(6) < 4, np.arange(6) >= 2
+    for padded, mask in ((right, right_mask), (left, left_mask)):
+        sequence, h, c = layer(tp.constant(padded), mask=np.tile(mask, (3, 1)))
+        np.testing.assert_allclose(h.numpy(), h4.numpy(), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(c.numpy(), c4.numpy(), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(sequence.numpy()[:, mask], unpadded.numpy(), rtol=1e-6, atol=1e-6)
+        padded_steps = sequence.numpy()[:, ~mask]
+        # Keras: a padded step repeats the previous output (zeros before the first real step).
+        expected = sequence.numpy()[:, [3, 3]] if mask is right_mask else np.zeros_like(padded_steps)
+        np.testing.assert_array_equal(padded_steps, expected)
+    last = tp.layers.LSTM(5)
+    last(tp.constant(X))
+    last.set_weights(layer.get_weights())
+    output = last(tp.constant(right), mask=np.tile(right_mask, (3, 1)))
+    np.testing.assert_allclose(output.numpy(), h4.numpy(), rtol=1e-6, atol=1e-6)
+
+
+MASK = np.array([[1, 1, 1, 1, 0, 0], [0, 1, 1, 0, 1, 0], [1, 0, 0, 0, 0, 0]], bool)
+
+
+@pytest.mark.parametrize("kind", list(LAYERS))
+@pytest.mark.parametrize("go_backwards", [False, True])
+@pytest.mark.parametrize("zero_output_for_mask", [False, True])
+def test_masked_steps_follow_keras(kind, go_backwards, zero_output_for_mask):
+    tp.random.set_seed(12)
+    layer = LAYERS[kind](
+        5,
+        return_sequences=True,
+        return_state=True,
+        go_backwards=go_backwards,
+        zero_output_for_mask=zero_output_for_mask,
+    )
+    sequence, *states = layer(tp.constant(X), mask=MASK)
+    expected, h, c = reference(
+        kind, X, *weights(layer), go_backwards, mask=MASK, zero_output_for_mask=zero_output_for_mask
+    )
+    np.testing.assert_allclose(sequence.numpy(), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(states[0].numpy(), h, rtol=1e-5, atol=1e-6)
+    if kind == "lstm":
+        np.testing.assert_allclose(states[1].numpy(), c, rtol=1e-5, atol=1e-6)
+    # Without return_sequences: the last step's output, zeros after a masked one with
+    # zero_output_for_mask (Keras does the same).
+    single = LAYERS[kind](5, go_backwards=go_backwards, zero_output_for_mask=zero_output_for_mask)
+    single(tp.constant(X))
+    single.set_weights(layer.get_weights())
+    np.testing.assert_allclose(
+        single(tp.constant(X), mask=MASK).numpy(), expected[:, -1], rtol=1e-5, atol=1e-6
+    )
 
 
 def test_bidirectional_concatenates_forward_and_time_ordered_backward():
