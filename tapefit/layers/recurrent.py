@@ -348,6 +348,14 @@ class Bidirectional(Layer):
             }
         )
 
+    def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
+        """Keras's rule: the steps' mask with ``return_sequences`` (one per output with
+        ``merge_mode=None``), else ``None``."""
+        if isinstance(mask, (list, tuple)):
+            mask = mask[0]
+        output_mask = mask if self.forward_layer.return_sequences else None
+        return [output_mask, output_mask] if self.merge_mode is None else output_mask
+
     def call(self, inputs: Any, mask: Any = None, initial_state: Any = None, training: Any = None) -> Any:
         """Runs both directions and merges them."""
         forward_state = backward_state = None

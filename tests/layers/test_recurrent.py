@@ -299,6 +299,30 @@ def test_embedding_mask_zero_flows_through_sequential_to_the_rnn():
     assert not np.allclose(unmasked(tp.constant(ids)).numpy()[:1], unmasked(tp.constant(ids[:1, :3])).numpy())
 
 
+def test_bidirectional_passes_the_mask_on():
+    ids = np.array([[3, 5, 2, 0, 0], [4, 1, 0, 0, 0]])
+    tp.random.set_seed(13)
+    model = tp.layers.Sequential(
+        [
+            tp.layers.Embedding(10, 4, mask_zero=True),
+            tp.layers.Bidirectional(tp.layers.LSTM(3, return_sequences=True)),
+            tp.layers.LSTM(2),
+        ]
+    )
+    padded = model(tp.constant(ids)).numpy()
+    for row, length in enumerate((3, 2)):
+        alone = model(tp.constant(ids[row : row + 1, :length])).numpy()
+        np.testing.assert_allclose(padded[row : row + 1], alone, rtol=1e-6, atol=1e-6)
+    bidirectional = model.layers[1]
+    mask = tp.constant(ids != 0)
+    assert bidirectional.compute_mask(None, mask) is mask
+    sequence = bidirectional(model.layers[0](tp.constant(ids)), mask=mask).numpy()
+    np.testing.assert_array_equal(sequence[ids == 0], 0.0)  # both directions: zeros when padded
+    assert tp.layers.Bidirectional(tp.layers.GRU(3)).compute_mask(None, mask) is None
+    pair = tp.layers.Bidirectional(tp.layers.GRU(3, return_sequences=True), merge_mode=None)
+    assert [m is mask for m in pair.compute_mask(None, mask)] == [True, True]
+
+
 def test_a_compiled_model_with_mask_zero_follows_each_calls_padding():
     tp.random.set_seed(10)
     model = tp.layers.Sequential([tp.layers.Embedding(10, 4, mask_zero=True), tp.layers.LSTM(3)])
