@@ -113,9 +113,16 @@ class _RNN(Layer):
     def _input_bias(self) -> Any:
         return self.bias
 
-    def _cell(self, xw: Tensor, states: list[Tensor], h_in: Tensor) -> tuple[Tensor, list[Tensor]]:
+    def _recurrent_weights(self) -> Any:
+        """What ``_cell`` multiplies ``h_in`` by, worked out once per call."""
+        return self.recurrent_kernel
+
+    def _cell(
+        self, xw: Tensor, states: list[Tensor], h_in: Tensor, recurrent: Any
+    ) -> tuple[Tensor, list[Tensor]]:
         """One step: the output and the new states; ``h_in`` is the state the recurrent kernel
-        multiplies (``states[0]`` after recurrent dropout)."""
+        multiplies (``states[0]`` after recurrent dropout), ``recurrent`` what
+        ``_recurrent_weights`` gave."""
         raise NotImplementedError
 
     def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
@@ -151,13 +158,14 @@ class _RNN(Layer):
                 as_tensor(np.ones((batch, self.units), x.dtype)), self.recurrent_dropout
             )
         inputs_by_step = self._input_projection(x)
+        recurrent = self._recurrent_weights()
         order = range(steps - 1, -1, -1) if self.go_backwards else range(steps)
         outputs: list[Tensor] = []
         last = states[0]  # what a layer without steps returns
         previous = zeros = None  # previous: the last step's output, zeros before the first
         for t in order:
             h_in = states[0] if recurrent_keep is None else states[0] * recurrent_keep
-            output, new_states = self._cell(inputs_by_step[t], states, h_in)
+            output, new_states = self._cell(inputs_by_step[t], states, h_in, recurrent)
             if keep is not None:
                 # Keras's rule: a masked step carries the states through and repeats the
                 # previous step's output, or outputs zeros with zero_output_for_mask.
@@ -218,8 +226,10 @@ class SimpleRNN(_RNN):
     returns the last step's output so defined.
     """
 
-    def _cell(self, xw: Tensor, states: list[Tensor], h_in: Tensor) -> tuple[Tensor, list[Tensor]]:
-        h = self.activation(xw + matmul(h_in, self.recurrent_kernel))
+    def _cell(
+        self, xw: Tensor, states: list[Tensor], h_in: Tensor, recurrent: Any
+    ) -> tuple[Tensor, list[Tensor]]:
+        h = self.activation(xw + matmul(h_in, recurrent))
         return h, [h]
 
 
@@ -273,9 +283,11 @@ class LSTM(_GatedRNN):
             value[self.units : 2 * self.units] = 1.0
         return value
 
-    def _cell(self, xw: Tensor, states: list[Tensor], h_in: Tensor) -> tuple[Tensor, list[Tensor]]:
+    def _cell(
+        self, xw: Tensor, states: list[Tensor], h_in: Tensor, recurrent: Any
+    ) -> tuple[Tensor, list[Tensor]]:
         c = states[1]
-        z = xw + matmul(h_in, self.recurrent_kernel)
+        z = xw + matmul(h_in, recurrent)
         if self.activation in _TANH and self.recurrent_activation in _SIGMOID:
             h, c = lstm_cell(z, c)  # the default activations: one fused op per step
             return h, [h, c]
@@ -287,33 +299,64 @@ class LSTM(_GatedRNN):
 
 
 class GRU(_GatedRNN):
-    """Keras's ``GRU`` with ``reset_after=True`` (Keras 3's default and cuDNN's form): gates
-    ``z, r, h`` in that order; ``bias`` (2, 3*units) holds the input bias and the recurrent one.
+    """Keras's ``GRU``: gates ``z, r, h`` in that order along the last axis of ``kernel``
+    (features, 3*units) and ``recurrent_kernel`` (units, 3*units).
 
-    ``z = sigmoid(x_z + h_z)``, ``r = sigmoid(x_r + h_r)``, ``ĥ = activation(x_h + r * h_h)``,
-    ``h_t = z * h_{t-1} + (1 - z) * ĥ``, where ``x_* = x_t @ kernel + bias[0]`` and
-    ``h_* = h_{t-1} @ recurrent_kernel + bias[1]``. Other arguments (by keyword) as ``SimpleRNN``.
+    ``z = sigmoid(x_z + h_z)``, ``r = sigmoid(x_r + h_r)``, ``h_t = z * h_{t-1} + (1 - z) * ĥ``,
+    where ``x_* = x_t @ kernel + b_x`` and ``h_* = h_{t-1} @ recurrent_kernel + b_h``.
+    ``reset_after`` (keyword, default true: Keras 3's default and cuDNN's form) applies the
+    reset gate after the recurrent product, ``ĥ = activation(x_h + r * h_h)``, with ``bias``
+    (2, 3*units) holding ``b_x`` and ``b_h``; with ``reset_after=False``,
+    ``ĥ = activation(x_h + (r * h_{t-1}) @ recurrent_kernel[:, 2*units:])``, ``bias`` (3*units,)
+    is ``b_x`` and there is no ``b_h``. Other arguments (by keyword) as ``SimpleRNN``.
     """
 
     _gates = 3
 
+    def __init__(
+        self,
+        units: int,
+        activation: str | Callable[..., Any] | None = "tanh",
+        recurrent_activation: str | Callable[..., Any] | None = "sigmoid",
+        *,
+        reset_after: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(units, activation, recurrent_activation, **kwargs)
+        self.reset_after = bool(reset_after)
+        self._arguments.update(reset_after=reset_after)
+
     def _bias_shape(self) -> tuple[int, ...]:
-        return (2, 3 * self.units)
+        return (2, 3 * self.units) if self.reset_after else (3 * self.units,)
 
     def _input_bias(self) -> Any:
-        return self.bias[0]
+        return self.bias[0] if self.reset_after else self.bias
 
-    def _cell(self, xw: Tensor, states: list[Tensor], h_in: Tensor) -> tuple[Tensor, list[Tensor]]:
+    def _recurrent_weights(self) -> Any:
+        if self.reset_after:
+            return self.recurrent_kernel
+        return _shape.split(self.recurrent_kernel, [2 * self.units, self.units], axis=-1)
+
+    def _cell(
+        self, xw: Tensor, states: list[Tensor], h_in: Tensor, recurrent: Any
+    ) -> tuple[Tensor, list[Tensor]]:
         (h,) = states
-        hw = matmul(h_in, self.recurrent_kernel)
-        if self.bias is not None:
-            hw = hw + self.bias[1]
         x_z, x_r, x_h = _shape.split(xw, 3, axis=-1)
-        h_z, h_r, h_h = _shape.split(hw, 3, axis=-1)
         gate = self.recurrent_activation
-        z = gate(x_z + h_z)
-        r = gate(x_r + h_r)
-        candidate = self.activation(x_h + r * h_h)
+        if self.reset_after:
+            hw = matmul(h_in, recurrent)
+            if self.bias is not None:
+                hw = hw + self.bias[1]
+            h_z, h_r, h_h = _shape.split(hw, 3, axis=-1)
+            z = gate(x_z + h_z)
+            r = gate(x_r + h_r)
+            candidate = self.activation(x_h + r * h_h)
+        else:
+            gates_kernel, candidate_kernel = recurrent
+            h_z, h_r = _shape.split(matmul(h_in, gates_kernel), 2, axis=-1)
+            z = gate(x_z + h_z)
+            r = gate(x_r + h_r)
+            candidate = self.activation(x_h + matmul(r * h_in, candidate_kernel))
         h = z * h + (1.0 - z) * candidate
         return h, [h]
 

@@ -1,5 +1,7 @@
 """SimpleRNN, LSTM, GRU and Bidirectional: Keras's equations and layouts, masks, gradients."""
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -32,11 +34,16 @@ def reference(kind, x, kernel, recurrent, bias, go_backwards=False, mask=None, z
             i, f, g, o = np.split(xt @ kernel + h @ recurrent + bias, 4, axis=-1)
             c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
             h = sigmoid(o) * np.tanh(c)
-        else:
+        elif kind == "gru":
             x_z, x_r, x_h = np.split(xt @ kernel + bias[0], 3, axis=-1)
             h_z, h_r, h_h = np.split(h @ recurrent + bias[1], 3, axis=-1)
             z, r = sigmoid(x_z + h_z), sigmoid(x_r + h_r)
             h = z * h + (1 - z) * np.tanh(x_h + r * h_h)
+        else:  # reset_after=False: the reset gate before the product, one bias
+            x_z, x_r, x_h = np.split(xt @ kernel + bias, 3, axis=-1)
+            h_z, h_r = np.split(h @ recurrent[:, : 2 * units], 2, axis=-1)
+            z, r = sigmoid(x_z + h_z), sigmoid(x_r + h_r)
+            h = z * h + (1 - z) * np.tanh(x_h + (r * h) @ recurrent[:, 2 * units :])
         if mask is None:
             outputs.append(h)
             continue
@@ -47,7 +54,13 @@ def reference(kind, x, kernel, recurrent, bias, go_backwards=False, mask=None, z
     return np.stack(outputs, axis=1), h, c
 
 
-LAYERS = {"simple": tp.layers.SimpleRNN, "lstm": tp.layers.LSTM, "gru": tp.layers.GRU}
+LAYERS = {
+    "simple": tp.layers.SimpleRNN,
+    "lstm": tp.layers.LSTM,
+    "gru": tp.layers.GRU,
+    "gru_reset_before": functools.partial(tp.layers.GRU, reset_after=False),
+}
+TORCH_KINDS = ["simple", "lstm", "gru"]  # PyTorch's GRU resets after the product
 
 
 def weights(layer):
@@ -71,10 +84,12 @@ def test_outputs_follow_keras_equations(kind, go_backwards):
 
 def test_weight_layouts_and_initializers_are_keras():
     tp.random.set_seed(2)
-    lstm, gru = tp.layers.LSTM(8), tp.layers.GRU(8)
-    lstm(tp.constant(X)), gru(tp.constant(X))
+    lstm, gru, gru_before = tp.layers.LSTM(8), tp.layers.GRU(8), tp.layers.GRU(8, reset_after=False)
+    lstm(tp.constant(X)), gru(tp.constant(X)), gru_before(tp.constant(X))
     assert [v.shape for v in lstm.variables] == [(4, 32), (8, 32), (32,)]
     assert [v.shape for v in gru.variables] == [(4, 24), (8, 24), (2, 24)]
+    assert [v.shape for v in gru_before.variables] == [(4, 24), (8, 24), (24,)]
+    assert gru.reset_after and not gru_before.reset_after
     bias = lstm.bias.numpy()
     assert (
         np.all(bias[8:16] == 1.0) and np.all(bias[:8] == 0.0) and np.all(bias[16:] == 0.0)
@@ -257,7 +272,7 @@ def torch_module(torch, kind, layer):
     return module
 
 
-@pytest.mark.parametrize("kind", list(LAYERS))
+@pytest.mark.parametrize("kind", TORCH_KINDS)
 def test_outputs_and_gradients_equal_pytorchs(torch, kind):
     tp.random.set_seed(8)
     layer = LAYERS[kind](5, return_sequences=True)
