@@ -1,6 +1,8 @@
 """SimpleRNN, LSTM, GRU and Bidirectional: Keras's equations and layouts, masks, gradients."""
 
 import functools
+import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -241,6 +243,61 @@ def test_bad_inputs_name_the_shapes():
         tp.layers.GRU(0)
 
 
+# PyTorch's results, saved by scripts/torch_reference.py (its docstring lists the keys).
+TORCH_REFERENCE = Path(__file__).parent / "data" / "torch_recurrent.npz"
+TORCH_CASES = {  # name: (layer, bidirectional, masked), as the script's CASES
+    "simple": (tp.layers.SimpleRNN, False, False),
+    "lstm": (tp.layers.LSTM, False, False),
+    "gru": (tp.layers.GRU, False, False),
+    "simple_masked": (tp.layers.SimpleRNN, False, True),
+    "lstm_masked": (tp.layers.LSTM, False, True),
+    "gru_masked": (tp.layers.GRU, False, True),
+    "bilstm": (tp.layers.LSTM, True, False),
+    "bilstm_masked": (tp.layers.LSTM, True, True),
+}
+
+
+@pytest.mark.parametrize("case", list(TORCH_CASES))
+def test_outputs_and_gradients_equal_pytorchs_saved_results(case):
+    cls, bidirectional, masked = TORCH_CASES[case]
+    with np.load(TORCH_REFERENCE) as data:
+        saved = {key: data[key] for key in data.files if key.startswith(case + "/") or "/" not in key}
+    # PyTorch's padded outputs are zeros: Keras's zero_output_for_mask (Bidirectional sets it).
+    layer = cls(
+        4, return_sequences=True, return_state=True, zero_output_for_mask=masked and not bidirectional
+    )
+    if bidirectional:
+        layer = tp.layers.Bidirectional(layer)
+    directions = (
+        {"forward": layer.forward_layer, "backward": layer.backward_layer}
+        if bidirectional
+        else {"forward": layer}
+    )
+    x = tp.Variable(saved["x"])
+    mask = saved["mask"] if masked else None
+    layer(x)  # builds the weights, then the saved ones replace them
+    names = ("kernel", "recurrent_kernel", "bias")
+    for direction, sublayer in directions.items():
+        for name in names:
+            getattr(sublayer, name).assign(saved[f"{case}/{direction}/{name}"])
+    with tp.GradientTape() as tape:
+        outputs = layer(x, mask=mask)
+        loss = tp.add_n([tp.reduce_sum(out * saved[f"{case}/weight_{k}"]) for k, out in enumerate(outputs)])
+    sources = [getattr(sublayer, name) for sublayer in directions.values() for name in names]
+    grads = tape.gradient(loss, [x, *sources])
+    assert len(outputs) == sum(key.startswith(f"{case}/output_") for key in saved)
+    for k, out in enumerate(outputs):
+        np.testing.assert_allclose(
+            out.numpy(), saved[f"{case}/output_{k}"], rtol=1e-5, atol=1e-6, err_msg=f"output {k}"
+        )
+    expected = [saved[f"{case}/grad_x"]] + [
+        saved[f"{case}/{direction}/grad_{name}"] for direction in directions for name in names
+    ]
+    labels = ["x"] + [f"{direction} {name}" for direction in directions for name in names]
+    for grad, want, label in zip(grads, expected, labels):
+        np.testing.assert_allclose(grad.numpy(), want, rtol=1e-5, atol=1e-6, err_msg=label)
+
+
 @pytest.fixture
 def torch():
     """PyTorch, or a skip where it is not installed (CI has it not)."""
@@ -296,6 +353,17 @@ def test_outputs_and_gradients_equal_pytorchs(torch, kind):
         kernel_grad, recurrent_grad = kernel_grad[:, np.argsort(back)], recurrent_grad[:, np.argsort(back)]
     np.testing.assert_allclose(ours[1].numpy(), kernel_grad, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(ours[2].numpy(), recurrent_grad, rtol=1e-4, atol=1e-5)
+
+
+def test_the_torch_reference_script_reproduces_the_saved_results(torch):
+    spec = importlib.util.spec_from_file_location(
+        "torch_reference", Path(__file__).parents[2] / "scripts" / "torch_reference.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.PATH == TORCH_REFERENCE
+    assert set(script.CASES) == set(TORCH_CASES)
+    assert script.check(TORCH_REFERENCE, script.compute()) == []
 
 
 def test_embedding_mask_zero_flows_through_sequential_to_the_rnn():
