@@ -185,6 +185,43 @@ def test_gradients_match_finite_differences(kind):
     tp.testing.check_gradients(run, X[:2, :3, :2].astype(np.float64), *weights(layer))
 
 
+GRADIENT_MASK = np.array([[1, 1, 0, 1], [0, 1, 1, 0]], bool)  # holes, left and right padding
+
+
+@pytest.mark.parametrize("kind", list(LAYERS))
+@pytest.mark.parametrize("zero_output_for_mask", [False, True])
+def test_masked_gradients_match_finite_differences(kind, zero_output_for_mask):
+    x = X[:2, :4, :2]
+    layer = LAYERS[kind](
+        3, return_sequences=True, return_state=True, zero_output_for_mask=zero_output_for_mask
+    )
+    tp.random.set_seed(14)
+    layer(tp.constant(x))  # builds the float32 weights; the check runs in float64
+
+    def run(x, kernel, recurrent, bias):
+        layer.kernel, layer.recurrent_kernel, layer.bias = kernel, recurrent, bias
+        return layer.call(x, mask=GRADIENT_MASK)  # the sequence and the final states
+
+    tp.testing.check_gradients(run, x.astype(np.float64), *weights(layer))
+
+
+@pytest.mark.parametrize("kind", list(LAYERS))
+@pytest.mark.parametrize("masked", [False, True])
+def test_bidirectional_gradients_match_finite_differences(kind, masked):
+    x = X[:2, :4, :2]
+    layer = tp.layers.Bidirectional(LAYERS[kind](3, return_sequences=True, return_state=True))
+    tp.random.set_seed(15)
+    layer(tp.constant(x))
+    directions = (layer.forward_layer, layer.backward_layer)
+
+    def run(x, *arrays):
+        for k, sublayer in enumerate(directions):
+            sublayer.kernel, sublayer.recurrent_kernel, sublayer.bias = arrays[3 * k : 3 * k + 3]
+        return layer(x, mask=GRADIENT_MASK if masked else None)
+
+    tp.testing.check_gradients(run, x.astype(np.float64), *weights(directions[0]), *weights(directions[1]))
+
+
 def test_second_order_through_an_lstm_cell():
     layer = tp.layers.LSTM(2)
     tp.random.set_seed(6)
