@@ -3,9 +3,10 @@
 Batch 32, 50 steps, 64 inputs, 128 units, float32; the loss is the sum of the squared outputs
 of every step. The NumPy LSTM is written as an expert would (the input projection of all steps
 in one product, the four gates in one recurrent product per step, backpropagation through
-time by hand) and is checked to give tapefit's gradients. PyTorch's ``nn.LSTM`` runs as a
-reference when installed, after the tapefit/NumPy pairs and against NumPy again. Each pair
-alternates; the results are medians of per-pair ratios.
+time by hand) and is checked to give tapefit's gradients. PyTorch's ``nn.LSTM`` (the same
+weights, checked to give the same loss) runs as a reference when installed, after the
+tapefit/NumPy rounds, against tapefit directly. Within each phase the two systems alternate
+in a new seeded order every round; each ratio is the median of the per-round ratios.
 
     python benchmarks/lstm_step.py [--pairs 15]
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -76,7 +78,7 @@ def numpy_lstm(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=15)
+    parser.add_argument("--pairs", type=int, default=15, help="rounds of each phase (default 15)")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     x = rng.standard_normal((BATCH, STEPS, FEATURES), dtype=np.float32) * np.float32(0.5)
@@ -100,44 +102,58 @@ def main() -> None:
 
     # PyTorch's thread pool slows whatever runs after it in the same process (measured here:
     # tapefit / NumPy 1.2x alone, 1.4-1.6x with PyTorch in the rotation), so the target pair
-    # runs first and PyTorch, the reference, after it against the same NumPy LSTM.
+    # runs first, alone. PyTorch then alternates with tapefit itself: a ratio through the NumPy
+    # LSTM took in the drift between the two phases (NumPy's time moved 30% between them).
     times = alternate({"tapefit": tapefit_step, "numpy": numpy_step}, args.pairs)
-    ours = report(times, "tapefit", "numpy", " (target <= 1.5)")
-    torch_step = make_torch_step(x)
+    report(times, "tapefit", "numpy", " (target <= 1.5)")
+    torch_step = make_torch_step(x, weights, float(tp.reduce_sum(tp.square(layer(xv)))))
     if torch_step is None:
         print("torch: skipped (not installed; pip install 'tapefit[bench]')")
         return
-    theirs = report(alternate({"torch": torch_step, "numpy": numpy_step}, args.pairs), "torch", "numpy", "")
-    print(f"tapefit / torch: {ours / theirs:.2f}x (through the NumPy LSTM: the two ratios above)")
+    report(alternate({"tapefit": tapefit_step, "torch": torch_step}, args.pairs), "tapefit", "torch", "")
 
 
-def make_torch_step(x: np.ndarray) -> Callable[[], None] | None:
-    """``torch.nn.LSTM``'s forward and backward on ``x``, or ``None`` without PyTorch."""
+def make_torch_step(x: np.ndarray, weights: list[np.ndarray], loss: float) -> Callable[[], object] | None:
+    """``torch.nn.LSTM``'s forward and backward on ``x`` with the layer's ``weights`` (Keras's
+    gate order is PyTorch's; ``bias_hh`` is zero), checked to give tapefit's ``loss``; ``None``
+    without PyTorch."""
     try:
         import torch
     except ImportError:
         return None
+    kernel, recurrent, bias = weights
     module = torch.nn.LSTM(FEATURES, UNITS, batch_first=True)
+    with torch.no_grad():
+        module.weight_ih_l0.copy_(torch.from_numpy(kernel.T.copy()))
+        module.weight_hh_l0.copy_(torch.from_numpy(recurrent.T.copy()))
+        module.bias_ih_l0.copy_(torch.from_numpy(bias))
+        module.bias_hh_l0.zero_()
     xt = torch.from_numpy(x.copy()).requires_grad_()
 
-    def torch_step() -> None:
+    def torch_step() -> object:
         out, _ = module(xt)
-        (out**2).sum().backward()
+        total = (out**2).sum()
+        total.backward()
         module.zero_grad(set_to_none=True)
         xt.grad = None
+        return total.detach()
 
+    np.testing.assert_allclose(float(torch_step()), loss, rtol=1e-4, err_msg="torch's loss")
     return torch_step
 
 
 def alternate(fns: dict[str, Callable[[], object]], pairs: int) -> dict[str, list[float]]:
-    """Seconds per call of each function, the functions taking turns (A, B, A, B, ...)."""
+    """Seconds per call of each function, the functions taking turns, in a new (seeded) order
+    each round, so that what one leaves behind does not always fall on the same other."""
     for fn in fns.values():
         fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
+    names, order = list(fns), random.Random(0)
     for _ in range(pairs):
-        for name, fn in fns.items():
+        order.shuffle(names)
+        for name in names:
             start = time.perf_counter()
-            fn()
+            fns[name]()
             times[name].append(time.perf_counter() - start)
     return times
 
@@ -146,7 +162,7 @@ def report(times: dict[str, list[float]], a: str, b: str, target: str) -> float:
     for name in (a, b):
         print(f"{name:8s} {statistics.median(times[name]) * 1e3:8.1f} ms per forward + backward")
     ratio = statistics.median(x / y for x, y in zip(times[a], times[b]))
-    print(f"{a} / {b}: {ratio:.2f}x (median of per-pair ratios){target}")
+    print(f"{a} / {b}: {ratio:.2f}x (median of per-round ratios){target}")
     return ratio
 
 

@@ -47,6 +47,7 @@ class _RNN(Layer):
         name: str | None = None,
         dropout: float = 0.0,
         recurrent_dropout: float = 0.0,
+        zero_output_for_mask: bool = False,
     ) -> None:
         super().__init__(name=name)
         for what, rate in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
@@ -63,6 +64,7 @@ class _RNN(Layer):
         self.bias_initializer = initializers.get(bias_initializer)
         self.return_sequences, self.return_state = bool(return_sequences), bool(return_state)
         self.go_backwards = bool(go_backwards)
+        self.zero_output_for_mask = bool(zero_output_for_mask)
         self._arguments = {
             "units": units,
             "activation": activation,
@@ -74,6 +76,7 @@ class _RNN(Layer):
             "return_state": return_state,
             "dropout": dropout,
             "recurrent_dropout": recurrent_dropout,
+            "zero_output_for_mask": zero_output_for_mask,
         }
         self.kernel = self.recurrent_kernel = self.bias = None
 
@@ -110,9 +113,16 @@ class _RNN(Layer):
     def _input_bias(self) -> Any:
         return self.bias
 
-    def _cell(self, xw: Tensor, states: list[Tensor], h_in: Tensor) -> tuple[Tensor, list[Tensor]]:
+    def _recurrent_weights(self) -> Any:
+        """What ``_cell`` multiplies ``h_in`` by, worked out once per call."""
+        return self.recurrent_kernel
+
+    def _cell(
+        self, xw: Tensor, states: list[Tensor], h_in: Tensor, recurrent: Any
+    ) -> tuple[Tensor, list[Tensor]]:
         """One step: the output and the new states; ``h_in`` is the state the recurrent kernel
-        multiplies (``states[0]`` after recurrent dropout)."""
+        multiplies (``states[0]`` after recurrent dropout), ``recurrent`` what
+        ``_recurrent_weights`` gave."""
         raise NotImplementedError
 
     def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
@@ -148,21 +158,28 @@ class _RNN(Layer):
                 as_tensor(np.ones((batch, self.units), x.dtype)), self.recurrent_dropout
             )
         inputs_by_step = self._input_projection(x)
+        recurrent = self._recurrent_weights()
         order = range(steps - 1, -1, -1) if self.go_backwards else range(steps)
-        outputs = []
-        zeros = None
+        outputs: list[Tensor] = []
+        last = states[0]  # what a layer without steps returns
+        previous = zeros = None  # previous: the last step's output, zeros before the first
         for t in order:
             h_in = states[0] if recurrent_keep is None else states[0] * recurrent_keep
-            output, new_states = self._cell(inputs_by_step[t], states, h_in)
+            output, new_states = self._cell(inputs_by_step[t], states, h_in, recurrent)
             if keep is not None:
-                # A masked step carries the states through and outputs zeros (Keras's rule).
+                # Keras's rule: a masked step carries the states through and repeats the
+                # previous step's output, or outputs zeros with zero_output_for_mask.
                 step_keep = keep[t]
                 new_states = [_math.where(step_keep, n, s) for n, s in zip(new_states, states)]
-                zeros = zeros if zeros is not None else as_tensor(np.zeros((batch, self.units), x.dtype))
-                output = _math.where(step_keep, output, zeros)
+                if previous is None or self.zero_output_for_mask:
+                    if zeros is None:
+                        zeros = as_tensor(np.zeros((batch, self.units), x.dtype))
+                    previous = zeros
+                output = _math.where(step_keep, output, previous)
             states = new_states
-            outputs.append(output)
-        last = states[0]
+            previous = last = output
+            if self.return_sequences:
+                outputs.append(output)
         result = _shape.stack(outputs, axis=1) if self.return_sequences else last
         if self.return_state:
             return [result, *states]
@@ -200,13 +217,19 @@ class SimpleRNN(_RNN):
         dropout: in training, the rate of dropout on the inputs (one mask per sequence, the
             same at every step, as Keras), drawn from ``tp.random``'s generators.
         recurrent_dropout: likewise, on the state the recurrent kernel multiplies.
+        zero_output_for_mask: a masked step outputs zeros, not the previous step's output.
 
     Called as ``layer(inputs, mask=None, initial_state=None)``; ``mask`` (batch, time) of
-    booleans marks the real steps: a masked step keeps the state and outputs zeros.
+    booleans marks the real steps. As in Keras, a masked step keeps the states and outputs
+    the previous step's output (zeros before the first real step, as Keras's TensorFlow
+    backend), or zeros with ``zero_output_for_mask``; without ``return_sequences`` the layer
+    returns the last step's output so defined.
     """
 
-    def _cell(self, xw: Tensor, states: list[Tensor], h_in: Tensor) -> tuple[Tensor, list[Tensor]]:
-        h = self.activation(xw + matmul(h_in, self.recurrent_kernel))
+    def _cell(
+        self, xw: Tensor, states: list[Tensor], h_in: Tensor, recurrent: Any
+    ) -> tuple[Tensor, list[Tensor]]:
+        h = self.activation(xw + matmul(h_in, recurrent))
         return h, [h]
 
 
@@ -260,9 +283,11 @@ class LSTM(_GatedRNN):
             value[self.units : 2 * self.units] = 1.0
         return value
 
-    def _cell(self, xw: Tensor, states: list[Tensor], h_in: Tensor) -> tuple[Tensor, list[Tensor]]:
+    def _cell(
+        self, xw: Tensor, states: list[Tensor], h_in: Tensor, recurrent: Any
+    ) -> tuple[Tensor, list[Tensor]]:
         c = states[1]
-        z = xw + matmul(h_in, self.recurrent_kernel)
+        z = xw + matmul(h_in, recurrent)
         if self.activation in _TANH and self.recurrent_activation in _SIGMOID:
             h, c = lstm_cell(z, c)  # the default activations: one fused op per step
             return h, [h, c]
@@ -274,33 +299,64 @@ class LSTM(_GatedRNN):
 
 
 class GRU(_GatedRNN):
-    """Keras's ``GRU`` with ``reset_after=True`` (Keras 3's default and cuDNN's form): gates
-    ``z, r, h`` in that order; ``bias`` (2, 3*units) holds the input bias and the recurrent one.
+    """Keras's ``GRU``: gates ``z, r, h`` in that order along the last axis of ``kernel``
+    (features, 3*units) and ``recurrent_kernel`` (units, 3*units).
 
-    ``z = sigmoid(x_z + h_z)``, ``r = sigmoid(x_r + h_r)``, ``ĥ = activation(x_h + r * h_h)``,
-    ``h_t = z * h_{t-1} + (1 - z) * ĥ``, where ``x_* = x_t @ kernel + bias[0]`` and
-    ``h_* = h_{t-1} @ recurrent_kernel + bias[1]``. Other arguments (by keyword) as ``SimpleRNN``.
+    ``z = sigmoid(x_z + h_z)``, ``r = sigmoid(x_r + h_r)``, ``h_t = z * h_{t-1} + (1 - z) * ĥ``,
+    where ``x_* = x_t @ kernel + b_x`` and ``h_* = h_{t-1} @ recurrent_kernel + b_h``.
+    ``reset_after`` (keyword, default true: Keras 3's default and cuDNN's form) applies the
+    reset gate after the recurrent product, ``ĥ = activation(x_h + r * h_h)``, with ``bias``
+    (2, 3*units) holding ``b_x`` and ``b_h``; with ``reset_after=False``,
+    ``ĥ = activation(x_h + (r * h_{t-1}) @ recurrent_kernel[:, 2*units:])``, ``bias`` (3*units,)
+    is ``b_x`` and there is no ``b_h``. Other arguments (by keyword) as ``SimpleRNN``.
     """
 
     _gates = 3
 
+    def __init__(
+        self,
+        units: int,
+        activation: str | Callable[..., Any] | None = "tanh",
+        recurrent_activation: str | Callable[..., Any] | None = "sigmoid",
+        *,
+        reset_after: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(units, activation, recurrent_activation, **kwargs)
+        self.reset_after = bool(reset_after)
+        self._arguments.update(reset_after=reset_after)
+
     def _bias_shape(self) -> tuple[int, ...]:
-        return (2, 3 * self.units)
+        return (2, 3 * self.units) if self.reset_after else (3 * self.units,)
 
     def _input_bias(self) -> Any:
-        return self.bias[0]
+        return self.bias[0] if self.reset_after else self.bias
 
-    def _cell(self, xw: Tensor, states: list[Tensor], h_in: Tensor) -> tuple[Tensor, list[Tensor]]:
+    def _recurrent_weights(self) -> Any:
+        if self.reset_after:
+            return self.recurrent_kernel
+        return _shape.split(self.recurrent_kernel, [2 * self.units, self.units], axis=-1)
+
+    def _cell(
+        self, xw: Tensor, states: list[Tensor], h_in: Tensor, recurrent: Any
+    ) -> tuple[Tensor, list[Tensor]]:
         (h,) = states
-        hw = matmul(h_in, self.recurrent_kernel)
-        if self.bias is not None:
-            hw = hw + self.bias[1]
         x_z, x_r, x_h = _shape.split(xw, 3, axis=-1)
-        h_z, h_r, h_h = _shape.split(hw, 3, axis=-1)
         gate = self.recurrent_activation
-        z = gate(x_z + h_z)
-        r = gate(x_r + h_r)
-        candidate = self.activation(x_h + r * h_h)
+        if self.reset_after:
+            hw = matmul(h_in, recurrent)
+            if self.bias is not None:
+                hw = hw + self.bias[1]
+            h_z, h_r, h_h = _shape.split(hw, 3, axis=-1)
+            z = gate(x_z + h_z)
+            r = gate(x_r + h_r)
+            candidate = self.activation(x_h + r * h_h)
+        else:
+            gates_kernel, candidate_kernel = recurrent
+            h_z, h_r = _shape.split(matmul(h_in, gates_kernel), 2, axis=-1)
+            z = gate(x_z + h_z)
+            r = gate(x_r + h_r)
+            candidate = self.activation(x_h + matmul(r * h_in, candidate_kernel))
         h = z * h + (1.0 - z) * candidate
         return h, [h]
 
@@ -311,6 +367,9 @@ class Bidirectional(Layer):
     ``None`` for the pair ``[forward, backward]``). With ``return_sequences`` the backward
     outputs are put back in time order first. With ``return_state``: ``[output, *forward
     states, *backward states]``.
+
+    As Keras, it sets both layers' ``zero_output_for_mask`` to ``return_sequences``: masked
+    steps output zeros in both directions.
     """
 
     _MODES = ("concat", "sum", "mul", "ave", None)
@@ -323,7 +382,22 @@ class Bidirectional(Layer):
             raise ValueError(f"Bidirectional: merge_mode must be one of {self._MODES}, got {merge_mode!r}")
         self.merge_mode = merge_mode
         self.forward_layer = layer
-        self.backward_layer = type(layer)(**{**layer._arguments, "go_backwards": not layer.go_backwards})
+        layer.zero_output_for_mask = layer.return_sequences
+        self.backward_layer = type(layer)(
+            **{
+                **layer._arguments,
+                "go_backwards": not layer.go_backwards,
+                "zero_output_for_mask": layer.return_sequences,
+            }
+        )
+
+    def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
+        """Keras's rule: the steps' mask with ``return_sequences`` (one per output with
+        ``merge_mode=None``), else ``None``."""
+        if isinstance(mask, (list, tuple)):
+            mask = mask[0]
+        output_mask = mask if self.forward_layer.return_sequences else None
+        return [output_mask, output_mask] if self.merge_mode is None else output_mask
 
     def call(self, inputs: Any, mask: Any = None, initial_state: Any = None, training: Any = None) -> Any:
         """Runs both directions and merges them."""
