@@ -17,8 +17,6 @@ from tapefit.layers.module import Layer
 
 __all__ = ["MultiHeadAttention"]
 
-_MASKED = -1e9  # added where a key may not be attended to, as Keras's softmax does
-
 
 class MultiHeadAttention(Layer):
     """Keras's ``MultiHeadAttention``: scaled dot-product attention over ``num_heads`` heads.
@@ -144,11 +142,12 @@ class MultiHeadAttention(Layer):
             attention_mask,
             use_causal_mask,
         )
-        if mask is not None:
+        if mask is None:
+            weights = _nn.softmax(scores, axis=-1)
+        else:
             if mask.ndim == 3:  # (batch, T, S) against (batch, heads, T, S)
                 mask = _shape.expand_dims(mask, -3)
-            scores = _math.where(mask, scores, as_tensor(np.asarray(_MASKED, scores.dtype)))
-        weights = _nn.softmax(scores, axis=-1)
+            weights = _nn.masked_softmax(scores, mask, axis=-1)  # -1e9 where masked, as Keras
         attended = weights
         if training and self.dropout > 0.0:
             attended = _nn.dropout(weights, self.dropout)
