@@ -31,10 +31,12 @@ class MultiHeadAttention(Layer):
         num_heads: the number of heads.
         key_dim: the size of each head's queries and keys.
         value_dim: the size of each head's values (default ``key_dim``).
-        dropout: the dropout rate on the attention weights, in training.
+        dropout: in training, the dropout rate on the attention weights (after the softmax,
+            before they weigh the values, as Keras; the returned scores are before it).
         use_bias: whether the projections have biases.
         output_shape: the last axis of the output (default the query's).
         kernel_initializer, bias_initializer: as Keras.
+        seed: the dropout's op seed; with ``tp.random.set_seed`` the masks repeat.
 
     Called as ``mha(query, value, key=None, query_mask=None, value_mask=None, key_mask=None,
     attention_mask=None, return_attention_scores=False, training=None, use_causal_mask=False)``
@@ -59,6 +61,7 @@ class MultiHeadAttention(Layer):
         kernel_initializer: Any = "glorot_uniform",
         bias_initializer: Any = "zeros",
         name: str | None = None,
+        seed: int | None = None,
     ) -> None:
         super().__init__(name=name)
         for what, value in (
@@ -73,6 +76,7 @@ class MultiHeadAttention(Layer):
         self.num_heads, self.key_dim = int(num_heads), int(key_dim)
         self.value_dim = int(value_dim or key_dim)
         self.dropout, self.use_bias, self.output_dim = float(dropout), bool(use_bias), output_shape
+        self.seed = seed
         self.kernel_initializer = initializers.get(kernel_initializer)
         self.bias_initializer = initializers.get(bias_initializer)
         self._built_dims: tuple[int, int, int] | None = None
@@ -150,7 +154,7 @@ class MultiHeadAttention(Layer):
             weights = _nn.masked_softmax(scores, mask, axis=-1)  # -1e9 where masked, as Keras
         attended = weights
         if training and self.dropout > 0.0:
-            attended = _nn.dropout(weights, self.dropout)
+            attended = _nn.dropout(weights, self.dropout, seed=self.seed)
         context = einsum("bhts,bshk->bthk", attended, v)
         output = einsum("bthk,hko->bto", context, self.output_kernel)
         if self.output_bias is not None:

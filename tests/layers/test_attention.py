@@ -35,8 +35,8 @@ def reference(query, value, w, key_dim, mask=None):
     return np.einsum("bthk,hko->bto", np.einsum("bhts,bshk->bthk", probs, v), ok) + ob, probs
 
 
-def make(seed=0, **kwargs):
-    tp.random.set_seed(seed)
+def make(global_seed=0, **kwargs):
+    tp.random.set_seed(global_seed)
     layer = tp.layers.MultiHeadAttention(num_heads=3, key_dim=4, bias_initializer="random_normal", **kwargs)
     layer(tp.constant(Q), tp.constant(V))
     return layer
@@ -128,9 +128,56 @@ def test_gradients_match_finite_differences():
     )
 
 
+def test_dropout_drops_attention_weights_after_the_softmax_as_keras():
+    layer = make(dropout=0.5, seed=7)
+    query, value = tp.constant(Q), tp.constant(V)
+    plain, probs = layer(query, value, return_attention_scores=True)
+    np.testing.assert_array_equal(layer(query, value, training=False).numpy(), plain.numpy())
+    tp.random.set_seed(4)
+    out, scores = layer(query, value, training=True, return_attention_scores=True)
+    np.testing.assert_array_equal(scores.numpy(), probs.numpy())  # the scores before dropout
+    tp.random.set_seed(4)  # the same draw: the kept weights, scaled by 1 / (1 - rate)
+    keep = tp.nn.dropout(tp.ones(probs.shape), 0.5, seed=7).numpy()
+    assert 0.4 < np.mean(keep > 0) < 0.6 and set(np.unique(keep)) == {0.0, 2.0}
+    *_, vk, vb, ok, ob = weights(layer)
+    v = np.einsum("bsd,dhk->bshk", V, vk) + vb
+    context = np.einsum("bhts,bshk->bthk", probs.numpy() * keep, v)
+    np.testing.assert_allclose(
+        out.numpy(), np.einsum("bthk,hko->bto", context, ok) + ob, rtol=1e-5, atol=1e-5
+    )
+    assert not np.allclose(out.numpy(), plain.numpy())
+
+
+def test_dropout_repeats_with_the_seeds_and_differs_from_call_to_call():
+    def run():
+        tp.random.set_seed(11)
+        layer = make(dropout=0.3, seed=5)
+        return [layer(tp.constant(Q), tp.constant(V), training=True).numpy() for _ in range(2)]
+
+    first, again = run(), run()
+    np.testing.assert_array_equal(first[0], again[0])
+    np.testing.assert_array_equal(first[1], again[1])
+    assert not np.allclose(first[0], first[1])  # a fresh mask per call
+
+
+def test_gradients_with_dropout_match_finite_differences():
+    layer = make(dropout=0.4, seed=1)
+
+    def run(query, value, *w):
+        for name, kernel, bias in zip(NAMES, w[0::2], w[1::2]):
+            setattr(layer, f"{name}_kernel", kernel)
+            setattr(layer, f"{name}_bias", bias)
+        tp.random.set_seed(2)  # the same mask at every evaluation
+        return layer.call(query, value, training=True)
+
+    tp.testing.check_gradients(
+        run, Q[:1, :3].astype(np.float64), V[:1, :3].astype(np.float64), *weights(layer)
+    )
+
+
 def test_a_compiled_step_equals_the_eager_one_bit_for_bit():
     def stepper():
-        layer = make(seed=2)
+        layer = make(global_seed=2)
         optimizer = tp.optimizers.Adam(0.01)
 
         def step(query, value, mask):
