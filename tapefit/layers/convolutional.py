@@ -11,7 +11,7 @@ import numpy as np
 from tapefit.core.ops import nn as _nn
 from tapefit.core.ops import reduce as _reduce
 from tapefit.core.ops import shape as _shape
-from tapefit.core.tensor import Tensor, as_tensor
+from tapefit.core.tensor import Tensor
 from tapefit.layers.core import _KernelLayer, _positive_int
 from tapefit.layers.module import Layer
 
@@ -131,38 +131,25 @@ class Conv2D(_KernelLayer):
             raise ValueError(
                 f"Conv2D '{self.name}' was built for {channels} input channels, got shape {x.shape}"
             )
-        kernel = _dilated(self.kernel, self.dilation_rate)
-        if self.padding == "valid" and (x.shape[1] < kernel.shape[0] or x.shape[2] < kernel.shape[1]):
+        span = [(k - 1) * d + 1 for k, d in zip(self.kernel_size, self.dilation_rate)]
+        if self.padding == "valid" and (x.shape[1] < span[0] or x.shape[2] < span[1]):
             raise ValueError(
                 f"Conv2D '{self.name}': images of shape {x.shape} are smaller than the kernel "
-                f"{tuple(kernel.shape[:2])} with padding='valid'"
+                f"{tuple(span)} with padding='valid'"
             )
-        strides, padding = list(self.strides), self.padding.upper()
-        if self.groups == 1:
-            y = _nn.conv2d(x, kernel, strides=strides, padding=padding)
-        else:  # each group of filters sees its own slice of the channels
-            pairs = zip(_shape.split(x, self.groups, axis=-1), _shape.split(kernel, self.groups, axis=-1))
-            y = _shape.concat(
-                [_nn.conv2d(xg, kg, strides=strides, padding=padding) for xg, kg in pairs], axis=-1
-            )
+        y = _grouped_conv2d(x, self.kernel, self.groups, self.strides, self.padding, self.dilation_rate)
         return self._bias_and_activation(y)
 
 
-def _dilated(kernel: Any, rate: tuple[int, int]) -> Any:
-    """``kernel`` with ``rate - 1`` zero taps between its taps along height and width (ops, so
-    the gradient reaches the real taps)."""
-    for axis, d in enumerate(rate):
-        if d == 1:
-            continue
-        taps = kernel.shape[axis]
-        zeros = as_tensor(
-            np.zeros((*kernel.shape[:axis], taps, d - 1, *kernel.shape[axis + 1 :]), kernel.dtype)
-        )
-        spaced = _shape.concat([_shape.expand_dims(kernel, axis + 1), zeros], axis=axis + 1)
-        merged = _shape.reshape(spaced, (*kernel.shape[:axis], taps * d, *kernel.shape[axis + 1 :]))
-        keep = (taps - 1) * d + 1
-        kernel = merged[:keep] if axis == 0 else merged[:, :keep]
-    return kernel
+def _grouped_conv2d(
+    x: Tensor, kernel: Any, groups: int, strides: Any, padding: str, dilations: Any
+) -> Tensor:
+    """``conv2d``; with ``groups`` > 1 each group of filters sees its own slice of the channels."""
+    options = {"strides": list(strides), "padding": padding.upper(), "dilations": list(dilations)}
+    if groups == 1:
+        return _nn.conv2d(x, kernel, **options)
+    pairs = zip(_shape.split(x, groups, axis=-1), _shape.split(kernel, groups, axis=-1))
+    return _shape.concat([_nn.conv2d(xg, kg, **options) for xg, kg in pairs], axis=-1)
 
 
 class _Pool2D(Layer):
