@@ -228,9 +228,11 @@ __all__ = ["AvgPool2D", "AveragePooling2D", "Conv2D", "Convolution2D", "MaxPool2
 class Conv1D(_KernelLayer):
     """Keras's ``Conv1D`` over sequences ``(batch, steps, channels)``.
 
-    ``kernel`` has shape ``(kernel_size, in_channels, filters)``. ``padding``: ``"valid"``,
-    ``"same"``, or ``"causal"`` (zeros before the sequence only, so output ``t`` sees inputs up
-    to ``t``). Runs as ``conv2d`` over a height of 1. Other arguments as ``Conv2D``.
+    ``kernel`` has shape ``(kernel_size, in_channels // groups, filters)``. ``padding``:
+    ``"valid"``, ``"same"``, or ``"causal"`` (``(kernel_size - 1) * dilation_rate`` zeros
+    before the sequence only, so output ``t`` sees inputs up to ``t``). ``dilation_rate`` and
+    ``groups`` (an int each) as ``Conv2D``. Runs as ``conv2d`` over a height of 1. Other
+    arguments as ``Conv2D``.
     """
 
     def __init__(
@@ -248,6 +250,8 @@ class Conv1D(_KernelLayer):
         name: str | None = None,
         dtype: Any = None,
         trainable: bool = True,
+        dilation_rate: int | tuple[int] = 1,
+        groups: int = 1,
     ) -> None:
         super().__init__(trainable=trainable, name=name, dtype=dtype)
         self.filters = _positive_int(filters, "filters", "Conv1D")
@@ -256,6 +260,14 @@ class Conv1D(_KernelLayer):
         if not isinstance(padding, str) or padding.lower() not in ("valid", "same", "causal"):
             raise ValueError(f"Conv1D: padding must be 'valid', 'same' or 'causal', got {padding!r}")
         self.padding = padding.lower()
+        self.dilation_rate = _single(dilation_rate, "dilation_rate")
+        self.groups = _positive_int(groups, "groups", "Conv1D")
+        if self.dilation_rate != 1 and self.strides != 1:
+            raise ValueError(
+                f"Conv1D: dilation_rate {self.dilation_rate} needs strides of 1 (as Keras), got {self.strides}"
+            )
+        if self.filters % self.groups:
+            raise ValueError(f"Conv1D: filters ({self.filters}) must be a multiple of groups ({self.groups})")
         self._init_kernel(
             activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer
         )
@@ -266,27 +278,35 @@ class Conv1D(_KernelLayer):
             raise ValueError(
                 f"Conv1D '{self.name}' needs sequences of shape (batch, steps, channels), got shape {input_shape}"
             )
-        self._build_kernel((self.kernel_size, input_shape[-1], self.filters), self.filters)
+        if input_shape[-1] % self.groups:
+            raise ValueError(
+                f"Conv1D '{self.name}': the {input_shape[-1]} input channels are not a multiple of groups "
+                f"({self.groups})"
+            )
+        self._build_kernel((self.kernel_size, input_shape[-1] // self.groups, self.filters), self.filters)
 
     def call(self, inputs: Any) -> Tensor:
         """Applies the convolution."""
         x = self._cast_input(inputs)
-        channels = self.kernel.shape[1]
+        channels = self.kernel.shape[1] * self.groups
         if x.ndim != 3 or x.shape[-1] != channels:
             raise ValueError(
                 f"Conv1D '{self.name}' was built for sequences (batch, steps, {channels}), got shape {x.shape}"
             )
+        span = (self.kernel_size - 1) * self.dilation_rate + 1
         padding = self.padding
         if padding == "causal":
-            x = _shape.pad(x, [[0, 0], [self.kernel_size - 1, 0], [0, 0]])
+            x = _shape.pad(x, [[0, 0], [span - 1, 0], [0, 0]])
             padding = "valid"
-        if padding == "valid" and x.shape[1] < self.kernel_size:
+        if padding == "valid" and x.shape[1] < span:
             raise ValueError(
                 f"Conv1D '{self.name}': sequences of shape {x.shape} are shorter than the kernel "
-                f"{self.kernel_size} with padding='valid'"
+                f"{span} with padding='valid'"
             )
         kernel = _shape.expand_dims(self.kernel, 0)  # (1, k, in, out): a 2-D kernel of height 1
-        y = _nn.conv2d(_shape.expand_dims(x, 1), kernel, strides=[1, self.strides], padding=padding.upper())
+        y = _grouped_conv2d(
+            _shape.expand_dims(x, 1), kernel, self.groups, (1, self.strides), padding, (1, self.dilation_rate)
+        )
         return self._bias_and_activation(_shape.squeeze(y, axis=1))
 
 

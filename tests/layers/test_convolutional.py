@@ -190,18 +190,29 @@ def test_conv2d_rejects_an_unknown_initializer_when_constructed():
 # -- Conv1D and global pooling ----------------------------------------------------------------
 
 
-def _conv1d_reference(x, kernel, bias, stride, padding):
-    """Keras's Conv1D in float64 NumPy: causal pads k-1 zeros before, same pads around."""
-    k = kernel.shape[0]
+def _conv1d_reference(x, kernel, bias, stride, padding, dilation=1, groups=1):
+    """Keras's Conv1D in float64 NumPy: causal pads (k-1)*d zeros before, same pads around;
+    taps ``dilation`` apart; each group of filters sees its slice of the channels."""
+    k, per_group, filters = kernel.shape
+    span = (k - 1) * dilation + 1
     steps = x.shape[1]
     if padding == "causal":
-        x = np.pad(x, [(0, 0), (k - 1, 0), (0, 0)])
+        x = np.pad(x, [(0, 0), (span - 1, 0), (0, 0)])
     elif padding == "same":
         out = -(-steps // stride)
-        total = max((out - 1) * stride + k - steps, 0)
+        total = max((out - 1) * stride + span - steps, 0)
         x = np.pad(x, [(0, 0), (total // 2, total - total // 2), (0, 0)])
-    starts = range(0, x.shape[1] - k + 1, stride)
-    return np.stack([np.einsum("bkc,kcf->bf", x[:, s : s + k], kernel) for s in starts], axis=1) + bias
+    starts = range(0, x.shape[1] - span + 1, stride)
+    per_filters = filters // groups
+    y = np.zeros((x.shape[0], len(starts), filters))
+    for g in range(groups):
+        channels = x[..., g * per_group : (g + 1) * per_group]
+        taps = kernel[..., g * per_filters : (g + 1) * per_filters]
+        for i, s in enumerate(starts):
+            y[:, i, g * per_filters : (g + 1) * per_filters] = np.einsum(
+                "bkc,kcf->bf", channels[:, s : s + span : dilation], taps
+            )
+    return y + bias
 
 
 @pytest.mark.parametrize("padding", ["valid", "same", "causal"])
@@ -216,6 +227,49 @@ def test_conv1d_follows_keras(padding, stride):
         x.astype(np.float64), layer.kernel.numpy(), layer.bias.numpy(), stride, padding
     )
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("dilation", "groups", "padding"),
+    [(2, 1, "valid"), (2, 2, "same"), (3, 1, "causal"), (1, 4, "valid"), (2, 4, "causal"), (3, 2, "same")],
+)
+def test_conv1d_dilation_and_groups_follow_keras(dilation, groups, padding):
+    x = np.random.default_rng(6).standard_normal((2, 11, 4)).astype(np.float32)
+    layer = tp.layers.Conv1D(
+        8, 3, padding=padding, dilation_rate=dilation, groups=groups, bias_initializer="ones"
+    )
+    y = layer(tp.constant(x)).numpy()
+    assert layer.kernel.shape == (3, 4 // groups, 8)
+    expected = _conv1d_reference(
+        x.astype(np.float64), layer.kernel.numpy(), layer.bias.numpy(), 1, padding, dilation, groups
+    )
+    assert y.shape == expected.shape
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_conv1d_dilated_causal_output_sees_no_later_step():
+    x = np.random.default_rng(7).standard_normal((1, 9, 2)).astype(np.float32)
+    layer = tp.layers.Conv1D(3, 3, padding="causal", dilation_rate=2)
+    first = layer(tp.constant(x)).numpy()
+    later = x.copy()
+    later[0, 5:] += 4.0
+    second = layer(tp.constant(later)).numpy()
+    assert first.shape == (1, 9, 3)
+    np.testing.assert_array_equal(first[0, :5], second[0, :5])
+    assert not np.allclose(first[0, 5:], second[0, 5:])
+
+
+def test_conv1d_dilation_and_groups_errors():
+    with pytest.raises(ValueError, match="Conv1D: dilation_rate 2 needs strides of 1"):
+        tp.layers.Conv1D(4, 3, strides=2, dilation_rate=2)
+    with pytest.raises(ValueError, match=r"Conv1D: filters \(6\) must be a multiple of groups \(4\)"):
+        tp.layers.Conv1D(6, 3, groups=4)
+    with pytest.raises(ValueError, match="the 3 input channels are not a multiple of groups"):
+        tp.layers.Conv1D(4, 3, groups=2)(tp.constant(np.zeros((1, 5, 3), np.float32)))
+    with pytest.raises(ValueError, match="dilation_rate must be a positive integer, got 0"):
+        tp.layers.Conv1D(4, 3, dilation_rate=0)
+    with pytest.raises(ValueError, match=r"shape \(1, 4, 2\) are shorter than the kernel 5"):
+        tp.layers.Conv1D(4, 3, dilation_rate=2)(tp.constant(np.zeros((1, 4, 2), np.float32)))
 
 
 def test_conv1d_gradients_and_causality():
