@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.core.ops import math as _math
 from tapefit.core.ops import nn as _nn
 from tapefit.core.ops import reduce as _reduce
 from tapefit.core.ops import shape as _shape
-from tapefit.core.tensor import Tensor
+from tapefit.core.tensor import Tensor, as_tensor
 from tapefit.layers.core import _KernelLayer, _positive_int
 from tapefit.layers.module import Layer
 
@@ -317,7 +318,6 @@ def _single(value: Any, what: str) -> int:
 
 
 class _GlobalPool(Layer):
-    _axes: tuple[int, ...] = ()
     _rank = 0
 
     def __init__(self, keepdims: bool = False, name: str | None = None, dtype: Any = None) -> None:
@@ -326,43 +326,82 @@ class _GlobalPool(Layer):
 
     def call(self, inputs: Any) -> Tensor:
         """Pools over every step (1D) or every pixel (2D)."""
+        return self._reduce(self._checked(inputs))
+
+    def _checked(self, inputs: Any) -> Tensor:
         x = self._cast_input(inputs)
         if x.ndim != self._rank:
             what = "(batch, steps, channels)" if self._rank == 3 else "(batch, height, width, channels)"
             raise ValueError(
                 f"{type(self).__name__} '{self.name}' needs inputs of shape {what}, got shape {x.shape}"
             )
-        return self._reduce(x, axis=list(self._axes), keepdims=self.keepdims)
+        return x
 
-    def _reduce(self, x: Tensor, axis: list[int], keepdims: bool) -> Tensor:
+    def _axes(self) -> list[int]:
+        return list(range(1, self._rank - 1))
+
+    def _reduce(self, x: Tensor) -> Tensor:
         raise NotImplementedError
 
 
-class GlobalAveragePooling1D(_GlobalPool):
-    """The mean over the steps of ``(batch, steps, channels)``; ``keepdims`` keeps that axis."""
-
-    _axes, _rank = (1,), 3
-
-    def _reduce(self, x: Tensor, axis: list[int], keepdims: bool) -> Tensor:
-        return _reduce.reduce_mean(x, axis=axis, keepdims=keepdims)
+class _GlobalAverage(_GlobalPool):
+    def _reduce(self, x: Tensor) -> Tensor:
+        return _reduce.reduce_mean(x, axis=self._axes(), keepdims=self.keepdims)
 
 
-class GlobalMaxPooling1D(_GlobalPool):
-    """The maximum over the steps of ``(batch, steps, channels)``; ``keepdims`` keeps that axis."""
-
-    _axes, _rank = (1,), 3
-
-    def _reduce(self, x: Tensor, axis: list[int], keepdims: bool) -> Tensor:
-        return _reduce.reduce_max(x, axis=axis, keepdims=keepdims)
+class _GlobalMax(_GlobalPool):
+    def _reduce(self, x: Tensor) -> Tensor:
+        return _reduce.reduce_max(x, axis=self._axes(), keepdims=self.keepdims)
 
 
-class GlobalAveragePooling2D(GlobalAveragePooling1D):
+class GlobalAveragePooling1D(_GlobalAverage):
+    """The mean over the steps of ``(batch, steps, channels)``; ``keepdims`` keeps that axis.
+
+    Called with ``mask`` ``(batch, steps)``, true at the real steps (``Sequential`` passes
+    ``Embedding(mask_zero=True)``'s on), it averages the real steps only, as Keras (a
+    sequence with none gives NaN, as Keras); the mask ends here.
+    """
+
+    _rank = 3
+    supports_masking = True
+
+    def call(self, inputs: Any, mask: Any = None) -> Tensor:
+        """Averages over the (real) steps."""
+        x = self._checked(inputs)
+        if mask is None:
+            return self._reduce(x)
+        steps = as_tensor(mask)
+        if steps.shape != x.shape[:2]:
+            raise ValueError(
+                f"GlobalAveragePooling1D '{self.name}': mask must have shape (batch, steps) = "
+                f"{x.shape[:2]}, got {steps.shape}"
+            )
+        # sum(where(mask, x, 0)) / sum(mask), as Keras: a NaN at a padded step stays out
+        real = _shape.expand_dims(steps if steps.dtype == bool else _math.cast(steps, bool), -1)
+        total = _reduce.reduce_sum(_math.where(real, x, 0.0), axis=1, keepdims=self.keepdims)
+        return total / _reduce.reduce_sum(_math.cast(real, x.dtype), axis=1, keepdims=self.keepdims)
+
+    def compute_mask(self, inputs: Any, mask: Any = None) -> None:
+        """``None``: the steps are pooled away."""
+        return None
+
+
+class GlobalMaxPooling1D(_GlobalMax):
+    """The maximum over the steps of ``(batch, steps, channels)``; ``keepdims`` keeps that axis.
+
+    Takes no mask, as Keras 3's: padded steps count too (Keras warns that it drops the mask).
+    """
+
+    _rank = 3
+
+
+class GlobalAveragePooling2D(_GlobalAverage):
     """The mean over the pixels of NHWC images; ``keepdims`` keeps those axes."""
 
-    _axes, _rank = (1, 2), 4
+    _rank = 4
 
 
-class GlobalMaxPooling2D(GlobalMaxPooling1D):
+class GlobalMaxPooling2D(_GlobalMax):
     """The maximum over the pixels of NHWC images; ``keepdims`` keeps those axes."""
 
-    _axes, _rank = (1, 2), 4
+    _rank = 4

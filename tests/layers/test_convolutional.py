@@ -317,6 +317,51 @@ def test_global_pooling(layer, shape, reduce, axes):
         layer()(tp.constant(x[0]))
 
 
+def test_global_average_pooling_1d_averages_the_real_steps_only():
+    x = np.random.default_rng(8).standard_normal((3, 5, 2)).astype(np.float32)
+    lengths = np.array([5, 2, 3])
+    mask = np.arange(5) < lengths[:, None]
+    x[~mask] = np.nan  # what sits at a padded step never reaches the mean, as in Keras
+    layer = tp.layers.GlobalAveragePooling1D()
+    expected = np.stack([x[b, :n].mean(0) for b, n in enumerate(lengths)])
+    np.testing.assert_allclose(layer(tp.constant(x), mask=mask).numpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(layer(x, mask=mask.astype(np.int32)).numpy(), expected, rtol=1e-6)
+    kept = tp.layers.GlobalAveragePooling1D(keepdims=True)(x, mask=mask)
+    np.testing.assert_allclose(kept.numpy(), expected[:, None], rtol=1e-6)
+    assert layer.supports_masking and layer.compute_mask(x, mask) is None
+    with pytest.raises(ValueError, match=r"mask must have shape \(batch, steps\) = \(3, 5\), got \(3, 4\)"):
+        layer(x, mask=mask[:, :4])
+
+
+def test_global_pooling_after_a_masking_embedding_ignores_padding_as_keras():
+    """Sequential hands Embedding(mask_zero=True)'s mask to GlobalAveragePooling1D: padded and
+    unpadded sequences pool alike. GlobalMaxPooling1D takes no mask in Keras 3: padding counts."""
+    tp.random.set_seed(5)
+    embedding = tp.layers.Embedding(10, 4, mask_zero=True)
+    average = tp.layers.Sequential([embedding, tp.layers.GlobalAveragePooling1D(), tp.layers.Dense(3)])
+    maximum = tp.layers.Sequential([embedding, tp.layers.GlobalMaxPooling1D()])
+    sequences = [[3, 1, 4], [1, 5, 9, 2, 6], [5]]
+    padded = np.array([s + [0] * (5 - len(s)) for s in sequences])
+    together = average(padded).numpy()
+    alone = np.concatenate([average(np.array([s])).numpy() for s in sequences])
+    np.testing.assert_allclose(together, alone, rtol=1e-6, atol=1e-7)
+    table = embedding.embeddings.numpy()
+    np.testing.assert_allclose(maximum(padded).numpy(), table[padded].max(axis=1), rtol=1e-6)
+    assert not np.allclose(table[padded[2]].max(0), table[[5]].max(0))  # the padding's row counted
+
+
+def test_masked_global_average_pooling_gradients():
+    x = np.random.default_rng(10).standard_normal((3, 5, 2))
+    mask = np.arange(5) < np.array([[5], [2], [3]])
+    layer = tp.layers.GlobalAveragePooling1D(dtype="float64")
+    tp.testing.check_gradients(lambda x: layer(x, mask=mask), x, order=2)
+    with tp.GradientTape() as tape:
+        inputs = tp.constant(x)
+        tape.watch(inputs)
+        y = tp.reduce_sum(layer(inputs, mask=mask))
+    np.testing.assert_array_equal(tape.gradient(y, inputs).numpy()[~mask], 0.0)
+
+
 # -- Conv2D dilation_rate and groups ---------------------------------------------------------
 
 
