@@ -272,6 +272,27 @@ def test_conv1d_dilation_and_groups_errors():
         tp.layers.Conv1D(4, 3, dilation_rate=2)(tp.constant(np.zeros((1, 4, 2), np.float32)))
 
 
+@pytest.mark.parametrize("padding", ["valid", "same", "causal"])
+@pytest.mark.parametrize(("stride", "dilation", "groups"), [(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 2, 2)])
+def test_conv1d_gradients(check_layer, padding, stride, dilation, groups):
+    """Input, kernel and bias against finite differences."""
+    x = np.random.default_rng(11).standard_normal((2, 7, 4))
+    tp.random.set_seed(11)
+    layer = tp.layers.Conv1D(
+        4,
+        3,
+        strides=stride,
+        padding=padding,
+        dilation_rate=dilation,
+        groups=groups,
+        activation="tanh",
+        dtype="float64",
+        bias_initializer="random_normal",
+    )
+    order = 2 if (stride, dilation, groups) == (1, 2, 2) else 1
+    assert check_layer(layer, x, order=order) == ["kernel", "bias"]
+
+
 def test_conv1d_gradients_and_causality():
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, 5, 2))
@@ -350,6 +371,22 @@ def test_global_pooling_after_a_masking_embedding_ignores_padding_as_keras():
     assert not np.allclose(table[padded[2]].max(0), table[[5]].max(0))  # the padding's row counted
 
 
+@pytest.mark.parametrize(
+    ("layer", "shape"),
+    [
+        (tp.layers.GlobalAveragePooling1D, (2, 4, 3)),
+        (tp.layers.GlobalMaxPooling1D, (2, 4, 3)),
+        (tp.layers.GlobalAveragePooling2D, (2, 3, 4, 2)),
+        (tp.layers.GlobalMaxPooling2D, (2, 3, 4, 2)),
+    ],
+)
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_global_pooling_gradients(layer, shape, keepdims):
+    # distinct values, so each maximum is unique and finite differences are well defined
+    x = np.random.default_rng(9).permutation(int(np.prod(shape))).reshape(shape) / 7.0
+    tp.testing.check_gradients(layer(keepdims=keepdims, dtype="float64"), x, order=2)
+
+
 def test_masked_global_average_pooling_gradients():
     x = np.random.default_rng(10).standard_normal((3, 5, 2))
     mask = np.arange(5) < np.array([[5], [2], [3]])
@@ -394,16 +431,24 @@ def test_conv2d_dilation_and_groups_follow_keras(dilation, groups):
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_conv2d_dilation_and_groups_gradients():
+@pytest.mark.parametrize(
+    ("padding", "dilation", "groups"), [("same", 2, 2), ("valid", (2, 1), 2), ("same", (1, 2), 1)]
+)
+def test_conv2d_dilation_and_groups_gradients(check_layer, padding, dilation, groups):
+    """Input, kernel and bias against finite differences."""
     x = np.random.default_rng(4).standard_normal((1, 6, 5, 4))
-    layer = tp.layers.Conv2D(2, 2, padding="same", dilation_rate=2, groups=2, dtype="float64")
-    layer(tp.constant(x))
-
-    def run(x, kernel):
-        layer.kernel = kernel
-        return layer.call(x)
-
-    tp.testing.check_gradients(run, x, layer.kernel.numpy())
+    tp.random.set_seed(4)
+    layer = tp.layers.Conv2D(
+        4,
+        2,
+        padding=padding,
+        dilation_rate=dilation,
+        groups=groups,
+        activation="tanh",
+        dtype="float64",
+        bias_initializer="random_normal",
+    )
+    assert check_layer(layer, x) == ["kernel", "bias"]
 
 
 def test_conv2d_dilation_and_groups_errors():
