@@ -214,16 +214,73 @@ def test_bad_shapes_are_named():
         tp.layers.MultiHeadAttention(0, 4)
 
 
-def test_equals_pytorchs_scaled_dot_product_attention():
-    torch = pytest.importorskip("torch")
+# -- against PyTorch ------------------------------------------------------------------------
+# scripts/torch_reference_attention.py maps Keras's layout onto scaled_dot_product_attention;
+# its saved numbers are checked in CI (no PyTorch there), and live where PyTorch is installed.
+
+MASKS = ["none", "causal", "padding"]
+
+
+def tapefit_attention(layer, query, key, value, upstream, **masks):
+    """The layer's output and its gradients under the script's names."""
+    inputs = [tp.constant(a) for a in (query, key, value)]
+    with tp.GradientTape() as tape:
+        tape.watch(inputs)
+        output = layer(inputs[0], inputs[2], key=inputs[1], **masks)
+    names = ["query", "key", "value"] + [f"{n}_{part}" for n in NAMES for part in ("kernel", "bias")]
+    sources = inputs + [getattr(layer, name) for name in names[3:]]
+    grads = tape.gradient(output, sources, output_gradients=tp.constant(upstream))
+    return {"output": output.numpy(), **{f"d_{n}": g.numpy() for n, g in zip(names, grads)}}
+
+
+def assert_all_close(got, want):
+    """rtol 1e-5, atol 1e-6 or 1e-6 of the largest value (float32 sums cancel to small values)."""
+    assert sorted(got) == sorted(want)
+    for name, value in want.items():
+        atol = 1e-6 * max(1.0, np.abs(value).max())
+        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=atol, err_msg=name)
+
+
+def keras_masks(mask, attention_mask):
+    return {"none": {}, "causal": {"use_causal_mask": True}, "padding": {"attention_mask": attention_mask}}[
+        mask
+    ]
+
+
+@pytest.mark.parametrize("mask", MASKS)
+def test_outputs_and_gradients_equal_pytorchs_saved(saved_case, mask):
+    shared, case = saved_case("mha"), saved_case(f"mha_{mask}")
+    layer = tp.layers.MultiHeadAttention(
+        int(shared["num_heads"]), int(shared["key_dim"]), value_dim=int(shared["value_dim"])
+    )
+    layer(tp.constant(shared["query"]), tp.constant(shared["value"]), key=tp.constant(shared["key"]))
+    for name in NAMES:
+        for part in ("kernel", "bias"):
+            getattr(layer, f"{name}_{part}").assign(shared[f"{name}_{part}"])
+    got = tapefit_attention(
+        layer,
+        shared["query"],
+        shared["key"],
+        shared["value"],
+        case["upstream"],
+        **keras_masks(mask, case.get("attention_mask")),
+    )
+    assert_all_close(got, {k: v for k, v in case.items() if k == "output" or k.startswith("d_")})
+
+
+@pytest.mark.parametrize("mask", MASKS)
+def test_outputs_and_gradients_equal_pytorchs_live(torch_reference, mask):
+    pytest.importorskip("torch")
     layer = make()
-    w = weights(layer)
-    qk, qb, kk, kb, vk, vb, ok, ob = w
-    q = np.einsum("btd,dhk->bhtk", Q, qk) + qb[None, :, None]
-    k = np.einsum("bsd,dhk->bhsk", V, kk) + kb[None, :, None]
-    v = np.einsum("bsd,dhk->bhsk", V, vk) + vb[None, :, None]
-    context = torch.nn.functional.scaled_dot_product_attention(
-        *(torch.from_numpy(a) for a in (q, k, v))
-    ).numpy()
-    expected = np.einsum("bhtk,hko->bto", context, ok) + ob
-    np.testing.assert_allclose(layer(tp.constant(Q), tp.constant(V)).numpy(), expected, rtol=1e-5, atol=1e-5)
+    key = RNG.standard_normal(V.shape).astype(np.float32)
+    upstream = RNG.standard_normal(Q.shape).astype(np.float32)
+    padding = np.broadcast_to(np.arange(5) < np.array([5, 2])[:, None, None], (2, 4, 5)).copy()
+    full = {
+        "none": None,
+        "causal": np.broadcast_to(np.tril(np.ones((4, 5), bool)), (2, 4, 5)),
+        "padding": padding,
+    }
+    w = {f"{n}_{part}": getattr(layer, f"{n}_{part}").numpy() for n in NAMES for part in ("kernel", "bias")}
+    mask_array = None if full[mask] is None else np.ascontiguousarray(full[mask])
+    expected = torch_reference.attention(Q, key, V, w, mask_array, upstream)
+    assert_all_close(tapefit_attention(layer, Q, key, V, upstream, **keras_masks(mask, padding)), expected)

@@ -460,18 +460,94 @@ def test_conv2d_dilation_and_groups_errors():
         tp.layers.Conv2D(4, 3, groups=2)(tp.constant(np.zeros((1, 5, 5, 3), np.float32)))
 
 
-def test_conv2d_dilation_and_groups_equal_pytorchs():
-    torch = pytest.importorskip("torch")
-    x = np.random.default_rng(5).standard_normal((2, 9, 8, 4)).astype(np.float32)
-    layer = tp.layers.Conv2D(8, 3, padding="same", dilation_rate=(2, 3), groups=2)
-    y = layer(tp.constant(x)).numpy()
-    kernel = torch.from_numpy(layer.kernel.numpy().transpose(3, 2, 0, 1).copy())
-    expected = torch.nn.functional.conv2d(
-        torch.from_numpy(x.transpose(0, 3, 1, 2).copy()),
-        kernel,
-        torch.from_numpy(layer.bias.numpy()),
-        dilation=(2, 3),
-        groups=2,
-        padding="same",
+# -- against PyTorch (scripts/torch_reference_attention.py; saved for CI, live with PyTorch) --
+
+
+def tapefit_convolution(layer, x, upstream):
+    """The layer's output and its gradients with respect to ``x``, kernel and bias."""
+    inputs = tp.constant(x)
+    with tp.GradientTape() as tape:
+        tape.watch(inputs)
+        output = layer(inputs)
+    grads = tape.gradient(output, [inputs, layer.kernel, layer.bias], output_gradients=tp.constant(upstream))
+    return {"output": output.numpy(), **{f"d_{n}": g.numpy() for n, g in zip(("x", "kernel", "bias"), grads)}}
+
+
+def _layer(family, kernel_size, filters, strides, padding, dilation, groups, **options):
+    """Conv2D or Conv1D from the script's case (strides and dilation as one int per axis)."""
+    cls = tp.layers.Conv2D if family == "conv2d" else tp.layers.Conv1D
+    strides, dilation = (
+        tuple(int(n) for n in v) if family == "conv2d" else int(v[0]) for v in (strides, dilation)
     )
-    np.testing.assert_allclose(y, expected.numpy().transpose(0, 2, 3, 1), rtol=1e-5, atol=1e-5)
+    return cls(
+        filters,
+        tuple(kernel_size),
+        strides=strides,
+        padding=str(padding),
+        dilation_rate=dilation,
+        groups=int(groups),
+        **options,
+    )
+
+
+def _assert_all_close(got, want):
+    """rtol 1e-5, atol 1e-6 or 1e-6 of the largest value (float32 sums cancel to small values)."""
+    for name, value in want.items():
+        atol = 1e-6 * max(1.0, np.abs(value).max())
+        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=atol, err_msg=name)
+
+
+SAVED_CASES = [f"conv2d_{n}" for n in range(4)] + [f"conv1d_{n}" for n in range(4)]
+
+
+@pytest.mark.parametrize("case", SAVED_CASES)
+def test_conv_outputs_and_gradients_equal_pytorchs_saved(saved_case, case):
+    family = case.split("_")[0]
+    x, saved = saved_case(family)["x"], saved_case(case)
+    kernel = saved["kernel"]
+    layer = _layer(
+        family,
+        kernel.shape[:-2],
+        kernel.shape[-1],
+        saved["strides"],
+        saved["padding"],
+        saved["dilation"],
+        saved["groups"],
+    )
+    layer(tp.constant(x))
+    layer.kernel.assign(kernel)
+    layer.bias.assign(saved["bias"])
+    _assert_all_close(
+        tapefit_convolution(layer, x, saved["upstream"]),
+        {k: v for k, v in saved.items() if k.startswith(("d_", "output"))},
+    )
+
+
+@pytest.mark.parametrize(
+    ("family", "strides", "padding", "dilation", "groups"),
+    [
+        ("conv2d", *case)
+        for case in [((1, 1), "same", (2, 3), 2), ((2, 2), "same", (1, 1), 4), ((1, 1), "valid", (3, 2), 1)]
+    ]
+    + [
+        ("conv1d", *case)
+        for case in [((1,), "causal", (2,), 2), ((2,), "same", (1,), 4), ((1,), "valid", (3,), 1)]
+    ],
+)
+def test_conv_outputs_and_gradients_equal_pytorchs_live(
+    torch_reference, family, strides, padding, dilation, groups
+):
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(12)
+    shape, kernel_size = ((2, 9, 8, 4), (3, 3)) if family == "conv2d" else ((2, 11, 4), (3,))
+    x = rng.standard_normal(shape).astype(np.float32)
+    tp.random.set_seed(12)
+    layer = _layer(
+        family, kernel_size, 8, strides, padding, dilation, groups, bias_initializer="random_normal"
+    )
+    output = layer(tp.constant(x))
+    upstream = rng.standard_normal(output.shape).astype(np.float32)
+    expected = torch_reference.convolution(
+        x, layer.kernel.numpy(), layer.bias.numpy(), strides, padding, dilation, groups, upstream
+    )
+    _assert_all_close(tapefit_convolution(layer, x, upstream), expected)
