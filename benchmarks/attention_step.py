@@ -6,8 +6,10 @@ weight, with no mask, a causal mask, and a padding mask (``query_mask`` and ``va
 from sequences of 40-64 real steps). ``--part softmax`` times the attention softmax alone
 (``(32, 4, 64, 64)`` scores, a causal mask, forward + backward on a tape).
 
-Prints the median and the fastest milliseconds of each. Run it under two checkouts, alternately, to compare
-them (the machines drift between runs): ``PYTHONPATH=path/to/tree python benchmarks/attention_step.py``.
+Prints the median and the fastest milliseconds of each. To compare two checkouts, run it under
+each alternately (the machines drift between runs), with one BLAS thread for steadier figures:
+``OPENBLAS_NUM_THREADS=1 PYTHONPATH=path/to/tree python benchmarks/attention_step.py``. The
+figures behind fusing the softmax are in ``tapefit/core/ops/nn.py``, above its gradient.
 
     python benchmarks/attention_step.py [--part layer|softmax] [--repeats 30]
 """
