@@ -17,8 +17,6 @@ from tapefit.layers.module import Layer
 
 __all__ = ["MultiHeadAttention"]
 
-_MASKED = -1e9  # added where a key may not be attended to, as Keras's softmax does
-
 
 class MultiHeadAttention(Layer):
     """Keras's ``MultiHeadAttention``: scaled dot-product attention over ``num_heads`` heads.
@@ -33,10 +31,12 @@ class MultiHeadAttention(Layer):
         num_heads: the number of heads.
         key_dim: the size of each head's queries and keys.
         value_dim: the size of each head's values (default ``key_dim``).
-        dropout: the dropout rate on the attention weights, in training.
+        dropout: in training, the dropout rate on the attention weights (after the softmax,
+            before they weigh the values, as Keras; the returned scores are before it).
         use_bias: whether the projections have biases.
         output_shape: the last axis of the output (default the query's).
         kernel_initializer, bias_initializer: as Keras.
+        seed: the dropout's op seed; with ``tp.random.set_seed`` the masks repeat.
 
     Called as ``mha(query, value, key=None, query_mask=None, value_mask=None, key_mask=None,
     attention_mask=None, return_attention_scores=False, training=None, use_causal_mask=False)``
@@ -61,6 +61,7 @@ class MultiHeadAttention(Layer):
         kernel_initializer: Any = "glorot_uniform",
         bias_initializer: Any = "zeros",
         name: str | None = None,
+        seed: int | None = None,
     ) -> None:
         super().__init__(name=name)
         for what, value in (
@@ -75,6 +76,7 @@ class MultiHeadAttention(Layer):
         self.num_heads, self.key_dim = int(num_heads), int(key_dim)
         self.value_dim = int(value_dim or key_dim)
         self.dropout, self.use_bias, self.output_dim = float(dropout), bool(use_bias), output_shape
+        self.seed = seed
         self.kernel_initializer = initializers.get(kernel_initializer)
         self.bias_initializer = initializers.get(bias_initializer)
         self._built_dims: tuple[int, int, int] | None = None
@@ -144,14 +146,15 @@ class MultiHeadAttention(Layer):
             attention_mask,
             use_causal_mask,
         )
-        if mask is not None:
+        if mask is None:
+            weights = _nn.softmax(scores, axis=-1)
+        else:
             if mask.ndim == 3:  # (batch, T, S) against (batch, heads, T, S)
                 mask = _shape.expand_dims(mask, -3)
-            scores = _math.where(mask, scores, as_tensor(np.asarray(_MASKED, scores.dtype)))
-        weights = _nn.softmax(scores, axis=-1)
+            weights = _nn.masked_softmax(scores, mask, axis=-1)  # -1e9 where masked, as Keras
         attended = weights
         if training and self.dropout > 0.0:
-            attended = _nn.dropout(weights, self.dropout)
+            attended = _nn.dropout(weights, self.dropout, seed=self.seed)
         context = einsum("bhts,bshk->bthk", attended, v)
         output = einsum("bthk,hko->bto", context, self.output_kernel)
         if self.output_bias is not None:

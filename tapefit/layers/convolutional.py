@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.core.ops import math as _math
 from tapefit.core.ops import nn as _nn
 from tapefit.core.ops import reduce as _reduce
 from tapefit.core.ops import shape as _shape
@@ -131,38 +132,25 @@ class Conv2D(_KernelLayer):
             raise ValueError(
                 f"Conv2D '{self.name}' was built for {channels} input channels, got shape {x.shape}"
             )
-        kernel = _dilated(self.kernel, self.dilation_rate)
-        if self.padding == "valid" and (x.shape[1] < kernel.shape[0] or x.shape[2] < kernel.shape[1]):
+        span = [(k - 1) * d + 1 for k, d in zip(self.kernel_size, self.dilation_rate)]
+        if self.padding == "valid" and (x.shape[1] < span[0] or x.shape[2] < span[1]):
             raise ValueError(
                 f"Conv2D '{self.name}': images of shape {x.shape} are smaller than the kernel "
-                f"{tuple(kernel.shape[:2])} with padding='valid'"
+                f"{tuple(span)} with padding='valid'"
             )
-        strides, padding = list(self.strides), self.padding.upper()
-        if self.groups == 1:
-            y = _nn.conv2d(x, kernel, strides=strides, padding=padding)
-        else:  # each group of filters sees its own slice of the channels
-            pairs = zip(_shape.split(x, self.groups, axis=-1), _shape.split(kernel, self.groups, axis=-1))
-            y = _shape.concat(
-                [_nn.conv2d(xg, kg, strides=strides, padding=padding) for xg, kg in pairs], axis=-1
-            )
+        y = _grouped_conv2d(x, self.kernel, self.groups, self.strides, self.padding, self.dilation_rate)
         return self._bias_and_activation(y)
 
 
-def _dilated(kernel: Any, rate: tuple[int, int]) -> Any:
-    """``kernel`` with ``rate - 1`` zero taps between its taps along height and width (ops, so
-    the gradient reaches the real taps)."""
-    for axis, d in enumerate(rate):
-        if d == 1:
-            continue
-        taps = kernel.shape[axis]
-        zeros = as_tensor(
-            np.zeros((*kernel.shape[:axis], taps, d - 1, *kernel.shape[axis + 1 :]), kernel.dtype)
-        )
-        spaced = _shape.concat([_shape.expand_dims(kernel, axis + 1), zeros], axis=axis + 1)
-        merged = _shape.reshape(spaced, (*kernel.shape[:axis], taps * d, *kernel.shape[axis + 1 :]))
-        keep = (taps - 1) * d + 1
-        kernel = merged[:keep] if axis == 0 else merged[:, :keep]
-    return kernel
+def _grouped_conv2d(
+    x: Tensor, kernel: Any, groups: int, strides: Any, padding: str, dilations: Any
+) -> Tensor:
+    """``conv2d``; with ``groups`` > 1 each group of filters sees its own slice of the channels."""
+    options = {"strides": list(strides), "padding": padding.upper(), "dilations": list(dilations)}
+    if groups == 1:
+        return _nn.conv2d(x, kernel, **options)
+    pairs = zip(_shape.split(x, groups, axis=-1), _shape.split(kernel, groups, axis=-1))
+    return _shape.concat([_nn.conv2d(xg, kg, **options) for xg, kg in pairs], axis=-1)
 
 
 class _Pool2D(Layer):
@@ -241,9 +229,11 @@ __all__ = ["AvgPool2D", "AveragePooling2D", "Conv2D", "Convolution2D", "MaxPool2
 class Conv1D(_KernelLayer):
     """Keras's ``Conv1D`` over sequences ``(batch, steps, channels)``.
 
-    ``kernel`` has shape ``(kernel_size, in_channels, filters)``. ``padding``: ``"valid"``,
-    ``"same"``, or ``"causal"`` (zeros before the sequence only, so output ``t`` sees inputs up
-    to ``t``). Runs as ``conv2d`` over a height of 1. Other arguments as ``Conv2D``.
+    ``kernel`` has shape ``(kernel_size, in_channels // groups, filters)``. ``padding``:
+    ``"valid"``, ``"same"``, or ``"causal"`` (``(kernel_size - 1) * dilation_rate`` zeros
+    before the sequence only, so output ``t`` sees inputs up to ``t``). ``dilation_rate`` and
+    ``groups`` (an int each) as ``Conv2D``. Runs as ``conv2d`` over a height of 1. Other
+    arguments as ``Conv2D``.
     """
 
     def __init__(
@@ -261,6 +251,8 @@ class Conv1D(_KernelLayer):
         name: str | None = None,
         dtype: Any = None,
         trainable: bool = True,
+        dilation_rate: int | tuple[int] = 1,
+        groups: int = 1,
     ) -> None:
         super().__init__(trainable=trainable, name=name, dtype=dtype)
         self.filters = _positive_int(filters, "filters", "Conv1D")
@@ -269,6 +261,14 @@ class Conv1D(_KernelLayer):
         if not isinstance(padding, str) or padding.lower() not in ("valid", "same", "causal"):
             raise ValueError(f"Conv1D: padding must be 'valid', 'same' or 'causal', got {padding!r}")
         self.padding = padding.lower()
+        self.dilation_rate = _single(dilation_rate, "dilation_rate")
+        self.groups = _positive_int(groups, "groups", "Conv1D")
+        if self.dilation_rate != 1 and self.strides != 1:
+            raise ValueError(
+                f"Conv1D: dilation_rate {self.dilation_rate} needs strides of 1 (as Keras), got {self.strides}"
+            )
+        if self.filters % self.groups:
+            raise ValueError(f"Conv1D: filters ({self.filters}) must be a multiple of groups ({self.groups})")
         self._init_kernel(
             activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer
         )
@@ -279,27 +279,35 @@ class Conv1D(_KernelLayer):
             raise ValueError(
                 f"Conv1D '{self.name}' needs sequences of shape (batch, steps, channels), got shape {input_shape}"
             )
-        self._build_kernel((self.kernel_size, input_shape[-1], self.filters), self.filters)
+        if input_shape[-1] % self.groups:
+            raise ValueError(
+                f"Conv1D '{self.name}': the {input_shape[-1]} input channels are not a multiple of groups "
+                f"({self.groups})"
+            )
+        self._build_kernel((self.kernel_size, input_shape[-1] // self.groups, self.filters), self.filters)
 
     def call(self, inputs: Any) -> Tensor:
         """Applies the convolution."""
         x = self._cast_input(inputs)
-        channels = self.kernel.shape[1]
+        channels = self.kernel.shape[1] * self.groups
         if x.ndim != 3 or x.shape[-1] != channels:
             raise ValueError(
                 f"Conv1D '{self.name}' was built for sequences (batch, steps, {channels}), got shape {x.shape}"
             )
+        span = (self.kernel_size - 1) * self.dilation_rate + 1
         padding = self.padding
         if padding == "causal":
-            x = _shape.pad(x, [[0, 0], [self.kernel_size - 1, 0], [0, 0]])
+            x = _shape.pad(x, [[0, 0], [span - 1, 0], [0, 0]])
             padding = "valid"
-        if padding == "valid" and x.shape[1] < self.kernel_size:
+        if padding == "valid" and x.shape[1] < span:
             raise ValueError(
                 f"Conv1D '{self.name}': sequences of shape {x.shape} are shorter than the kernel "
-                f"{self.kernel_size} with padding='valid'"
+                f"{span} with padding='valid'"
             )
         kernel = _shape.expand_dims(self.kernel, 0)  # (1, k, in, out): a 2-D kernel of height 1
-        y = _nn.conv2d(_shape.expand_dims(x, 1), kernel, strides=[1, self.strides], padding=padding.upper())
+        y = _grouped_conv2d(
+            _shape.expand_dims(x, 1), kernel, self.groups, (1, self.strides), padding, (1, self.dilation_rate)
+        )
         return self._bias_and_activation(_shape.squeeze(y, axis=1))
 
 
@@ -310,7 +318,6 @@ def _single(value: Any, what: str) -> int:
 
 
 class _GlobalPool(Layer):
-    _axes: tuple[int, ...] = ()
     _rank = 0
 
     def __init__(self, keepdims: bool = False, name: str | None = None, dtype: Any = None) -> None:
@@ -319,43 +326,82 @@ class _GlobalPool(Layer):
 
     def call(self, inputs: Any) -> Tensor:
         """Pools over every step (1D) or every pixel (2D)."""
+        return self._reduce(self._checked(inputs))
+
+    def _checked(self, inputs: Any) -> Tensor:
         x = self._cast_input(inputs)
         if x.ndim != self._rank:
             what = "(batch, steps, channels)" if self._rank == 3 else "(batch, height, width, channels)"
             raise ValueError(
                 f"{type(self).__name__} '{self.name}' needs inputs of shape {what}, got shape {x.shape}"
             )
-        return self._reduce(x, axis=list(self._axes), keepdims=self.keepdims)
+        return x
 
-    def _reduce(self, x: Tensor, axis: list[int], keepdims: bool) -> Tensor:
+    def _axes(self) -> list[int]:
+        return list(range(1, self._rank - 1))
+
+    def _reduce(self, x: Tensor) -> Tensor:
         raise NotImplementedError
 
 
-class GlobalAveragePooling1D(_GlobalPool):
-    """The mean over the steps of ``(batch, steps, channels)``; ``keepdims`` keeps that axis."""
-
-    _axes, _rank = (1,), 3
-
-    def _reduce(self, x: Tensor, axis: list[int], keepdims: bool) -> Tensor:
-        return _reduce.reduce_mean(x, axis=axis, keepdims=keepdims)
+class _GlobalAverage(_GlobalPool):
+    def _reduce(self, x: Tensor) -> Tensor:
+        return _reduce.reduce_mean(x, axis=self._axes(), keepdims=self.keepdims)
 
 
-class GlobalMaxPooling1D(_GlobalPool):
-    """The maximum over the steps of ``(batch, steps, channels)``; ``keepdims`` keeps that axis."""
-
-    _axes, _rank = (1,), 3
-
-    def _reduce(self, x: Tensor, axis: list[int], keepdims: bool) -> Tensor:
-        return _reduce.reduce_max(x, axis=axis, keepdims=keepdims)
+class _GlobalMax(_GlobalPool):
+    def _reduce(self, x: Tensor) -> Tensor:
+        return _reduce.reduce_max(x, axis=self._axes(), keepdims=self.keepdims)
 
 
-class GlobalAveragePooling2D(GlobalAveragePooling1D):
+class GlobalAveragePooling1D(_GlobalAverage):
+    """The mean over the steps of ``(batch, steps, channels)``; ``keepdims`` keeps that axis.
+
+    Called with ``mask`` ``(batch, steps)``, true at the real steps (``Sequential`` passes
+    ``Embedding(mask_zero=True)``'s on), it averages the real steps only, as Keras (a
+    sequence with none gives NaN, as Keras); the mask ends here.
+    """
+
+    _rank = 3
+    supports_masking = True
+
+    def call(self, inputs: Any, mask: Any = None) -> Tensor:
+        """Averages over the (real) steps."""
+        x = self._checked(inputs)
+        if mask is None:
+            return self._reduce(x)
+        steps = as_tensor(mask)
+        if steps.shape != x.shape[:2]:
+            raise ValueError(
+                f"GlobalAveragePooling1D '{self.name}': mask must have shape (batch, steps) = "
+                f"{x.shape[:2]}, got {steps.shape}"
+            )
+        # sum(where(mask, x, 0)) / sum(mask), as Keras: a NaN at a padded step stays out
+        real = _shape.expand_dims(steps if steps.dtype == bool else _math.cast(steps, bool), -1)
+        total = _reduce.reduce_sum(_math.where(real, x, 0.0), axis=1, keepdims=self.keepdims)
+        return total / _reduce.reduce_sum(_math.cast(real, x.dtype), axis=1, keepdims=self.keepdims)
+
+    def compute_mask(self, inputs: Any, mask: Any = None) -> None:
+        """``None``: the steps are pooled away."""
+        return None
+
+
+class GlobalMaxPooling1D(_GlobalMax):
+    """The maximum over the steps of ``(batch, steps, channels)``; ``keepdims`` keeps that axis.
+
+    Takes no mask, as Keras 3's: padded steps count too (Keras warns that it drops the mask).
+    """
+
+    _rank = 3
+
+
+class GlobalAveragePooling2D(_GlobalAverage):
     """The mean over the pixels of NHWC images; ``keepdims`` keeps those axes."""
 
-    _axes, _rank = (1, 2), 4
+    _rank = 4
 
 
-class GlobalMaxPooling2D(GlobalMaxPooling1D):
+class GlobalMaxPooling2D(_GlobalMax):
     """The maximum over the pixels of NHWC images; ``keepdims`` keeps those axes."""
 
-    _axes, _rank = (1, 2), 4
+    _rank = 4

@@ -1,5 +1,10 @@
-"""Gradient checks of layers: inputs and trainable weights against finite differences."""
+"""Shared by the layer tests: gradient checks of inputs and trainable weights against finite
+differences, and the PyTorch references of ``scripts/torch_reference_attention.py``."""
 
+import importlib.util
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 import tapefit as tp
@@ -34,3 +39,29 @@ def check_layer_gradients(layer, x, order=1, training=None, **tolerances):
 def check_layer():
     """``check_layer_gradients`` as a fixture (test modules are not importable packages)."""
     return check_layer_gradients
+
+
+_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "torch_reference_attention.py"
+
+
+@pytest.fixture(scope="session")
+def torch_reference():
+    """``scripts/torch_reference_attention.py`` as a module (it imports PyTorch only when run)."""
+    spec = importlib.util.spec_from_file_location("torch_reference_attention", _SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def saved_case(torch_reference):
+    """``saved_case(prefix)``: the script's saved arrays under ``prefix/``, by their names after it."""
+    with np.load(torch_reference.PATH, allow_pickle=False) as saved:
+        arrays = dict(saved)
+
+    def case(prefix):
+        return {
+            key.split("/", 1)[1]: value for key, value in arrays.items() if key.split("/", 1)[0] == prefix
+        }
+
+    return case

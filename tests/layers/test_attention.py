@@ -35,8 +35,8 @@ def reference(query, value, w, key_dim, mask=None):
     return np.einsum("bthk,hko->bto", np.einsum("bhts,bshk->bthk", probs, v), ok) + ob, probs
 
 
-def make(seed=0, **kwargs):
-    tp.random.set_seed(seed)
+def make(global_seed=0, **kwargs):
+    tp.random.set_seed(global_seed)
     layer = tp.layers.MultiHeadAttention(num_heads=3, key_dim=4, bias_initializer="random_normal", **kwargs)
     layer(tp.constant(Q), tp.constant(V))
     return layer
@@ -128,9 +128,56 @@ def test_gradients_match_finite_differences():
     )
 
 
+def test_dropout_drops_attention_weights_after_the_softmax_as_keras():
+    layer = make(dropout=0.5, seed=7)
+    query, value = tp.constant(Q), tp.constant(V)
+    plain, probs = layer(query, value, return_attention_scores=True)
+    np.testing.assert_array_equal(layer(query, value, training=False).numpy(), plain.numpy())
+    tp.random.set_seed(4)
+    out, scores = layer(query, value, training=True, return_attention_scores=True)
+    np.testing.assert_array_equal(scores.numpy(), probs.numpy())  # the scores before dropout
+    tp.random.set_seed(4)  # the same draw: the kept weights, scaled by 1 / (1 - rate)
+    keep = tp.nn.dropout(tp.ones(probs.shape), 0.5, seed=7).numpy()
+    assert 0.4 < np.mean(keep > 0) < 0.6 and set(np.unique(keep)) == {0.0, 2.0}
+    *_, vk, vb, ok, ob = weights(layer)
+    v = np.einsum("bsd,dhk->bshk", V, vk) + vb
+    context = np.einsum("bhts,bshk->bthk", probs.numpy() * keep, v)
+    np.testing.assert_allclose(
+        out.numpy(), np.einsum("bthk,hko->bto", context, ok) + ob, rtol=1e-5, atol=1e-5
+    )
+    assert not np.allclose(out.numpy(), plain.numpy())
+
+
+def test_dropout_repeats_with_the_seeds_and_differs_from_call_to_call():
+    def run():
+        tp.random.set_seed(11)
+        layer = make(dropout=0.3, seed=5)
+        return [layer(tp.constant(Q), tp.constant(V), training=True).numpy() for _ in range(2)]
+
+    first, again = run(), run()
+    np.testing.assert_array_equal(first[0], again[0])
+    np.testing.assert_array_equal(first[1], again[1])
+    assert not np.allclose(first[0], first[1])  # a fresh mask per call
+
+
+def test_gradients_with_dropout_match_finite_differences():
+    layer = make(dropout=0.4, seed=1)
+
+    def run(query, value, *w):
+        for name, kernel, bias in zip(NAMES, w[0::2], w[1::2]):
+            setattr(layer, f"{name}_kernel", kernel)
+            setattr(layer, f"{name}_bias", bias)
+        tp.random.set_seed(2)  # the same mask at every evaluation
+        return layer.call(query, value, training=True)
+
+    tp.testing.check_gradients(
+        run, Q[:1, :3].astype(np.float64), V[:1, :3].astype(np.float64), *weights(layer)
+    )
+
+
 def test_a_compiled_step_equals_the_eager_one_bit_for_bit():
     def stepper():
-        layer = make(seed=2)
+        layer = make(global_seed=2)
         optimizer = tp.optimizers.Adam(0.01)
 
         def step(query, value, mask):
@@ -167,16 +214,73 @@ def test_bad_shapes_are_named():
         tp.layers.MultiHeadAttention(0, 4)
 
 
-def test_equals_pytorchs_scaled_dot_product_attention():
-    torch = pytest.importorskip("torch")
+# -- against PyTorch ------------------------------------------------------------------------
+# scripts/torch_reference_attention.py maps Keras's layout onto scaled_dot_product_attention;
+# its saved numbers are checked in CI (no PyTorch there), and live where PyTorch is installed.
+
+MASKS = ["none", "causal", "padding"]
+
+
+def tapefit_attention(layer, query, key, value, upstream, **masks):
+    """The layer's output and its gradients under the script's names."""
+    inputs = [tp.constant(a) for a in (query, key, value)]
+    with tp.GradientTape() as tape:
+        tape.watch(inputs)
+        output = layer(inputs[0], inputs[2], key=inputs[1], **masks)
+    names = ["query", "key", "value"] + [f"{n}_{part}" for n in NAMES for part in ("kernel", "bias")]
+    sources = inputs + [getattr(layer, name) for name in names[3:]]
+    grads = tape.gradient(output, sources, output_gradients=tp.constant(upstream))
+    return {"output": output.numpy(), **{f"d_{n}": g.numpy() for n, g in zip(names, grads)}}
+
+
+def assert_all_close(got, want):
+    """rtol 1e-5, atol 1e-6 or 1e-6 of the largest value (float32 sums cancel to small values)."""
+    assert sorted(got) == sorted(want)
+    for name, value in want.items():
+        atol = 1e-6 * max(1.0, np.abs(value).max())
+        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=atol, err_msg=name)
+
+
+def keras_masks(mask, attention_mask):
+    return {"none": {}, "causal": {"use_causal_mask": True}, "padding": {"attention_mask": attention_mask}}[
+        mask
+    ]
+
+
+@pytest.mark.parametrize("mask", MASKS)
+def test_outputs_and_gradients_equal_pytorchs_saved(saved_case, mask):
+    shared, case = saved_case("mha"), saved_case(f"mha_{mask}")
+    layer = tp.layers.MultiHeadAttention(
+        int(shared["num_heads"]), int(shared["key_dim"]), value_dim=int(shared["value_dim"])
+    )
+    layer(tp.constant(shared["query"]), tp.constant(shared["value"]), key=tp.constant(shared["key"]))
+    for name in NAMES:
+        for part in ("kernel", "bias"):
+            getattr(layer, f"{name}_{part}").assign(shared[f"{name}_{part}"])
+    got = tapefit_attention(
+        layer,
+        shared["query"],
+        shared["key"],
+        shared["value"],
+        case["upstream"],
+        **keras_masks(mask, case.get("attention_mask")),
+    )
+    assert_all_close(got, {k: v for k, v in case.items() if k == "output" or k.startswith("d_")})
+
+
+@pytest.mark.parametrize("mask", MASKS)
+def test_outputs_and_gradients_equal_pytorchs_live(torch_reference, mask):
+    pytest.importorskip("torch")
     layer = make()
-    w = weights(layer)
-    qk, qb, kk, kb, vk, vb, ok, ob = w
-    q = np.einsum("btd,dhk->bhtk", Q, qk) + qb[None, :, None]
-    k = np.einsum("bsd,dhk->bhsk", V, kk) + kb[None, :, None]
-    v = np.einsum("bsd,dhk->bhsk", V, vk) + vb[None, :, None]
-    context = torch.nn.functional.scaled_dot_product_attention(
-        *(torch.from_numpy(a) for a in (q, k, v))
-    ).numpy()
-    expected = np.einsum("bhtk,hko->bto", context, ok) + ob
-    np.testing.assert_allclose(layer(tp.constant(Q), tp.constant(V)).numpy(), expected, rtol=1e-5, atol=1e-5)
+    key = RNG.standard_normal(V.shape).astype(np.float32)
+    upstream = RNG.standard_normal(Q.shape).astype(np.float32)
+    padding = np.broadcast_to(np.arange(5) < np.array([5, 2])[:, None, None], (2, 4, 5)).copy()
+    full = {
+        "none": None,
+        "causal": np.broadcast_to(np.tril(np.ones((4, 5), bool)), (2, 4, 5)),
+        "padding": padding,
+    }
+    w = {f"{n}_{part}": getattr(layer, f"{n}_{part}").numpy() for n in NAMES for part in ("kernel", "bias")}
+    mask_array = None if full[mask] is None else np.ascontiguousarray(full[mask])
+    expected = torch_reference.attention(Q, key, V, w, mask_array, upstream)
+    assert_all_close(tapefit_attention(layer, Q, key, V, upstream, **keras_masks(mask, padding)), expected)

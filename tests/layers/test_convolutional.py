@@ -190,18 +190,29 @@ def test_conv2d_rejects_an_unknown_initializer_when_constructed():
 # -- Conv1D and global pooling ----------------------------------------------------------------
 
 
-def _conv1d_reference(x, kernel, bias, stride, padding):
-    """Keras's Conv1D in float64 NumPy: causal pads k-1 zeros before, same pads around."""
-    k = kernel.shape[0]
+def _conv1d_reference(x, kernel, bias, stride, padding, dilation=1, groups=1):
+    """Keras's Conv1D in float64 NumPy: causal pads (k-1)*d zeros before, same pads around;
+    taps ``dilation`` apart; each group of filters sees its slice of the channels."""
+    k, per_group, filters = kernel.shape
+    span = (k - 1) * dilation + 1
     steps = x.shape[1]
     if padding == "causal":
-        x = np.pad(x, [(0, 0), (k - 1, 0), (0, 0)])
+        x = np.pad(x, [(0, 0), (span - 1, 0), (0, 0)])
     elif padding == "same":
         out = -(-steps // stride)
-        total = max((out - 1) * stride + k - steps, 0)
+        total = max((out - 1) * stride + span - steps, 0)
         x = np.pad(x, [(0, 0), (total // 2, total - total // 2), (0, 0)])
-    starts = range(0, x.shape[1] - k + 1, stride)
-    return np.stack([np.einsum("bkc,kcf->bf", x[:, s : s + k], kernel) for s in starts], axis=1) + bias
+    starts = range(0, x.shape[1] - span + 1, stride)
+    per_filters = filters // groups
+    y = np.zeros((x.shape[0], len(starts), filters))
+    for g in range(groups):
+        channels = x[..., g * per_group : (g + 1) * per_group]
+        taps = kernel[..., g * per_filters : (g + 1) * per_filters]
+        for i, s in enumerate(starts):
+            y[:, i, g * per_filters : (g + 1) * per_filters] = np.einsum(
+                "bkc,kcf->bf", channels[:, s : s + span : dilation], taps
+            )
+    return y + bias
 
 
 @pytest.mark.parametrize("padding", ["valid", "same", "causal"])
@@ -216,6 +227,70 @@ def test_conv1d_follows_keras(padding, stride):
         x.astype(np.float64), layer.kernel.numpy(), layer.bias.numpy(), stride, padding
     )
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("dilation", "groups", "padding"),
+    [(2, 1, "valid"), (2, 2, "same"), (3, 1, "causal"), (1, 4, "valid"), (2, 4, "causal"), (3, 2, "same")],
+)
+def test_conv1d_dilation_and_groups_follow_keras(dilation, groups, padding):
+    x = np.random.default_rng(6).standard_normal((2, 11, 4)).astype(np.float32)
+    layer = tp.layers.Conv1D(
+        8, 3, padding=padding, dilation_rate=dilation, groups=groups, bias_initializer="ones"
+    )
+    y = layer(tp.constant(x)).numpy()
+    assert layer.kernel.shape == (3, 4 // groups, 8)
+    expected = _conv1d_reference(
+        x.astype(np.float64), layer.kernel.numpy(), layer.bias.numpy(), 1, padding, dilation, groups
+    )
+    assert y.shape == expected.shape
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_conv1d_dilated_causal_output_sees_no_later_step():
+    x = np.random.default_rng(7).standard_normal((1, 9, 2)).astype(np.float32)
+    layer = tp.layers.Conv1D(3, 3, padding="causal", dilation_rate=2)
+    first = layer(tp.constant(x)).numpy()
+    later = x.copy()
+    later[0, 5:] += 4.0
+    second = layer(tp.constant(later)).numpy()
+    assert first.shape == (1, 9, 3)
+    np.testing.assert_array_equal(first[0, :5], second[0, :5])
+    assert not np.allclose(first[0, 5:], second[0, 5:])
+
+
+def test_conv1d_dilation_and_groups_errors():
+    with pytest.raises(ValueError, match="Conv1D: dilation_rate 2 needs strides of 1"):
+        tp.layers.Conv1D(4, 3, strides=2, dilation_rate=2)
+    with pytest.raises(ValueError, match=r"Conv1D: filters \(6\) must be a multiple of groups \(4\)"):
+        tp.layers.Conv1D(6, 3, groups=4)
+    with pytest.raises(ValueError, match="the 3 input channels are not a multiple of groups"):
+        tp.layers.Conv1D(4, 3, groups=2)(tp.constant(np.zeros((1, 5, 3), np.float32)))
+    with pytest.raises(ValueError, match="dilation_rate must be a positive integer, got 0"):
+        tp.layers.Conv1D(4, 3, dilation_rate=0)
+    with pytest.raises(ValueError, match=r"shape \(1, 4, 2\) are shorter than the kernel 5"):
+        tp.layers.Conv1D(4, 3, dilation_rate=2)(tp.constant(np.zeros((1, 4, 2), np.float32)))
+
+
+@pytest.mark.parametrize("padding", ["valid", "same", "causal"])
+@pytest.mark.parametrize(("stride", "dilation", "groups"), [(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 2, 2)])
+def test_conv1d_gradients(check_layer, padding, stride, dilation, groups):
+    """Input, kernel and bias against finite differences."""
+    x = np.random.default_rng(11).standard_normal((2, 7, 4))
+    tp.random.set_seed(11)
+    layer = tp.layers.Conv1D(
+        4,
+        3,
+        strides=stride,
+        padding=padding,
+        dilation_rate=dilation,
+        groups=groups,
+        activation="tanh",
+        dtype="float64",
+        bias_initializer="random_normal",
+    )
+    order = 2 if (stride, dilation, groups) == (1, 2, 2) else 1
+    assert check_layer(layer, x, order=order) == ["kernel", "bias"]
 
 
 def test_conv1d_gradients_and_causality():
@@ -263,6 +338,67 @@ def test_global_pooling(layer, shape, reduce, axes):
         layer()(tp.constant(x[0]))
 
 
+def test_global_average_pooling_1d_averages_the_real_steps_only():
+    x = np.random.default_rng(8).standard_normal((3, 5, 2)).astype(np.float32)
+    lengths = np.array([5, 2, 3])
+    mask = np.arange(5) < lengths[:, None]
+    x[~mask] = np.nan  # what sits at a padded step never reaches the mean, as in Keras
+    layer = tp.layers.GlobalAveragePooling1D()
+    expected = np.stack([x[b, :n].mean(0) for b, n in enumerate(lengths)])
+    np.testing.assert_allclose(layer(tp.constant(x), mask=mask).numpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(layer(x, mask=mask.astype(np.int32)).numpy(), expected, rtol=1e-6)
+    kept = tp.layers.GlobalAveragePooling1D(keepdims=True)(x, mask=mask)
+    np.testing.assert_allclose(kept.numpy(), expected[:, None], rtol=1e-6)
+    assert layer.supports_masking and layer.compute_mask(x, mask) is None
+    with pytest.raises(ValueError, match=r"mask must have shape \(batch, steps\) = \(3, 5\), got \(3, 4\)"):
+        layer(x, mask=mask[:, :4])
+
+
+def test_global_pooling_after_a_masking_embedding_ignores_padding_as_keras():
+    """Sequential hands Embedding(mask_zero=True)'s mask to GlobalAveragePooling1D: padded and
+    unpadded sequences pool alike. GlobalMaxPooling1D takes no mask in Keras 3: padding counts."""
+    tp.random.set_seed(5)
+    embedding = tp.layers.Embedding(10, 4, mask_zero=True)
+    average = tp.layers.Sequential([embedding, tp.layers.GlobalAveragePooling1D(), tp.layers.Dense(3)])
+    maximum = tp.layers.Sequential([embedding, tp.layers.GlobalMaxPooling1D()])
+    sequences = [[3, 1, 4], [1, 5, 9, 2, 6], [5]]
+    padded = np.array([s + [0] * (5 - len(s)) for s in sequences])
+    together = average(padded).numpy()
+    alone = np.concatenate([average(np.array([s])).numpy() for s in sequences])
+    np.testing.assert_allclose(together, alone, rtol=1e-6, atol=1e-7)
+    table = embedding.embeddings.numpy()
+    np.testing.assert_allclose(maximum(padded).numpy(), table[padded].max(axis=1), rtol=1e-6)
+    assert not np.allclose(table[padded[2]].max(0), table[[5]].max(0))  # the padding's row counted
+
+
+@pytest.mark.parametrize(
+    ("layer", "shape"),
+    [
+        (tp.layers.GlobalAveragePooling1D, (2, 4, 3)),
+        (tp.layers.GlobalMaxPooling1D, (2, 4, 3)),
+        (tp.layers.GlobalAveragePooling2D, (2, 3, 4, 2)),
+        (tp.layers.GlobalMaxPooling2D, (2, 3, 4, 2)),
+    ],
+)
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_global_pooling_gradients(layer, shape, keepdims):
+    # distinct values, so each maximum is unique and finite differences are well defined
+    x = np.random.default_rng(9).permutation(int(np.prod(shape))).reshape(shape) / 7.0
+    tp.testing.check_gradients(layer(keepdims=keepdims, dtype="float64"), x, order=2)
+
+
+def test_masked_global_average_pooling_gradients():
+    x = np.random.default_rng(10).standard_normal((3, 5, 2))
+    mask = np.arange(5) < np.array([[5], [2], [3]])
+    layer = tp.layers.GlobalAveragePooling1D(dtype="float64")
+    tp.testing.check_gradients(lambda x: layer(x, mask=mask), x, order=2)
+    with tp.GradientTape() as tape:
+        inputs = tp.constant(x)
+        tape.watch(inputs)
+        y = tp.reduce_sum(layer(inputs, mask=mask))
+    np.testing.assert_array_equal(tape.gradient(y, inputs).numpy()[~mask], 0.0)
+
+
 # -- Conv2D dilation_rate and groups ---------------------------------------------------------
 
 
@@ -295,16 +431,24 @@ def test_conv2d_dilation_and_groups_follow_keras(dilation, groups):
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_conv2d_dilation_and_groups_gradients():
+@pytest.mark.parametrize(
+    ("padding", "dilation", "groups"), [("same", 2, 2), ("valid", (2, 1), 2), ("same", (1, 2), 1)]
+)
+def test_conv2d_dilation_and_groups_gradients(check_layer, padding, dilation, groups):
+    """Input, kernel and bias against finite differences."""
     x = np.random.default_rng(4).standard_normal((1, 6, 5, 4))
-    layer = tp.layers.Conv2D(2, 2, padding="same", dilation_rate=2, groups=2, dtype="float64")
-    layer(tp.constant(x))
-
-    def run(x, kernel):
-        layer.kernel = kernel
-        return layer.call(x)
-
-    tp.testing.check_gradients(run, x, layer.kernel.numpy())
+    tp.random.set_seed(4)
+    layer = tp.layers.Conv2D(
+        4,
+        2,
+        padding=padding,
+        dilation_rate=dilation,
+        groups=groups,
+        activation="tanh",
+        dtype="float64",
+        bias_initializer="random_normal",
+    )
+    assert check_layer(layer, x) == ["kernel", "bias"]
 
 
 def test_conv2d_dilation_and_groups_errors():
@@ -316,18 +460,94 @@ def test_conv2d_dilation_and_groups_errors():
         tp.layers.Conv2D(4, 3, groups=2)(tp.constant(np.zeros((1, 5, 5, 3), np.float32)))
 
 
-def test_conv2d_dilation_and_groups_equal_pytorchs():
-    torch = pytest.importorskip("torch")
-    x = np.random.default_rng(5).standard_normal((2, 9, 8, 4)).astype(np.float32)
-    layer = tp.layers.Conv2D(8, 3, padding="same", dilation_rate=(2, 3), groups=2)
-    y = layer(tp.constant(x)).numpy()
-    kernel = torch.from_numpy(layer.kernel.numpy().transpose(3, 2, 0, 1).copy())
-    expected = torch.nn.functional.conv2d(
-        torch.from_numpy(x.transpose(0, 3, 1, 2).copy()),
-        kernel,
-        torch.from_numpy(layer.bias.numpy()),
-        dilation=(2, 3),
-        groups=2,
-        padding="same",
+# -- against PyTorch (scripts/torch_reference_attention.py; saved for CI, live with PyTorch) --
+
+
+def tapefit_convolution(layer, x, upstream):
+    """The layer's output and its gradients with respect to ``x``, kernel and bias."""
+    inputs = tp.constant(x)
+    with tp.GradientTape() as tape:
+        tape.watch(inputs)
+        output = layer(inputs)
+    grads = tape.gradient(output, [inputs, layer.kernel, layer.bias], output_gradients=tp.constant(upstream))
+    return {"output": output.numpy(), **{f"d_{n}": g.numpy() for n, g in zip(("x", "kernel", "bias"), grads)}}
+
+
+def _layer(family, kernel_size, filters, strides, padding, dilation, groups, **options):
+    """Conv2D or Conv1D from the script's case (strides and dilation as one int per axis)."""
+    cls = tp.layers.Conv2D if family == "conv2d" else tp.layers.Conv1D
+    strides, dilation = (
+        tuple(int(n) for n in v) if family == "conv2d" else int(v[0]) for v in (strides, dilation)
     )
-    np.testing.assert_allclose(y, expected.numpy().transpose(0, 2, 3, 1), rtol=1e-5, atol=1e-5)
+    return cls(
+        filters,
+        tuple(kernel_size),
+        strides=strides,
+        padding=str(padding),
+        dilation_rate=dilation,
+        groups=int(groups),
+        **options,
+    )
+
+
+def _assert_all_close(got, want):
+    """rtol 1e-5, atol 1e-6 or 1e-6 of the largest value (float32 sums cancel to small values)."""
+    for name, value in want.items():
+        atol = 1e-6 * max(1.0, np.abs(value).max())
+        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=atol, err_msg=name)
+
+
+SAVED_CASES = [f"conv2d_{n}" for n in range(4)] + [f"conv1d_{n}" for n in range(4)]
+
+
+@pytest.mark.parametrize("case", SAVED_CASES)
+def test_conv_outputs_and_gradients_equal_pytorchs_saved(saved_case, case):
+    family = case.split("_")[0]
+    x, saved = saved_case(family)["x"], saved_case(case)
+    kernel = saved["kernel"]
+    layer = _layer(
+        family,
+        kernel.shape[:-2],
+        kernel.shape[-1],
+        saved["strides"],
+        saved["padding"],
+        saved["dilation"],
+        saved["groups"],
+    )
+    layer(tp.constant(x))
+    layer.kernel.assign(kernel)
+    layer.bias.assign(saved["bias"])
+    _assert_all_close(
+        tapefit_convolution(layer, x, saved["upstream"]),
+        {k: v for k, v in saved.items() if k.startswith(("d_", "output"))},
+    )
+
+
+@pytest.mark.parametrize(
+    ("family", "strides", "padding", "dilation", "groups"),
+    [
+        ("conv2d", *case)
+        for case in [((1, 1), "same", (2, 3), 2), ((2, 2), "same", (1, 1), 4), ((1, 1), "valid", (3, 2), 1)]
+    ]
+    + [
+        ("conv1d", *case)
+        for case in [((1,), "causal", (2,), 2), ((2,), "same", (1,), 4), ((1,), "valid", (3,), 1)]
+    ],
+)
+def test_conv_outputs_and_gradients_equal_pytorchs_live(
+    torch_reference, family, strides, padding, dilation, groups
+):
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(12)
+    shape, kernel_size = ((2, 9, 8, 4), (3, 3)) if family == "conv2d" else ((2, 11, 4), (3,))
+    x = rng.standard_normal(shape).astype(np.float32)
+    tp.random.set_seed(12)
+    layer = _layer(
+        family, kernel_size, 8, strides, padding, dilation, groups, bias_initializer="random_normal"
+    )
+    output = layer(tp.constant(x))
+    upstream = rng.standard_normal(output.shape).astype(np.float32)
+    expected = torch_reference.convolution(
+        x, layer.kernel.numpy(), layer.bias.numpy(), strides, padding, dilation, groups, upstream
+    )
+    _assert_all_close(tapefit_convolution(layer, x, upstream), expected)

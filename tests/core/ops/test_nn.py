@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import tapefit as tp
+from tapefit.core.ops.nn import masked_softmax
 
 check = tp.testing.check_gradients
 RNG = np.random.default_rng(11)
@@ -181,6 +182,62 @@ def test_softmax_is_stable_at_extreme_logits():
     np.testing.assert_allclose(logp, [[0, -2000, -1000], [-np.log(3)] * 3], rtol=1e-6)
     for f in (tp.nn.softmax, tp.nn.log_softmax):
         assert np.all(np.isfinite(_grads(lambda x, f=f: tp.sin(f(x)), x)[0]))
+
+
+def _masked_softmax_ref(x, mask, axis=-1):
+    return _softmax_ref(np.where(mask, x, -1e9), axis)
+
+
+MASK = RNG.random((2, 3, 4)) > 0.4
+MASK[0, 1] = False  # a row with every logit masked
+MASK[1, 2] = True
+
+
+@pytest.mark.parametrize("mask", [MASK, MASK[:, :1], MASK[0]], ids=["full", "broadcast rows", "no batch"])
+def test_masked_softmax_values(mask):
+    x = _x(2, 3, 4)
+    got = masked_softmax(x, mask).numpy()
+    np.testing.assert_allclose(got, _masked_softmax_ref(x, mask), rtol=1e-12)
+    full = np.broadcast_to(mask, x.shape)
+    assert np.all(got[~full & full.any(-1, keepdims=True)] == 0.0)  # exactly 0 beside a real logit
+    f32 = masked_softmax(x.astype(np.float32), mask)
+    assert f32.dtype == np.float32
+    np.testing.assert_allclose(f32.numpy(), _masked_softmax_ref(x, mask), rtol=1e-6, atol=1e-7)
+
+
+def test_masked_softmax_of_a_fully_masked_row_is_uniform_and_has_no_gradient():
+    x = _x(2, 3, 4)
+    np.testing.assert_array_equal(masked_softmax(x, MASK).numpy()[0, 1], [0.25] * 4)
+    (dx,) = _grads(lambda x: tp.sin(masked_softmax(x, MASK)), x)
+    assert np.all(dx[~MASK] == 0.0) and np.all(dx[MASK] != 0.0)
+
+
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_masked_softmax_gradients(axis):
+    x = _x(2, 3, 4)
+    for mask in (MASK, MASK[:, :1]):
+        check(lambda x, mask=mask: masked_softmax(x, mask, axis=axis), x, order=2)
+        check(lambda x, mask=mask: tp.sin(masked_softmax(x, mask, axis=axis)), x, order=3)
+
+
+def test_the_softmax_gradient_is_one_op():
+    x = tp.constant(_x(3, 4))
+    cases = [(tp.nn.softmax, "Softmax"), (lambda x: masked_softmax(x, MASK[0]), "MaskedSoftmax")]
+    for softmax, forward in cases:
+        with tp.GradientTape() as outer:
+            outer.watch(x)
+            with tp.GradientTape() as inner:
+                inner.watch(x)
+                y = softmax(x)
+            inner.gradient(y, x, output_gradients=tp.constant(_x(3, 4)))
+        assert [op.type for op in outer._entries] == [forward, "SoftmaxGrad"]
+
+
+def test_masked_softmax_rejects_bad_masks():
+    with pytest.raises(TypeError, match="masked_softmax: mask must be a bool tensor, got int64"):
+        masked_softmax(_x(2, 3), np.ones((2, 3), np.int64))
+    with pytest.raises(ValueError, match=r"the mask \(3,\) does not broadcast to the logits' shape \(2, 4\)"):
+        masked_softmax(_x(2, 4), np.ones(3, bool))
 
 
 def test_softmax_rejects_a_bad_axis():
