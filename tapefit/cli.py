@@ -358,6 +358,15 @@ def build_data(section: dict[str, Any], schema: Schema) -> Data:
     from tapefit import data as _data
 
     target = _config.find_target(schema.kinds["data"], section["type"], "data.type")
+    uses_grain = section["type"] == "grain" or section["workers"] or section["map"] is not None
+    if uses_grain:  # imported before the user's modules import it, so quietly (require_grain)
+        from tapefit.data.pipeline import require_grain
+
+        try:
+            require_grain()
+        except ImportError as e:
+            key = "type" if section["type"] == "grain" else "workers" if section["workers"] else "map"
+            _fail(f"data.{key}", str(e))
     kwargs = _kwargs(section, skip=list(_config.DATA_COMMON))
     if "seed" in target.params:
         kwargs["seed"] = section["seed"]

@@ -155,3 +155,31 @@ def test_grain_config_errors(workdir, capsys, data, model, message):
     assert status == 2 and out == "" and "Traceback" not in err, err
     assert message in err and len(err.strip().splitlines()) == 1
     sys.modules.pop("mydata", None)
+
+
+def test_a_grain_config_error_is_one_line_when_jax_is_missing(workdir):
+    # Without JAX, importing Grain logs "Failed to load jax profiler" through absl: a stand-in
+    # jax package that cannot be imported makes Grain's import take that path here too.
+    import os
+    import subprocess
+
+    (workdir / "mydata.py").write_text(GRAIN_MODULE)
+    (workdir / "nojax" / "jax").mkdir(parents=True)
+    (workdir / "nojax" / "jax" / "__init__.py").write_text("raise ImportError('No module named jax')\n")
+    data = "{type: grain, source: 'mydata:make_dataset', validation_split: 0}"
+    path = config(workdir, data, model="{type: mlp}")  # no output_units: an error after the import
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(workdir / "nojax"), str(root), str(workdir)])}
+    done = subprocess.run(
+        [sys.executable, "-m", "tapefit", "train", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=workdir,
+        env=env,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        f"python -m tapefit train: error: {path}: model.output_units: a grain source is not read before "
+        "training, so the classes are not known: give output_units"
+    ]
