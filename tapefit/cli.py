@@ -427,6 +427,24 @@ def _pipeline(data: Data, section: dict[str, Any], settings: dict[str, Any]) -> 
         _fail("trainer.batch_size", str(e))
 
 
+def _grain_workers(stream: Any, section: dict[str, Any]) -> Any:
+    """A grain source read by ``data.workers`` processes (Grain's own ``mp_prefetch``)."""
+    from tapefit.data.sources import GrainSource
+
+    if section["map"] is not None:
+        _fail(
+            "data.map",
+            "a grain source's elements are batches, and data.map is a function of one sample: map the "
+            "samples in data.source's pipeline (dataset.map(fn) before .batch)",
+        )
+    if not section["workers"]:
+        return stream
+    try:
+        return GrainSource(stream, workers=section["workers"], prefetch=section["prefetch"])
+    except ValueError as e:
+        _fail("data.workers", str(e))
+
+
 def _grain_data(target: Any, kwargs: dict[str, Any], section: dict[str, Any], source: str) -> Data:
     """``data.type: grain``: the data set(s) the ``source`` factory returns."""
     from tapefit.data.sources import split_batch
@@ -829,8 +847,11 @@ def prepare(args: argparse.Namespace) -> Run:
     check_monitors(plugins, metrics, data)
     check_model_on_data(model, loss, config["loss"]["type"], data, metrics)
     settings = config["trainer"]
-    if config["data"]["workers"] or config["data"]["map"] is not None:
+    if config["data"]["type"] == "grain":
+        data.stream = _grain_workers(data.stream, config["data"])
+    elif config["data"]["workers"] or config["data"]["map"] is not None:
         data.stream = _pipeline(data, config["data"], settings)
+    if config["data"]["workers"] or config["data"]["map"] is not None:
         data.description += f", read by {config['data']['workers']} worker processes"
     if data.stream is not None and config["data"]["type"] == "grain":
         pass  # a grain source makes its own batches: nothing to check against batch_size

@@ -114,6 +114,16 @@ def make_dataset(n=120, batch_size=16):
     return train, validation
 
 
+@tp.configurable
+def make_loader(batch_size=16):
+    x, y = tp.data.make_spirals(n_samples=96, n_classes=3, seed=0)
+    rows = list(zip(x.astype(np.float32), y))
+    sampler = grain.samplers.IndexSampler(len(rows), shuffle=False, num_epochs=1)
+    return grain.DataLoader(
+        data_source=rows, sampler=sampler, operations=[grain.transforms.Batch(batch_size)], worker_count=0
+    )
+
+
 def unmarked():
     return None
 """
@@ -183,3 +193,34 @@ def test_a_grain_config_error_is_one_line_when_jax_is_missing(workdir):
         f"python -m tapefit train: error: {path}: model.output_units: a grain source is not read before "
         "training, so the classes are not known: give output_units"
     ]
+
+
+def test_a_grain_source_with_workers_reads_every_batch_in_worker_processes(workdir, capsys):
+    (workdir / "mydata.py").write_text(GRAIN_MODULE)
+    data = "{type: grain, source: 'mydata:make_dataset', validation_split: 0, workers: 2, prefetch: 1}"
+    path = config(workdir, data, model="{type: mlp, hidden_units: [8], output_units: 3}")
+    status, out, err = run(["--config", path, "--set", "trainer.verbose=2"], capsys)
+    assert status == 0, err
+    assert "read by 2 worker processes" in out
+    assert "Epoch 2/2 - 6 batches" in err  # all 96 samples, not the first batch alone
+    status, out, err = run(["--config", path, "--resume", "auto", "--set", "trainer.epochs=3"], capsys)
+    assert status == 0, err
+    assert "resuming from" in out and "Epoch 3/3 - 6 batches" in err
+    sys.modules.pop("mydata", None)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("data.map=mydata:make_dataset", "data.map: a grain source's elements are batches"),
+        ("data.source=mydata:make_loader", "data.workers: a Grain DataLoader runs its own workers"),
+    ],
+)
+def test_grain_settings_that_cannot_apply_are_config_errors(workdir, capsys, setting, message):
+    (workdir / "mydata.py").write_text(GRAIN_MODULE)
+    data = "{type: grain, source: 'mydata:make_dataset', validation_split: 0, workers: 2}"
+    path = config(workdir, data, model="{type: mlp, hidden_units: [8], output_units: 3}")
+    status, out, err = run(["--config", path, "--set", setting], capsys)
+    assert status == 2 and out == "" and "Traceback" not in err, err
+    assert message in err and len(err.strip().splitlines()) == 1
+    sys.modules.pop("mydata", None)

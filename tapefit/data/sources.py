@@ -120,36 +120,79 @@ class GrainSource:
     Each epoch iterates the data set from its start (shuffle it, or repeat and shuffle it
     with ``steps_per_epoch``, for a new order per epoch). The iterator's own state
     (``get_state``, small JSON) goes into checkpoints, so a resume reads the same batches.
+
+    Args:
+        dataset: the Grain input, whose elements are ``(x, y)`` batches.
+        steps_per_epoch: batches per epoch (default: the data set's length, or until it ends).
+        workers: worker processes reading the batches ahead (Grain's ``mp_prefetch``; 0: in
+            this process), started for each epoch. A ``MapDataset``'s batches keep their
+            order; an ``IterDataset`` is split among the workers as Grain does. A
+            ``DataLoader`` brings its own (``worker_count``), so takes none here.
+        prefetch: batches each worker reads ahead.
     """
 
     checkpointable = True
 
-    def __init__(self, dataset: Any, steps_per_epoch: int | None = None) -> None:
-        from tapefit.data.pipeline import _absl_defaults
+    def __init__(
+        self, dataset: Any, steps_per_epoch: int | None = None, *, workers: int = 0, prefetch: int = 2
+    ) -> None:
+        from tapefit.data.pipeline import _absl_defaults, require_grain
 
+        self._grain = require_grain()
         _absl_defaults()  # the user's own Grain workers read absl flags as the Pipeline's do
+        for name, value, low in (("workers", workers, 0), ("prefetch", prefetch, 1)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if workers and isinstance(dataset, self._grain.DataLoader):
+            raise ValueError(
+                "a Grain DataLoader runs its own workers: give it worker_count instead of workers"
+            )
         self.dataset = dataset
-        length = None
-        try:
-            length = len(dataset)
-        except TypeError:
-            pass  # an IterDataset or a DataLoader over an unbounded sampler
-        self.num_batches = steps_per_epoch if steps_per_epoch is not None else length
+        self.workers, self.prefetch = int(workers), int(prefetch)
+        self._steps = steps_per_epoch
+        self.num_batches = self._batches_per_epoch()
         self._iterator: Any = None
         self.position = 0
 
-    def _fresh_iterator(self) -> Any:
-        if hasattr(self.dataset, "to_iter_dataset"):  # a MapDataset: read it in order
-            return iter(self.dataset.to_iter_dataset())
-        return iter(self.dataset)
+    def _batches_per_epoch(self) -> int | None:
+        if self._steps is not None:
+            return int(self._steps)
+        try:
+            return len(self.dataset)
+        except TypeError:
+            return None  # an IterDataset or a DataLoader over an unbounded sampler
+
+    def limit(self, steps: int) -> None:
+        """Ends every epoch after ``steps`` batches (``fit(steps_per_epoch=...)``)."""
+        self._steps = int(steps)
+        self.num_batches = self._batches_per_epoch()
+
+    def _fresh_iterator(self, workers: int | None = None) -> Any:
+        grain = self._grain
+        workers = self.workers if workers is None else workers
+        data = self.dataset
+        if hasattr(data, "to_iter_dataset"):  # a MapDataset: read it in order
+            read = grain.ReadOptions(num_threads=1, prefetch_buffer_size=self.prefetch) if workers else None
+            data = data.to_iter_dataset(read)
+        if workers:
+            options = grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=self.prefetch)
+            data = data.mp_prefetch(options)
+        return iter(data)
+
+    def _close(self) -> None:
+        close = getattr(self._iterator, "close", None)
+        if close is not None:  # ends an epoch's worker processes now rather than at collection
+            close()
+        self._iterator = None
 
     def start_epoch(self) -> None:
+        self._close()
         self._iterator = self._fresh_iterator()
         self.position = 0
 
     def peek(self) -> Any:
-        """The first batch of an epoch, read by an iterator of its own."""
-        return next(self._fresh_iterator())
+        """The first batch of an epoch, read in this process by an iterator of its own."""
+        return next(self._fresh_iterator(workers=0))
 
     def next_batch(self) -> Any:
         if self._iterator is None:
@@ -166,18 +209,28 @@ class GrainSource:
         state = self._iterator.get_state() if self._iterator is not None and self.position else None
         if isinstance(state, bytes):  # a DataLoader's iterator: JSON as bytes
             state = state.decode("utf-8")
-        return {"kind": "grain", "position": self.position, "iterator": json.dumps(state)}
+        saved = {"kind": "grain", "position": self.position, "iterator": json.dumps(state)}
+        if self.workers:  # the iterator's state has the form of its number of workers
+            saved["workers"] = self.workers
+        return saved
 
     def set_state(self, state: dict[str, Any]) -> None:
         if state.get("kind") != "grain" or not isinstance(state.get("iterator"), str):
             raise ValueError("loader: the checkpoint holds no Grain iterator state for this Grain input")
-        self._iterator = self._fresh_iterator()
         saved = json.loads(state["iterator"])
-        if saved is not None:
-            if isinstance(saved, str):  # a DataLoader's state went in as text
-                saved = saved.encode("utf-8")
-            self._iterator.set_state(saved)
+        if saved is not None and state.get("workers", 0) != self.workers:
+            raise ValueError(
+                f"loader: the checkpoint's Grain iterator was read by {state.get('workers', 0)} worker "
+                f"processes, this input by {self.workers}: resume with as many (data.workers)"
+            )
+        self._close()
         self.position = int(state.get("position", 0))
+        if saved is None:  # at the start: the first batch opens the iterator
+            return
+        self._iterator = self._fresh_iterator()
+        if isinstance(saved, str):  # a DataLoader's state went in as text
+            saved = saved.encode("utf-8")
+        self._iterator.set_state(saved)
 
 
 def as_source(data: Any, steps_per_epoch: int | None = None) -> Any:

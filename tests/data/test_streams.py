@@ -170,6 +170,36 @@ def test_a_grain_dataset_resumed_in_the_middle_of_an_epoch_is_bit_exact(tmp_path
     assert_same_weights(resumed, straight)
 
 
+def test_a_grain_map_dataset_read_by_workers_keeps_its_batches_and_resumes(tmp_path):
+    from tapefit.data.sources import GrainSource
+
+    def make(workers=2):
+        dataset = grain.MapDataset.source(list(zip(X, Y))).shuffle(seed=4).batch(BATCH)
+        return GrainSource(dataset, workers=workers, prefetch=1)
+
+    straight = build()
+    straight.fit(make(workers=0), epochs=2, verbose=0)
+    folder = tmp_path / "ckpt"
+
+    class StopMidEpoch:
+        @tp.hookimpl
+        def on_train_batch_end(self, trainer, step):
+            if step == 16:
+                trainer.stop_training = True
+
+    first = build()
+    first.plugins.register_all(
+        [StopMidEpoch(), tp.plugins.Checkpoint(dirpath=str(folder), every_n_epochs=None)]
+    )
+    first.fit(make(), epochs=2, verbose=0)
+    resumed = build()
+    resumed.fit(make(), epochs=2, resume_from=folder, verbose=0)
+    assert resumed.step == straight.step == 26
+    assert_same_weights(resumed, straight)  # the workers read the batches in their order
+    with pytest.raises(ValueError, match=r"read by 2 worker processes, this input by 0"):
+        build().fit(make(workers=0), epochs=2, resume_from=folder, verbose=0)
+
+
 class NoStateAsked:
     """Wraps a Grain iterator and fails if asked for its state: asked before the first batch,
     a multiprocess iterator starts its second worker only after the first gave a batch."""
