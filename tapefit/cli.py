@@ -427,6 +427,30 @@ def _pipeline(data: Data, section: dict[str, Any], settings: dict[str, Any]) -> 
         _fail("trainer.batch_size", str(e))
 
 
+def _mapped_batch(data: Data, section: dict[str, Any]) -> Data:
+    """The first batch of ``data.stream`` (a pipeline with ``data.map``), made in this process, as
+    the data the model is checked on; a map that fails or does not give ``(x, y)`` is a config error."""
+    from tapefit.data.sources import split_batch
+
+    try:
+        first = data.stream.peek()
+    except Exception as e:
+        _fail("data.map", f"{section['map']!r} failed on the first batch: {_error_text(e)}")
+    try:
+        x, y = split_batch(first, 0)
+        x, y = np.asarray(x), np.asarray(y)
+    except Exception as e:
+        _fail("data.map", f"{section['map']!r}: its first batch: {_error_text(e)}")
+    stored = tuple(np.shape(data.x_train)[1:])
+    if data.validation is not None and x.shape[1:] != stored:
+        _fail(
+            "data.map",
+            f"{section['map']!r} turns samples of shape {stored} into {x.shape[1:]}, but the validation "
+            "samples are used as stored (the map runs on training batches only): set data.validation_split: 0",
+        )
+    return Data(x, y, data.validation, data.description)
+
+
 def _grain_workers(stream: Any, section: dict[str, Any]) -> Any:
     """A grain source read by ``data.workers`` processes (Grain's own ``mp_prefetch``)."""
     from tapefit.data.sources import GrainSource
@@ -845,12 +869,15 @@ def prepare(args: argparse.Namespace) -> Run:
     optimizer = build_optimizer(config["optimizer"])
     plugins = build_plugins(config["plugins"])
     check_monitors(plugins, metrics, data)
-    check_model_on_data(model, loss, config["loss"]["type"], data, metrics)
     settings = config["trainer"]
+    checked = data  # what the model is checked on: a map's first batch when there is a map
     if config["data"]["type"] == "grain":
         data.stream = _grain_workers(data.stream, config["data"])
     elif config["data"]["workers"] or config["data"]["map"] is not None:
         data.stream = _pipeline(data, config["data"], settings)
+        if config["data"]["map"] is not None:
+            checked = _mapped_batch(data, config["data"])
+    check_model_on_data(model, loss, config["loss"]["type"], checked, metrics)
     if config["data"]["workers"] or config["data"]["map"] is not None:
         data.description += f", read by {config['data']['workers']} worker processes"
     if data.stream is not None and config["data"]["type"] == "grain":

@@ -224,3 +224,63 @@ def test_grain_settings_that_cannot_apply_are_config_errors(workdir, capsys, set
     assert status == 2 and out == "" and "Traceback" not in err, err
     assert message in err and len(err.strip().splitlines()) == 1
     sys.modules.pop("mydata", None)
+
+
+MAPS_MODULE = """
+import numpy as np
+import tapefit as tp
+
+
+@tp.configurable
+def triple(sample):
+    x, y = sample
+    return x, y, y
+
+
+@tp.configurable
+def broken(sample):
+    raise KeyError("no such field")
+
+
+@tp.configurable
+def squares(sample):  # 2 features in, 4 out: the model must be built for 4
+    x, y = sample
+    return np.concatenate([x, x * x]), y
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        (
+            "triple",
+            "data.map: 'mymaps:triple': its first batch: ValueError: batch 0 of the data: expected an (x, y) "
+            "pair or a dict with keys 'x' and 'y', got a tuple of 3 items",
+        ),
+        ("broken", "data.map: 'mymaps:broken' failed on the first batch: KeyError: 'no such field'"),
+    ],
+)
+def test_a_bad_map_is_a_config_error_before_training(workdir, capsys, name, message):
+    spirals(workdir)
+    (workdir / "mymaps.py").write_text(MAPS_MODULE)
+    path = config(workdir, f"{{type: npy, path: sp, map: 'mymaps:{name}'}}")
+    status, out, err = run(["--config", path], capsys)
+    assert status == 2 and out == "" and "Traceback" not in err, err
+    assert err.strip().endswith(message) and len(err.strip().splitlines()) == 1
+    assert not (workdir / "runs").exists()
+    sys.modules.pop("mymaps", None)
+
+
+def test_the_model_is_checked_and_built_on_mapped_samples(workdir, capsys):
+    spirals(workdir)
+    (workdir / "mymaps.py").write_text(MAPS_MODULE)
+    path = config(workdir, "{type: npy, path: sp, map: 'mymaps:squares', validation_split: 0}")
+    status, out, err = run(["--config", path], capsys)
+    assert status == 0, err
+    status, out, err = run(["--config", path, "--set", "data.validation_split=0.2"], capsys)
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert err.strip().endswith(
+        "data.map: 'mymaps:squares' turns samples of shape (2,) into (4,), but the validation samples are "
+        "used as stored (the map runs on training batches only): set data.validation_split: 0"
+    )
+    sys.modules.pop("mymaps", None)
