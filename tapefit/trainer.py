@@ -38,7 +38,7 @@ from tapefit.core.tensor import Tensor, Variable
 from tapefit.data.arrays import is_lazy
 from tapefit.data.loader import BatchLoader, _take
 from tapefit.data.npy import rows as _rows
-from tapefit.data.sources import as_source, fit_kind, is_stream, split_batch
+from tapefit.data.sources import as_source, fit_kind, is_batch_list, is_stream, split_batch
 from tapefit.plugins.manager import PluginManager, create_plugin
 from tapefit.resume import check_checkpoint, check_fits
 from tapefit.threads import limited, resolve_threads
@@ -699,7 +699,8 @@ class Trainer:
             x: the inputs: an array, or a dict/list of arrays (memory-mapped ones too, see
                 ``tp.data.open_npy``); float64 arrays are used as float32, as in Keras. Or a
                 stream of ``(x, y)`` batches: a ``tp.data.Pipeline``, a Grain ``MapDataset``,
-                ``IterDataset`` or ``DataLoader``, or any Python iterable or generator. A
+                ``IterDataset`` or ``DataLoader``, or any Python iterable or generator (a
+                list or tuple of ``(x, y)`` pairs too, when ``y`` is not given). A
                 Pipeline's or Grain's position goes into checkpoints and resumes exactly; a
                 plain iterable's cannot (a resume restarts its stream, with a warning).
             y: the targets (``None`` when ``x`` is a stream: its batches carry them).
@@ -755,7 +756,7 @@ class Trainer:
                 raise ValueError("initial_epoch and resume_from both say where to start; give one of them")
         _check_positive(steps_per_epoch, "steps_per_epoch")
         _check_positive(validation_steps, "validation_steps")
-        stream = is_stream(x)
+        stream = is_stream(x) or (y is None and is_batch_list(x))
         if validation_data is not None and is_stream(validation_data):
             validation_data = (validation_data, None)
         elif validation_data is not None and (
@@ -1028,7 +1029,7 @@ class Trainer:
         """The batches of ``evaluate``/``predict``: of arrays in order, or of a stream (at most
         ``steps``)."""
         _check_positive(steps, "steps")
-        if is_stream(x):
+        if is_stream(x) or (y is None and is_batch_list(x)):
             if y is not None:
                 raise ValueError(
                     "y must be None when x is a data set or a generator: its batches carry the targets"

@@ -27,7 +27,15 @@ from tapefit.core.tensor import Tensor
 
 logger = logging.getLogger("tapefit")
 
-__all__ = ["GrainSource", "IterableSource", "as_source", "fit_kind", "is_stream", "split_batch"]
+__all__ = [
+    "GrainSource",
+    "IterableSource",
+    "as_source",
+    "fit_kind",
+    "is_batch_list",
+    "is_stream",
+    "split_batch",
+]
 
 
 def _is_grain(obj: Any) -> bool:
@@ -43,6 +51,25 @@ def is_stream(data: Any) -> bool:
     if np.isscalar(data):
         return False
     return _is_grain(data) or hasattr(data, "next_batch") or isinstance(data, Iterable)
+
+
+def is_batch_list(data: Any) -> bool:
+    """``data`` is a non-empty list or tuple of ``(x, y)`` batches: each an ``(x, y)`` pair of
+    arrays or a ``{"x": ..., "y": ...}`` dict. ``fit``, ``evaluate`` and ``predict`` read it as
+    a stream when no ``y`` is given; with ``y``, a list stays Keras's multi-input arrays."""
+    if not isinstance(data, (list, tuple)) or not data:
+        return False
+    return all(_is_pair(item) for item in data)
+
+
+def _is_pair(item: Any) -> bool:
+    if isinstance(item, dict):
+        return set(item) == {"x", "y"}
+    return (
+        isinstance(item, (list, tuple))
+        and len(item) == 2
+        and not any(part is None or np.isscalar(part) for part in item)
+    )
 
 
 def split_batch(batch: Any, index: int, targets: bool = True) -> tuple[Any, Any]:

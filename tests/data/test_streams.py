@@ -64,6 +64,19 @@ def test_a_re_iterable_of_batches_trains_as_the_same_arrays(arrays_run):
     assert history.history["accuracy"][-1] > 0.8
 
 
+def test_a_list_of_batches_trains_as_the_same_arrays(arrays_run):
+    reference, history = arrays_run
+    batches = list(in_order_batches())  # [(x0, y0), (x1, y1), ...] with y not given: a stream
+    trainer = build()
+    streamed = trainer.fit(batches, epochs=EPOCHS, verbose=0)
+    assert_same_weights(trainer, reference)
+    assert streamed.history == history.history
+    assert trainer.evaluate(tuple(batches)) == pytest.approx(reference.evaluate(X, Y))
+    np.testing.assert_allclose(trainer.predict(batches), reference.predict(X), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="fit: y is None"):  # a list of arrays stays arrays
+        build().fit([X, X])
+
+
 def test_an_endless_generator_with_steps_per_epoch():
     def endless():
         while True:
