@@ -298,6 +298,12 @@ def _in_batch(error: Exception, where: str) -> Exception:
         return error
 
 
+def _streamed(x: Any, y: Any) -> bool:
+    """``x`` is read as a stream of batches: a data set, loader or iterable, or without ``y`` a
+    list of ``(x, y)`` batches."""
+    return is_stream(x) or (y is None and is_batch_list(x))
+
+
 def _check_positive(value: Any, name: str) -> None:
     if value is not None and (
         isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1
@@ -756,7 +762,7 @@ class Trainer:
                 raise ValueError("initial_epoch and resume_from both say where to start; give one of them")
         _check_positive(steps_per_epoch, "steps_per_epoch")
         _check_positive(validation_steps, "validation_steps")
-        stream = is_stream(x) or (y is None and is_batch_list(x))
+        stream = _streamed(x, y)
         if validation_data is not None and is_stream(validation_data):
             validation_data = (validation_data, None)
         elif validation_data is not None and (
@@ -1029,7 +1035,7 @@ class Trainer:
         """The batches of ``evaluate``/``predict``: of arrays in order, or of a stream (at most
         ``steps``)."""
         _check_positive(steps, "steps")
-        if is_stream(x) or (y is None and is_batch_list(x)):
+        if _streamed(x, y):
             if y is not None:
                 raise ValueError(
                     "y must be None when x is a data set or a generator: its batches carry the targets"
@@ -1067,17 +1073,23 @@ class Trainer:
         try:
             self._reset_epoch_metrics()
             self.state.loss_sum, self.state.loss_count = 0.0, 0
-            for batch in self._batches(x, y, batch_size, steps, targets=True):
+            streamed = _streamed(x, y)
+            for index, batch in enumerate(self._batches(x, y, batch_size, steps, targets=True)):
                 xb, yb = self._shard(batch)
                 if self.batch_rows[0] == 0:
                     continue  # a batch smaller than the processes: this one has no rows of it
-                xb, yb = _to_tensors(xb), _to_tensors(yb)
-                y_pred = self._call(xb, training=False)
-                n = _batch_len(yb)
-                self.state.loss_sum += float(self._total_loss(yb, y_pred)) * n
-                self.state.loss_count += n
-                for metric in self.metrics:
-                    metric.update_state(yb, y_pred)
+                try:
+                    xb, yb = _to_tensors(xb), _to_tensors(yb)
+                    y_pred = self._call(xb, training=False)
+                    n = _batch_len(yb)
+                    self.state.loss_sum += float(self._total_loss(yb, y_pred)) * n
+                    self.state.loss_count += n
+                    for metric in self.metrics:
+                        metric.update_state(yb, y_pred)
+                except (ValueError, TypeError) as error:
+                    if not streamed:
+                        raise
+                    raise _in_batch(error, f"batch {index}") from error  # as fit names it
             if self.state.loss_count == 0 and self.world.size == 1:
                 raise ValueError("evaluate: the data gave no batch")
             return self._metric_logs()
@@ -1094,8 +1106,14 @@ class Trainer:
         """
         structure: Any = None
         columns: list[list[np.ndarray]] = []
-        for batch in self._batches(x, None, batch_size, steps, targets=False):
-            outputs = self._call(_to_tensors(batch), training=False)
+        streamed = _streamed(x, None)
+        for index, batch in enumerate(self._batches(x, None, batch_size, steps, targets=False)):
+            try:
+                outputs = self._call(_to_tensors(batch), training=False)
+            except (ValueError, TypeError) as error:
+                if not streamed:
+                    raise
+                raise _in_batch(error, f"batch {index}") from error  # as fit names it
             leaves = nest.flatten(outputs)
             if structure is None:
                 structure, columns = outputs, [[] for _ in leaves]

@@ -398,6 +398,28 @@ def test_a_batch_that_does_not_fit_the_model_is_named():
         trainer.fit(widening(), verbose=0)
 
 
+def test_evaluate_and_predict_name_the_batch_that_fails():
+    def widening():
+        yield X[:8], Y[:8]
+        yield np.concatenate([X[8:16], X[8:16]], axis=1), Y[8:16]  # 4 features, not 2
+
+    def triples():
+        yield X[:8], Y[:8], Y[:8]
+
+    trainer = build()
+    trainer.fit(X, Y, epochs=1, verbose=0)
+    with pytest.raises(
+        ValueError, match=r"^batch 1 of the data: Dense .* last dimension 2, got shape \(8, 4\)"
+    ):
+        trainer.evaluate(widening())
+    with pytest.raises(ValueError, match=r"^batch 1 of the data: Dense .* last dimension 2"):
+        trainer.predict(widening())
+    with pytest.raises(TypeError, match=r"^batch 0 of the data: "):
+        trainer.predict(triples())
+    with pytest.raises(ValueError, match=r"^Dense .* last dimension 2"):  # arrays: no batch to name
+        trainer.predict(np.zeros((4, 3), np.float32))
+
+
 def test_large_csv_and_npz_files_are_read_on_demand(tmp_path):
     from tapefit.data.files import load_csv, load_npz
 
