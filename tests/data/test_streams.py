@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tapefit as tp
+from tapefit.checkpointing import load_checkpoint
 from tapefit.data.npy import NpyFile, ShardedArray, is_on_disk, load_npy, open_npy
 
 grain = pytest.importorskip("grain")
@@ -95,9 +96,23 @@ def test_a_spent_generator_warns_and_stops(caplog):
     assert "epoch 2 got no batch: the data ran out" in caplog.text
 
 
-def test_a_grain_map_dataset_trains_as_the_same_arrays(arrays_run):
+def grain_input(kind):
+    """The batches of ``X, Y`` in data order as a Grain ``MapDataset``, ``IterDataset`` or ``DataLoader``."""
+    rows = list(zip(X, Y))
+    if kind == "map":
+        return grain.MapDataset.source(rows).batch(BATCH)
+    if kind == "iter":
+        return grain.MapDataset.source(rows).to_iter_dataset().batch(BATCH)
+    sampler = grain.samplers.IndexSampler(len(rows), shuffle=False, num_epochs=1)
+    return grain.DataLoader(
+        data_source=rows, sampler=sampler, operations=[grain.transforms.Batch(BATCH)], worker_count=0
+    )
+
+
+@pytest.mark.parametrize("kind", ["map", "iter", "loader"])
+def test_a_grain_input_trains_as_the_same_arrays(arrays_run, kind):
     reference, _ = arrays_run
-    dataset = grain.MapDataset.source(list(zip(X, Y))).batch(BATCH)
+    dataset = grain_input(kind)
     trainer = build()
     trainer.fit(dataset, epochs=EPOCHS, verbose=0)
     assert_same_weights(trainer, reference)
@@ -178,6 +193,8 @@ def test_a_grain_dataset_resumed_in_the_middle_of_an_epoch_is_bit_exact(tmp_path
     first.plugins.register_all([Fail(), tp.plugins.Checkpoint(dirpath=str(folder))])
     with pytest.raises(RuntimeError):
         first.fit(make(), epochs=2, verbose=0)
+    saved = load_checkpoint(folder)["trainer"]
+    assert saved["in_epoch"] and (saved["epoch"], saved["batch_in_epoch"]) == (1, 4)  # 13 batches an epoch
     resumed = build()
     resumed.fit(make(), epochs=2, resume_from=folder, verbose=0)
     assert_same_weights(resumed, straight)
