@@ -427,6 +427,28 @@ def _pipeline(data: Data, section: dict[str, Any], settings: dict[str, Any]) -> 
         _fail("trainer.batch_size", str(e))
 
 
+def _check_steps(settings: dict[str, Any], data: Data) -> None:
+    """``trainer.steps_per_epoch`` needs a stream, ``trainer.validation_steps`` a streamed validation."""
+    from tapefit.data.sources import is_stream
+
+    if settings["steps_per_epoch"] is not None and data.stream is None:
+        _fail(
+            "trainer.steps_per_epoch",
+            "is for streamed data (data.type grain, data.workers or data.map); with arrays an epoch is one "
+            "pass over them",
+        )
+    if settings["validation_steps"] is not None and not is_stream(data.validation):
+        why = (
+            "this run has no validation data"
+            if data.validation is None
+            else "this run's validation samples are arrays, evaluated whole"
+        )
+        _fail(
+            "trainer.validation_steps",
+            f"is for a streamed validation (the second data set of a grain source); {why}",
+        )
+
+
 def _mapped_batch(data: Data, section: dict[str, Any]) -> Data:
     """The first batch of ``data.stream`` (a pipeline with ``data.map``), made in this process, as
     the data the model is checked on; a map that fails or does not give ``(x, y)`` is a config error."""
@@ -878,6 +900,7 @@ def prepare(args: argparse.Namespace) -> Run:
         if config["data"]["map"] is not None:
             checked = _mapped_batch(data, config["data"])
     check_model_on_data(model, loss, config["loss"]["type"], checked, metrics)
+    _check_steps(settings, data)
     if config["data"]["workers"] or config["data"]["map"] is not None:
         data.description += f", read by {config['data']['workers']} worker processes"
     if data.stream is not None and config["data"]["type"] == "grain":
@@ -1065,6 +1088,8 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
         drop_last=settings["drop_last"],
         resume_from=run.resume_from,
         verbose=settings["verbose"],
+        steps_per_epoch=settings["steps_per_epoch"],
+        validation_steps=settings["validation_steps"],
     )
     seconds = time.perf_counter() - started
     final = {k: v[-1] for k, v in history.history.items() if v}

@@ -124,6 +124,15 @@ def make_loader(batch_size=16):
     )
 
 
+@tp.configurable
+def with_bad_validation():
+    train, _ = make_dataset()
+    x, y = tp.data.make_spirals(n_samples=32, n_classes=3, seed=1)
+    good = (x[:16].astype(np.float32), y[:16])
+    bad = (np.zeros((16, 5), np.float32), y[16:])  # 5 features: evaluating it fails
+    return train, grain.MapDataset.source([good, bad])
+
+
 def unmarked():
     return None
 """
@@ -284,3 +293,42 @@ def test_the_model_is_checked_and_built_on_mapped_samples(workdir, capsys):
         "used as stored (the map runs on training batches only): set data.validation_split: 0"
     )
     sys.modules.pop("mymaps", None)
+
+
+def test_steps_per_epoch_and_validation_steps_come_from_the_trainer_section(workdir, capsys):
+    (workdir / "mydata.py").write_text(GRAIN_MODULE)
+    data = "{type: grain, source: 'mydata:with_bad_validation', validation_split: 0}"
+    path = config(workdir, data, model="{type: mlp, hidden_units: [8], output_units: 3}")
+    settings = ["--set", "trainer.verbose=2", "--set", "trainer.steps_per_epoch=4"]
+    status, _, err = run(["--config", path, *settings, "--set", "trainer.validation_steps=1"], capsys)
+    assert status == 0, err
+    assert "Epoch 2/2 - 4 batches" in err and "val_loss" in err  # the bad second batch is not read
+    status, _, err = run(
+        ["--config", path, *settings, "--set", "name=all", "--set", "trainer.validation_steps=2"], capsys
+    )
+    assert status == 1 and "last dimension 2, got shape (16, 5)" in err
+    sys.modules.pop("mydata", None)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("trainer.steps_per_epoch=0", "trainer.steps_per_epoch: must be a whole number >= 1 or null, got 0"),
+        ("trainer.validation_steps=two", "trainer.validation_steps: expected an integer or null, got 'two'"),
+        (
+            "trainer.steps_per_epoch=3",
+            "trainer.steps_per_epoch: is for streamed data (data.type grain, data.workers or data.map); "
+            "with arrays an epoch is one pass over them",
+        ),
+        (
+            "trainer.validation_steps=3",
+            "trainer.validation_steps: is for a streamed validation (the second data set of a grain source); "
+            "this run's validation samples are arrays, evaluated whole",
+        ),
+    ],
+)
+def test_bad_step_counts_are_config_errors(workdir, capsys, setting, message):
+    spirals(workdir)
+    status, out, err = run(["--config", config(workdir, "{type: npy, path: sp}"), "--set", setting], capsys)
+    assert status == 2 and out == "" and "Traceback" not in err, err
+    assert message in err and len(err.strip().splitlines()) == 1
