@@ -486,7 +486,7 @@ def _grain_workers(stream: Any, section: dict[str, Any]) -> Any:
     if not section["workers"]:
         return stream
     try:
-        return GrainSource(stream, workers=section["workers"], prefetch=section["prefetch"])
+        return GrainSource.of(stream, workers=section["workers"], prefetch=section["prefetch"])
     except ValueError as e:
         _fail("data.workers", str(e))
 

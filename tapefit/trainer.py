@@ -842,8 +842,8 @@ class Trainer:
             return self.history  # before any collective: every rank returns here alike
         self.world = self.plugins.hook.configure_world(trainer=self) or World()
         _check_shards(loader, self.world)
-        # A source that can read one process's part (tp.data.Pipeline) does; others are read
-        # whole on every process and their batches split by rows.
+        # A source that can read one process's part (a Pipeline, a Grain MapDataset) does; others
+        # are read whole on every process and their batches split by rows.
         self._source_sharded = self.world.size > 1 and hasattr(loader, "shard")
         if self._source_sharded:
             loader.shard(self.world.rank, self.world.size)

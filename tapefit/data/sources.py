@@ -28,6 +28,7 @@ from tapefit.core.tensor import Tensor
 logger = logging.getLogger("tapefit")
 
 __all__ = [
+    "GrainMapSource",
     "GrainSource",
     "IterableSource",
     "as_source",
@@ -147,6 +148,7 @@ class GrainSource:
     Each epoch iterates the data set from its start (shuffle it, or repeat and shuffle it
     with ``steps_per_epoch``, for a new order per epoch). The iterator's own state
     (``get_state``, small JSON) goes into checkpoints, so a resume reads the same batches.
+    ``GrainSource.of`` makes the source of a ``MapDataset`` one that can be read in parts.
 
     Args:
         dataset: the Grain input, whose elements are ``(x, y)`` batches.
@@ -176,10 +178,18 @@ class GrainSource:
             )
         self.dataset = dataset
         self.workers, self.prefetch = int(workers), int(prefetch)
+        self._ranks = 1  # processes reading the data set in parts (GrainMapSource.shard)
         self._steps = steps_per_epoch
         self.num_batches = self._batches_per_epoch()
         self._iterator: Any = None
+        self._restored: dict[str, Any] | None = None  # a state set_state took, until a batch is read
         self.position = 0
+
+    @classmethod
+    def of(cls, dataset: Any, steps_per_epoch: int | None = None, **options: Any) -> GrainSource:
+        """The source of ``dataset``: a ``GrainMapSource`` for a ``MapDataset``."""
+        kind = GrainMapSource if hasattr(dataset, "to_iter_dataset") else GrainSource
+        return kind(dataset, steps_per_epoch, **options)
 
     def _batches_per_epoch(self) -> int | None:
         if self._steps is not None:
@@ -214,6 +224,7 @@ class GrainSource:
 
     def start_epoch(self) -> None:
         self._close()
+        self._restored = None
         self._iterator = self._fresh_iterator()
         self.position = 0
 
@@ -222,7 +233,9 @@ class GrainSource:
         return next(self._fresh_iterator(workers=0))
 
     def next_batch(self) -> Any:
-        if self._iterator is None:
+        if self._iterator is None and self._restored is not None:
+            self._open_restored()
+        elif self._iterator is None:
             self.start_epoch()
         if self.num_batches is not None and self.position >= self.num_batches:
             raise StopIteration
@@ -231,17 +244,23 @@ class GrainSource:
         return batch
 
     def get_state(self) -> dict[str, Any]:
+        if self._restored is not None:  # restored, and no batch read since
+            return dict(self._restored)
         # An iterator that has given nothing is at its start, which None says as well; asking
         # Grain there makes a multiprocess iterator start its workers one after the other.
         state = self._iterator.get_state() if self._iterator is not None and self.position else None
         if isinstance(state, bytes):  # a DataLoader's iterator: JSON as bytes
             state = state.decode("utf-8")
-        saved = {"kind": "grain", "position": self.position, "iterator": json.dumps(state)}
+        saved: dict[str, Any] = {"kind": "grain", "position": self.position, "iterator": json.dumps(state)}
         if self.workers:  # the iterator's state has the form of its number of workers
             saved["workers"] = self.workers
+        if self._ranks > 1:  # and its position means batches of this process's part
+            saved["ranks"] = self._ranks
         return saved
 
     def set_state(self, state: dict[str, Any]) -> None:
+        """Takes a ``get_state`` result; the iterator goes there when the next batch is read
+        (by then the trainer has said which part of the data this process reads)."""
         if state.get("kind") != "grain" or not isinstance(state.get("iterator"), str):
             raise ValueError("loader: the checkpoint holds no Grain iterator state for this Grain input")
         saved = json.loads(state["iterator"])
@@ -252,12 +271,42 @@ class GrainSource:
             )
         self._close()
         self.position = int(state.get("position", 0))
-        if saved is None:  # at the start: the first batch opens the iterator
-            return
+        self._restored = dict(state) if saved is not None else None  # None: at the start
+
+    def _open_restored(self) -> None:
+        state = self._restored or {}
+        if state.get("ranks", 1) != self._ranks:
+            raise ValueError(
+                f"loader: the checkpoint was taken inside an epoch of a Grain data set read in parts by "
+                f"{state.get('ranks', 1)} processes, and this fit runs on {self._ranks}: resume it on as "
+                "many, or from a checkpoint at an epoch's end"
+            )
+        saved = json.loads(state["iterator"])
         self._iterator = self._fresh_iterator()
         if isinstance(saved, str):  # a DataLoader's state went in as text
             saved = saved.encode("utf-8")
         self._iterator.set_state(saved)
+        self._restored = None
+
+
+class GrainMapSource(GrainSource):
+    """A ``GrainSource`` over a ``MapDataset``, which distributed training reads in parts."""
+
+    def shard(self, rank: int, size: int) -> None:
+        """Reads only this process's batches: every ``size``-th from ``rank`` on (Grain's
+        ``dataset[rank::size]``), as many on every process (the ``len % size`` batches left
+        over are left out of each epoch), so every process takes the same steps."""
+        whole = getattr(self, "_whole", self.dataset)
+        per_rank = len(whole) // size
+        if per_rank == 0:
+            raise ValueError(
+                f"the Grain data set's {len(whole)} batches cannot be read in parts by {size} processes: "
+                "each needs a batch of every step"
+            )
+        self._whole = whole
+        self.dataset = whole.slice(slice(rank, per_rank * size, size))
+        self._ranks = int(size)
+        self.num_batches = self._batches_per_epoch()
 
 
 def as_source(data: Any, steps_per_epoch: int | None = None) -> Any:
@@ -268,7 +317,7 @@ def as_source(data: Any, steps_per_epoch: int | None = None) -> Any:
             data.limit(steps_per_epoch)
         return data
     if _is_grain(data):
-        return GrainSource(data, steps_per_epoch)
+        return GrainSource.of(data, steps_per_epoch)
     return IterableSource(data, steps_per_epoch)
 
 

@@ -230,6 +230,31 @@ def test_a_grain_map_dataset_read_by_workers_keeps_its_batches_and_resumes(tmp_p
         build().fit(make(workers=0), epochs=2, resume_from=folder, verbose=0)
 
 
+def test_a_grain_map_dataset_read_in_parts_resumes_only_on_as_many_processes():
+    def part(rank=None):
+        source = tp.data.sources.as_source(grain.MapDataset.source(list(zip(X, Y))).batch(BATCH))
+        if rank is not None:
+            source.shard(rank, 2)
+        return source
+
+    whole = [y for _, y in grain.MapDataset.source(list(zip(X, Y))).batch(BATCH)]
+    source = part(1)
+    assert source.num_batches == 6  # 13 batches: 6 each, the 13th left out
+    source.start_epoch()
+    np.testing.assert_array_equal(source.next_batch()[1], whole[1])  # batches 1, 3, 5, ...
+    state = source.get_state()
+    assert state["ranks"] == 2 and state["position"] == 1
+    again = part(1)
+    again.set_state(state)
+    np.testing.assert_array_equal(again.next_batch()[1], whole[3])
+    alone = part()
+    alone.set_state(state)
+    with pytest.raises(ValueError, match=r"read in parts by 2 processes, and this fit runs on 1: resume"):
+        alone.next_batch()
+    with pytest.raises(ValueError, match=r"13 batches cannot be read in parts by 14 processes"):
+        part().shard(0, 14)
+
+
 class NoStateAsked:
     """Wraps a Grain iterator and fails if asked for its state: asked before the first batch,
     a multiprocess iterator starts its second worker only after the first gave a batch."""
