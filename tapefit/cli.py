@@ -358,6 +358,15 @@ def build_data(section: dict[str, Any], schema: Schema) -> Data:
     from tapefit import data as _data
 
     target = _config.find_target(schema.kinds["data"], section["type"], "data.type")
+    uses_grain = section["type"] == "grain" or section["workers"] or section["map"] is not None
+    if uses_grain:  # imported before the user's modules import it, so quietly (require_grain)
+        from tapefit.data.pipeline import require_grain
+
+        try:
+            require_grain()
+        except ImportError as e:
+            key = "type" if section["type"] == "grain" else "workers" if section["workers"] else "map"
+            _fail(f"data.{key}", str(e))
     kwargs = _kwargs(section, skip=list(_config.DATA_COMMON))
     if "seed" in target.params:
         kwargs["seed"] = section["seed"]
@@ -416,6 +425,70 @@ def _pipeline(data: Data, section: dict[str, Any], settings: dict[str, Any]) -> 
         _fail("data.workers", str(e))
     except ValueError as e:
         _fail("trainer.batch_size", str(e))
+
+
+def _check_steps(settings: dict[str, Any], data: Data) -> None:
+    """``trainer.steps_per_epoch`` needs a stream, ``trainer.validation_steps`` a streamed validation."""
+    from tapefit.data.sources import is_stream
+
+    if settings["steps_per_epoch"] is not None and data.stream is None:
+        _fail(
+            "trainer.steps_per_epoch",
+            "is for streamed data (data.type grain, data.workers or data.map); with arrays an epoch is one "
+            "pass over them",
+        )
+    if settings["validation_steps"] is not None and not is_stream(data.validation):
+        why = (
+            "this run has no validation data"
+            if data.validation is None
+            else "this run's validation samples are arrays, evaluated whole"
+        )
+        _fail(
+            "trainer.validation_steps",
+            f"is for a streamed validation (the second data set of a grain source); {why}",
+        )
+
+
+def _mapped_batch(data: Data, section: dict[str, Any]) -> Data:
+    """The first batch of ``data.stream`` (a pipeline with ``data.map``), made in this process, as
+    the data the model is checked on; a map that fails or does not give ``(x, y)`` is a config error."""
+    from tapefit.data.sources import split_batch
+
+    try:
+        first = data.stream.peek()
+    except Exception as e:
+        _fail("data.map", f"{section['map']!r} failed on the first batch: {_error_text(e)}")
+    try:
+        x, y = split_batch(first, 0)
+        x, y = np.asarray(x), np.asarray(y)
+    except Exception as e:
+        _fail("data.map", f"{section['map']!r}: its first batch: {_error_text(e)}")
+    stored = tuple(np.shape(data.x_train)[1:])
+    if data.validation is not None and x.shape[1:] != stored:
+        _fail(
+            "data.map",
+            f"{section['map']!r} turns samples of shape {stored} into {x.shape[1:]}, but the validation "
+            "samples are used as stored (the map runs on training batches only): set data.validation_split: 0",
+        )
+    return Data(x, y, data.validation, data.description)
+
+
+def _grain_workers(stream: Any, section: dict[str, Any]) -> Any:
+    """A grain source read by ``data.workers`` processes (Grain's own ``mp_prefetch``)."""
+    from tapefit.data.sources import GrainSource
+
+    if section["map"] is not None:
+        _fail(
+            "data.map",
+            "a grain source's elements are batches, and data.map is a function of one sample: map the "
+            "samples in data.source's pipeline (dataset.map(fn) before .batch)",
+        )
+    if not section["workers"]:
+        return stream
+    try:
+        return GrainSource.of(stream, workers=section["workers"], prefetch=section["prefetch"])
+    except ValueError as e:
+        _fail("data.workers", str(e))
 
 
 def _grain_data(target: Any, kwargs: dict[str, Any], section: dict[str, Any], source: str) -> Data:
@@ -812,10 +885,17 @@ def prepare(args: argparse.Namespace) -> Run:
     optimizer = build_optimizer(config["optimizer"])
     plugins = build_plugins(config["plugins"])
     check_monitors(plugins, metrics, data)
-    check_model_on_data(model, loss, config["loss"]["type"], data, metrics)
     settings = config["trainer"]
-    if config["data"]["workers"] or config["data"]["map"] is not None:
+    checked = data  # what the model is checked on: a map's first batch when there is a map
+    if config["data"]["type"] == "grain":
+        data.stream = _grain_workers(data.stream, config["data"])
+    elif config["data"]["workers"] or config["data"]["map"] is not None:
         data.stream = _pipeline(data, config["data"], settings)
+        if config["data"]["map"] is not None:
+            checked = _mapped_batch(data, config["data"])
+    check_model_on_data(model, loss, config["loss"]["type"], checked, metrics)
+    _check_steps(settings, data)
+    if config["data"]["workers"] or config["data"]["map"] is not None:
         data.description += f", read by {config['data']['workers']} worker processes"
     if data.stream is not None and config["data"]["type"] == "grain":
         pass  # a grain source makes its own batches: nothing to check against batch_size
@@ -1002,6 +1082,8 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
         drop_last=settings["drop_last"],
         resume_from=run.resume_from,
         verbose=settings["verbose"],
+        steps_per_epoch=settings["steps_per_epoch"],
+        validation_steps=settings["validation_steps"],
     )
     seconds = time.perf_counter() - started
     final = {k: v[-1] for k, v in history.history.items() if v}

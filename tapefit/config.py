@@ -807,6 +807,10 @@ def _check_threads(v: Any) -> str | None:
     return "must be auto, null or a whole number >= 1"
 
 
+def _check_steps(v: Any) -> str | None:
+    return None if v is None or v >= 1 else "must be a whole number >= 1 or null"
+
+
 TRAINER_PARAMS: dict[str, Param] = {
     "epochs": Param("epochs", 1, int, _at_least(1)),
     "batch_size": Param("batch_size", 32, int, _at_least(1)),
@@ -815,6 +819,8 @@ TRAINER_PARAMS: dict[str, Param] = {
     "verbose": Param("verbose", "auto", str | int, _check_verbose),
     "threads": Param("threads", None, str | int | None, _check_threads),
     "compile": Param("compile", False, bool),
+    "steps_per_epoch": Param("steps_per_epoch", None, int | None, _check_steps),
+    "validation_steps": Param("validation_steps", None, int | None, _check_steps),
 }
 """The ``trainer`` section: ``Trainer.fit`` arguments and where the run's files go."""
 

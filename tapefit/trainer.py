@@ -38,7 +38,7 @@ from tapefit.core.tensor import Tensor, Variable
 from tapefit.data.arrays import is_lazy
 from tapefit.data.loader import BatchLoader, _take
 from tapefit.data.npy import rows as _rows
-from tapefit.data.sources import as_source, fit_kind, is_stream, split_batch
+from tapefit.data.sources import as_source, fit_kind, is_batch_list, is_stream, split_batch
 from tapefit.plugins.manager import PluginManager, create_plugin
 from tapefit.resume import check_checkpoint, check_fits
 from tapefit.threads import limited, resolve_threads
@@ -296,6 +296,12 @@ def _in_batch(error: Exception, where: str) -> Exception:
         return type(error)(f"{where} of the data: {error}")
     except Exception:
         return error
+
+
+def _streamed(x: Any, y: Any) -> bool:
+    """``x`` is read as a stream of batches: a data set, loader or iterable, or without ``y`` a
+    list of ``(x, y)`` batches."""
+    return is_stream(x) or (y is None and is_batch_list(x))
 
 
 def _check_positive(value: Any, name: str) -> None:
@@ -699,7 +705,8 @@ class Trainer:
             x: the inputs: an array, or a dict/list of arrays (memory-mapped ones too, see
                 ``tp.data.open_npy``); float64 arrays are used as float32, as in Keras. Or a
                 stream of ``(x, y)`` batches: a ``tp.data.Pipeline``, a Grain ``MapDataset``,
-                ``IterDataset`` or ``DataLoader``, or any Python iterable or generator. A
+                ``IterDataset`` or ``DataLoader``, or any Python iterable or generator (a
+                list or tuple of ``(x, y)`` pairs too, when ``y`` is not given). A
                 Pipeline's or Grain's position goes into checkpoints and resumes exactly; a
                 plain iterable's cannot (a resume restarts its stream, with a warning).
             y: the targets (``None`` when ``x`` is a stream: its batches carry them).
@@ -755,7 +762,7 @@ class Trainer:
                 raise ValueError("initial_epoch and resume_from both say where to start; give one of them")
         _check_positive(steps_per_epoch, "steps_per_epoch")
         _check_positive(validation_steps, "validation_steps")
-        stream = is_stream(x)
+        stream = _streamed(x, y)
         if validation_data is not None and is_stream(validation_data):
             validation_data = (validation_data, None)
         elif validation_data is not None and (
@@ -835,8 +842,8 @@ class Trainer:
             return self.history  # before any collective: every rank returns here alike
         self.world = self.plugins.hook.configure_world(trainer=self) or World()
         _check_shards(loader, self.world)
-        # A source that can read one process's part (tp.data.Pipeline) does; others are read
-        # whole on every process and their batches split by rows.
+        # A source that can read one process's part (a Pipeline, a Grain MapDataset) does; others
+        # are read whole on every process and their batches split by rows.
         self._source_sharded = self.world.size > 1 and hasattr(loader, "shard")
         if self._source_sharded:
             loader.shard(self.world.rank, self.world.size)
@@ -1028,7 +1035,7 @@ class Trainer:
         """The batches of ``evaluate``/``predict``: of arrays in order, or of a stream (at most
         ``steps``)."""
         _check_positive(steps, "steps")
-        if is_stream(x):
+        if _streamed(x, y):
             if y is not None:
                 raise ValueError(
                     "y must be None when x is a data set or a generator: its batches carry the targets"
@@ -1066,17 +1073,23 @@ class Trainer:
         try:
             self._reset_epoch_metrics()
             self.state.loss_sum, self.state.loss_count = 0.0, 0
-            for batch in self._batches(x, y, batch_size, steps, targets=True):
+            streamed = _streamed(x, y)
+            for index, batch in enumerate(self._batches(x, y, batch_size, steps, targets=True)):
                 xb, yb = self._shard(batch)
                 if self.batch_rows[0] == 0:
                     continue  # a batch smaller than the processes: this one has no rows of it
-                xb, yb = _to_tensors(xb), _to_tensors(yb)
-                y_pred = self._call(xb, training=False)
-                n = _batch_len(yb)
-                self.state.loss_sum += float(self._total_loss(yb, y_pred)) * n
-                self.state.loss_count += n
-                for metric in self.metrics:
-                    metric.update_state(yb, y_pred)
+                try:
+                    xb, yb = _to_tensors(xb), _to_tensors(yb)
+                    y_pred = self._call(xb, training=False)
+                    n = _batch_len(yb)
+                    self.state.loss_sum += float(self._total_loss(yb, y_pred)) * n
+                    self.state.loss_count += n
+                    for metric in self.metrics:
+                        metric.update_state(yb, y_pred)
+                except (ValueError, TypeError) as error:
+                    if not streamed:
+                        raise
+                    raise _in_batch(error, f"batch {index}") from error  # as fit names it
             if self.state.loss_count == 0 and self.world.size == 1:
                 raise ValueError("evaluate: the data gave no batch")
             return self._metric_logs()
@@ -1093,8 +1106,14 @@ class Trainer:
         """
         structure: Any = None
         columns: list[list[np.ndarray]] = []
-        for batch in self._batches(x, None, batch_size, steps, targets=False):
-            outputs = self._call(_to_tensors(batch), training=False)
+        streamed = _streamed(x, None)
+        for index, batch in enumerate(self._batches(x, None, batch_size, steps, targets=False)):
+            try:
+                outputs = self._call(_to_tensors(batch), training=False)
+            except (ValueError, TypeError) as error:
+                if not streamed:
+                    raise
+                raise _in_batch(error, f"batch {index}") from error  # as fit names it
             leaves = nest.flatten(outputs)
             if structure is None:
                 structure, columns = outputs, [[] for _ in leaves]

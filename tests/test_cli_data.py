@@ -114,6 +114,25 @@ def make_dataset(n=120, batch_size=16):
     return train, validation
 
 
+@tp.configurable
+def make_loader(batch_size=16):
+    x, y = tp.data.make_spirals(n_samples=96, n_classes=3, seed=0)
+    rows = list(zip(x.astype(np.float32), y))
+    sampler = grain.samplers.IndexSampler(len(rows), shuffle=False, num_epochs=1)
+    return grain.DataLoader(
+        data_source=rows, sampler=sampler, operations=[grain.transforms.Batch(batch_size)], worker_count=0
+    )
+
+
+@tp.configurable
+def with_bad_validation():
+    train, _ = make_dataset()
+    x, y = tp.data.make_spirals(n_samples=32, n_classes=3, seed=1)
+    good = (x[:16].astype(np.float32), y[:16])
+    bad = (np.zeros((16, 5), np.float32), y[16:])  # 5 features: evaluating it fails
+    return train, grain.MapDataset.source([good, bad])
+
+
 def unmarked():
     return None
 """
@@ -155,3 +174,161 @@ def test_grain_config_errors(workdir, capsys, data, model, message):
     assert status == 2 and out == "" and "Traceback" not in err, err
     assert message in err and len(err.strip().splitlines()) == 1
     sys.modules.pop("mydata", None)
+
+
+def test_a_grain_config_error_is_one_line_when_jax_is_missing(workdir):
+    # Without JAX, importing Grain logs "Failed to load jax profiler" through absl: a stand-in
+    # jax package that cannot be imported makes Grain's import take that path here too.
+    import os
+    import subprocess
+
+    (workdir / "mydata.py").write_text(GRAIN_MODULE)
+    (workdir / "nojax" / "jax").mkdir(parents=True)
+    (workdir / "nojax" / "jax" / "__init__.py").write_text("raise ImportError('No module named jax')\n")
+    data = "{type: grain, source: 'mydata:make_dataset', validation_split: 0}"
+    path = config(workdir, data, model="{type: mlp}")  # no output_units: an error after the import
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(workdir / "nojax"), str(root), str(workdir)])}
+    done = subprocess.run(
+        [sys.executable, "-m", "tapefit", "train", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=workdir,
+        env=env,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        f"python -m tapefit train: error: {path}: model.output_units: a grain source is not read before "
+        "training, so the classes are not known: give output_units"
+    ]
+
+
+def test_a_grain_source_with_workers_reads_every_batch_in_worker_processes(workdir, capsys):
+    (workdir / "mydata.py").write_text(GRAIN_MODULE)
+    data = "{type: grain, source: 'mydata:make_dataset', validation_split: 0, workers: 2, prefetch: 1}"
+    path = config(workdir, data, model="{type: mlp, hidden_units: [8], output_units: 3}")
+    status, out, err = run(["--config", path, "--set", "trainer.verbose=2"], capsys)
+    assert status == 0, err
+    assert "read by 2 worker processes" in out
+    assert "Epoch 2/2 - 6 batches" in err  # all 96 samples, not the first batch alone
+    status, out, err = run(["--config", path, "--resume", "auto", "--set", "trainer.epochs=3"], capsys)
+    assert status == 0, err
+    assert "resuming from" in out and "Epoch 3/3 - 6 batches" in err
+    sys.modules.pop("mydata", None)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("data.map=mydata:make_dataset", "data.map: a grain source's elements are batches"),
+        ("data.source=mydata:make_loader", "data.workers: a Grain DataLoader runs its own workers"),
+    ],
+)
+def test_grain_settings_that_cannot_apply_are_config_errors(workdir, capsys, setting, message):
+    (workdir / "mydata.py").write_text(GRAIN_MODULE)
+    data = "{type: grain, source: 'mydata:make_dataset', validation_split: 0, workers: 2}"
+    path = config(workdir, data, model="{type: mlp, hidden_units: [8], output_units: 3}")
+    status, out, err = run(["--config", path, "--set", setting], capsys)
+    assert status == 2 and out == "" and "Traceback" not in err, err
+    assert message in err and len(err.strip().splitlines()) == 1
+    sys.modules.pop("mydata", None)
+
+
+MAPS_MODULE = """
+import numpy as np
+import tapefit as tp
+
+
+@tp.configurable
+def triple(sample):
+    x, y = sample
+    return x, y, y
+
+
+@tp.configurable
+def broken(sample):
+    raise KeyError("no such field")
+
+
+@tp.configurable
+def squares(sample):  # 2 features in, 4 out: the model must be built for 4
+    x, y = sample
+    return np.concatenate([x, x * x]), y
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        (
+            "triple",
+            "data.map: 'mymaps:triple': its first batch: ValueError: batch 0 of the data: expected an (x, y) "
+            "pair or a dict with keys 'x' and 'y', got a tuple of 3 items",
+        ),
+        ("broken", "data.map: 'mymaps:broken' failed on the first batch: KeyError: 'no such field'"),
+    ],
+)
+def test_a_bad_map_is_a_config_error_before_training(workdir, capsys, name, message):
+    spirals(workdir)
+    (workdir / "mymaps.py").write_text(MAPS_MODULE)
+    path = config(workdir, f"{{type: npy, path: sp, map: 'mymaps:{name}'}}")
+    status, out, err = run(["--config", path], capsys)
+    assert status == 2 and out == "" and "Traceback" not in err, err
+    assert err.strip().endswith(message) and len(err.strip().splitlines()) == 1
+    assert not (workdir / "runs").exists()
+    sys.modules.pop("mymaps", None)
+
+
+def test_the_model_is_checked_and_built_on_mapped_samples(workdir, capsys):
+    spirals(workdir)
+    (workdir / "mymaps.py").write_text(MAPS_MODULE)
+    path = config(workdir, "{type: npy, path: sp, map: 'mymaps:squares', validation_split: 0}")
+    status, out, err = run(["--config", path], capsys)
+    assert status == 0, err
+    status, out, err = run(["--config", path, "--set", "data.validation_split=0.2"], capsys)
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert err.strip().endswith(
+        "data.map: 'mymaps:squares' turns samples of shape (2,) into (4,), but the validation samples are "
+        "used as stored (the map runs on training batches only): set data.validation_split: 0"
+    )
+    sys.modules.pop("mymaps", None)
+
+
+def test_steps_per_epoch_and_validation_steps_come_from_the_trainer_section(workdir, capsys):
+    (workdir / "mydata.py").write_text(GRAIN_MODULE)
+    data = "{type: grain, source: 'mydata:with_bad_validation', validation_split: 0}"
+    path = config(workdir, data, model="{type: mlp, hidden_units: [8], output_units: 3}")
+    settings = ["--set", "trainer.verbose=2", "--set", "trainer.steps_per_epoch=4"]
+    status, _, err = run(["--config", path, *settings, "--set", "trainer.validation_steps=1"], capsys)
+    assert status == 0, err
+    assert "Epoch 2/2 - 4 batches" in err and "val_loss" in err  # the bad second batch is not read
+    status, _, err = run(
+        ["--config", path, *settings, "--set", "name=all", "--set", "trainer.validation_steps=2"], capsys
+    )
+    assert status == 1 and "last dimension 2, got shape (16, 5)" in err
+    sys.modules.pop("mydata", None)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("trainer.steps_per_epoch=0", "trainer.steps_per_epoch: must be a whole number >= 1 or null, got 0"),
+        ("trainer.validation_steps=two", "trainer.validation_steps: expected an integer or null, got 'two'"),
+        (
+            "trainer.steps_per_epoch=3",
+            "trainer.steps_per_epoch: is for streamed data (data.type grain, data.workers or data.map); "
+            "with arrays an epoch is one pass over them",
+        ),
+        (
+            "trainer.validation_steps=3",
+            "trainer.validation_steps: is for a streamed validation (the second data set of a grain source); "
+            "this run's validation samples are arrays, evaluated whole",
+        ),
+    ],
+)
+def test_bad_step_counts_are_config_errors(workdir, capsys, setting, message):
+    spirals(workdir)
+    status, out, err = run(["--config", config(workdir, "{type: npy, path: sp}"), "--set", setting], capsys)
+    assert status == 2 and out == "" and "Traceback" not in err, err
+    assert message in err and len(err.strip().splitlines()) == 1

@@ -8,6 +8,7 @@ processes and prefetching are Grain's, and so is the iterator state a checkpoint
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -28,9 +29,21 @@ def _absl_defaults() -> None:
 
 
 def require_grain() -> Any:
-    """The ``grain`` module, or an ``ImportError`` that says how to install it."""
+    """The ``grain`` module, or an ``ImportError`` that says how to install it.
+
+    Grain's import logs absl warnings about JAX's profiler (none without JAX, an old one
+    with an old jaxlib), which have nothing to do with tapefit: they are held back here.
+    """
     try:
-        import grain
+        from absl import logging as absl_logging
+
+        absl_logger = absl_logging.get_absl_logger()
+        level = absl_logger.level
+        absl_logger.setLevel(logging.ERROR)
+        try:
+            import grain
+        finally:
+            absl_logger.setLevel(level)
     except ImportError:
         raise ImportError(
             'tp.data.Pipeline and Grain inputs need Grain: pip install "tapefit[data]"'

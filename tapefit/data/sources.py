@@ -27,7 +27,16 @@ from tapefit.core.tensor import Tensor
 
 logger = logging.getLogger("tapefit")
 
-__all__ = ["GrainSource", "IterableSource", "as_source", "fit_kind", "is_stream", "split_batch"]
+__all__ = [
+    "GrainMapSource",
+    "GrainSource",
+    "IterableSource",
+    "as_source",
+    "fit_kind",
+    "is_batch_list",
+    "is_stream",
+    "split_batch",
+]
 
 
 def _is_grain(obj: Any) -> bool:
@@ -43,6 +52,25 @@ def is_stream(data: Any) -> bool:
     if np.isscalar(data):
         return False
     return _is_grain(data) or hasattr(data, "next_batch") or isinstance(data, Iterable)
+
+
+def is_batch_list(data: Any) -> bool:
+    """``data`` is a non-empty list or tuple of ``(x, y)`` batches: each an ``(x, y)`` pair of
+    arrays or a ``{"x": ..., "y": ...}`` dict. ``fit``, ``evaluate`` and ``predict`` read it as
+    a stream when no ``y`` is given; with ``y``, a list stays Keras's multi-input arrays."""
+    if not isinstance(data, (list, tuple)) or not data:
+        return False
+    return all(_is_pair(item) for item in data)
+
+
+def _is_pair(item: Any) -> bool:
+    if isinstance(item, dict):
+        return set(item) == {"x", "y"}
+    return (
+        isinstance(item, (list, tuple))
+        and len(item) == 2
+        and not any(part is None or np.isscalar(part) for part in item)
+    )
 
 
 def split_batch(batch: Any, index: int, targets: bool = True) -> tuple[Any, Any]:
@@ -120,39 +148,94 @@ class GrainSource:
     Each epoch iterates the data set from its start (shuffle it, or repeat and shuffle it
     with ``steps_per_epoch``, for a new order per epoch). The iterator's own state
     (``get_state``, small JSON) goes into checkpoints, so a resume reads the same batches.
+    ``GrainSource.of`` makes the source of a ``MapDataset`` one that can be read in parts.
+
+    Args:
+        dataset: the Grain input, whose elements are ``(x, y)`` batches.
+        steps_per_epoch: batches per epoch (default: the data set's length, or until it ends).
+        workers: worker processes reading the batches ahead (Grain's ``mp_prefetch``; 0: in
+            this process), started for each epoch. A ``MapDataset``'s batches keep their
+            order; an ``IterDataset`` is split among the workers as Grain does. A
+            ``DataLoader`` brings its own (``worker_count``), so takes none here.
+        prefetch: batches each worker reads ahead.
     """
 
     checkpointable = True
 
-    def __init__(self, dataset: Any, steps_per_epoch: int | None = None) -> None:
-        from tapefit.data.pipeline import _absl_defaults
+    def __init__(
+        self, dataset: Any, steps_per_epoch: int | None = None, *, workers: int = 0, prefetch: int = 2
+    ) -> None:
+        from tapefit.data.pipeline import _absl_defaults, require_grain
 
+        self._grain = require_grain()
         _absl_defaults()  # the user's own Grain workers read absl flags as the Pipeline's do
+        for name, value, low in (("workers", workers, 0), ("prefetch", prefetch, 1)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if workers and isinstance(dataset, self._grain.DataLoader):
+            raise ValueError(
+                "a Grain DataLoader runs its own workers: give it worker_count instead of workers"
+            )
         self.dataset = dataset
-        length = None
-        try:
-            length = len(dataset)
-        except TypeError:
-            pass  # an IterDataset or a DataLoader over an unbounded sampler
-        self.num_batches = steps_per_epoch if steps_per_epoch is not None else length
+        self.workers, self.prefetch = int(workers), int(prefetch)
+        self._ranks = 1  # processes reading the data set in parts (GrainMapSource.shard)
+        self._steps = steps_per_epoch
+        self.num_batches = self._batches_per_epoch()
         self._iterator: Any = None
+        self._restored: dict[str, Any] | None = None  # a state set_state took, until a batch is read
         self.position = 0
 
-    def _fresh_iterator(self) -> Any:
-        if hasattr(self.dataset, "to_iter_dataset"):  # a MapDataset: read it in order
-            return iter(self.dataset.to_iter_dataset())
-        return iter(self.dataset)
+    @classmethod
+    def of(cls, dataset: Any, steps_per_epoch: int | None = None, **options: Any) -> GrainSource:
+        """The source of ``dataset``: a ``GrainMapSource`` for a ``MapDataset``."""
+        kind = GrainMapSource if hasattr(dataset, "to_iter_dataset") else GrainSource
+        return kind(dataset, steps_per_epoch, **options)
+
+    def _batches_per_epoch(self) -> int | None:
+        if self._steps is not None:
+            return int(self._steps)
+        try:
+            return len(self.dataset)
+        except TypeError:
+            return None  # an IterDataset or a DataLoader over an unbounded sampler
+
+    def limit(self, steps: int) -> None:
+        """Ends every epoch after ``steps`` batches (``fit(steps_per_epoch=...)``)."""
+        self._steps = int(steps)
+        self.num_batches = self._batches_per_epoch()
+
+    def _fresh_iterator(self, workers: int | None = None) -> Any:
+        grain = self._grain
+        workers = self.workers if workers is None else workers
+        data = self.dataset
+        if hasattr(data, "to_iter_dataset"):  # a MapDataset: read it in order
+            read = grain.ReadOptions(num_threads=1, prefetch_buffer_size=self.prefetch) if workers else None
+            data = data.to_iter_dataset(read)
+        if workers:
+            options = grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=self.prefetch)
+            data = data.mp_prefetch(options)
+        return iter(data)
+
+    def _close(self) -> None:
+        close = getattr(self._iterator, "close", None)
+        if close is not None:  # ends an epoch's worker processes now rather than at collection
+            close()
+        self._iterator = None
 
     def start_epoch(self) -> None:
+        self._close()
+        self._restored = None
         self._iterator = self._fresh_iterator()
         self.position = 0
 
     def peek(self) -> Any:
-        """The first batch of an epoch, read by an iterator of its own."""
-        return next(self._fresh_iterator())
+        """The first batch of an epoch, read in this process by an iterator of its own."""
+        return next(self._fresh_iterator(workers=0))
 
     def next_batch(self) -> Any:
-        if self._iterator is None:
+        if self._iterator is None and self._restored is not None:
+            self._open_restored()
+        elif self._iterator is None:
             self.start_epoch()
         if self.num_batches is not None and self.position >= self.num_batches:
             raise StopIteration
@@ -161,23 +244,69 @@ class GrainSource:
         return batch
 
     def get_state(self) -> dict[str, Any]:
+        if self._restored is not None:  # restored, and no batch read since
+            return dict(self._restored)
         # An iterator that has given nothing is at its start, which None says as well; asking
         # Grain there makes a multiprocess iterator start its workers one after the other.
         state = self._iterator.get_state() if self._iterator is not None and self.position else None
         if isinstance(state, bytes):  # a DataLoader's iterator: JSON as bytes
             state = state.decode("utf-8")
-        return {"kind": "grain", "position": self.position, "iterator": json.dumps(state)}
+        saved: dict[str, Any] = {"kind": "grain", "position": self.position, "iterator": json.dumps(state)}
+        if self.workers:  # the iterator's state has the form of its number of workers
+            saved["workers"] = self.workers
+        if self._ranks > 1:  # and its position means batches of this process's part
+            saved["ranks"] = self._ranks
+        return saved
 
     def set_state(self, state: dict[str, Any]) -> None:
+        """Takes a ``get_state`` result; the iterator goes there when the next batch is read
+        (by then the trainer has said which part of the data this process reads)."""
         if state.get("kind") != "grain" or not isinstance(state.get("iterator"), str):
             raise ValueError("loader: the checkpoint holds no Grain iterator state for this Grain input")
-        self._iterator = self._fresh_iterator()
         saved = json.loads(state["iterator"])
-        if saved is not None:
-            if isinstance(saved, str):  # a DataLoader's state went in as text
-                saved = saved.encode("utf-8")
-            self._iterator.set_state(saved)
+        if saved is not None and state.get("workers", 0) != self.workers:
+            raise ValueError(
+                f"loader: the checkpoint's Grain iterator was read by {state.get('workers', 0)} worker "
+                f"processes, this input by {self.workers}: resume with as many (data.workers)"
+            )
+        self._close()
         self.position = int(state.get("position", 0))
+        self._restored = dict(state) if saved is not None else None  # None: at the start
+
+    def _open_restored(self) -> None:
+        state = self._restored or {}
+        if state.get("ranks", 1) != self._ranks:
+            raise ValueError(
+                f"loader: the checkpoint was taken inside an epoch of a Grain data set read in parts by "
+                f"{state.get('ranks', 1)} processes, and this fit runs on {self._ranks}: resume it on as "
+                "many, or from a checkpoint at an epoch's end"
+            )
+        saved = json.loads(state["iterator"])
+        self._iterator = self._fresh_iterator()
+        if isinstance(saved, str):  # a DataLoader's state went in as text
+            saved = saved.encode("utf-8")
+        self._iterator.set_state(saved)
+        self._restored = None
+
+
+class GrainMapSource(GrainSource):
+    """A ``GrainSource`` over a ``MapDataset``, which distributed training reads in parts."""
+
+    def shard(self, rank: int, size: int) -> None:
+        """Reads only this process's batches: every ``size``-th from ``rank`` on (Grain's
+        ``dataset[rank::size]``), as many on every process (the ``len % size`` batches left
+        over are left out of each epoch), so every process takes the same steps."""
+        whole = getattr(self, "_whole", self.dataset)
+        per_rank = len(whole) // size
+        if per_rank == 0:
+            raise ValueError(
+                f"the Grain data set's {len(whole)} batches cannot be read in parts by {size} processes: "
+                "each needs a batch of every step"
+            )
+        self._whole = whole
+        self.dataset = whole.slice(slice(rank, per_rank * size, size))
+        self._ranks = int(size)
+        self.num_batches = self._batches_per_epoch()
 
 
 def as_source(data: Any, steps_per_epoch: int | None = None) -> Any:
@@ -188,7 +317,7 @@ def as_source(data: Any, steps_per_epoch: int | None = None) -> Any:
             data.limit(steps_per_epoch)
         return data
     if _is_grain(data):
-        return GrainSource(data, steps_per_epoch)
+        return GrainSource.of(data, steps_per_epoch)
     return IterableSource(data, steps_per_epoch)
 
 

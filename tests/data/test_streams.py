@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tapefit as tp
+from tapefit.checkpointing import load_checkpoint
 from tapefit.data.npy import NpyFile, ShardedArray, is_on_disk, load_npy, open_npy
 
 grain = pytest.importorskip("grain")
@@ -64,6 +65,19 @@ def test_a_re_iterable_of_batches_trains_as_the_same_arrays(arrays_run):
     assert history.history["accuracy"][-1] > 0.8
 
 
+def test_a_list_of_batches_trains_as_the_same_arrays(arrays_run):
+    reference, history = arrays_run
+    batches = list(in_order_batches())  # [(x0, y0), (x1, y1), ...] with y not given: a stream
+    trainer = build()
+    streamed = trainer.fit(batches, epochs=EPOCHS, verbose=0)
+    assert_same_weights(trainer, reference)
+    assert streamed.history == history.history
+    assert trainer.evaluate(tuple(batches)) == pytest.approx(reference.evaluate(X, Y))
+    np.testing.assert_allclose(trainer.predict(batches), reference.predict(X), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="fit: y is None"):  # a list of arrays stays arrays
+        build().fit([X, X])
+
+
 def test_an_endless_generator_with_steps_per_epoch():
     def endless():
         while True:
@@ -82,9 +96,23 @@ def test_a_spent_generator_warns_and_stops(caplog):
     assert "epoch 2 got no batch: the data ran out" in caplog.text
 
 
-def test_a_grain_map_dataset_trains_as_the_same_arrays(arrays_run):
+def grain_input(kind):
+    """The batches of ``X, Y`` in data order as a Grain ``MapDataset``, ``IterDataset`` or ``DataLoader``."""
+    rows = list(zip(X, Y))
+    if kind == "map":
+        return grain.MapDataset.source(rows).batch(BATCH)
+    if kind == "iter":
+        return grain.MapDataset.source(rows).to_iter_dataset().batch(BATCH)
+    sampler = grain.samplers.IndexSampler(len(rows), shuffle=False, num_epochs=1)
+    return grain.DataLoader(
+        data_source=rows, sampler=sampler, operations=[grain.transforms.Batch(BATCH)], worker_count=0
+    )
+
+
+@pytest.mark.parametrize("kind", ["map", "iter", "loader"])
+def test_a_grain_input_trains_as_the_same_arrays(arrays_run, kind):
     reference, _ = arrays_run
-    dataset = grain.MapDataset.source(list(zip(X, Y))).batch(BATCH)
+    dataset = grain_input(kind)
     trainer = build()
     trainer.fit(dataset, epochs=EPOCHS, verbose=0)
     assert_same_weights(trainer, reference)
@@ -165,9 +193,66 @@ def test_a_grain_dataset_resumed_in_the_middle_of_an_epoch_is_bit_exact(tmp_path
     first.plugins.register_all([Fail(), tp.plugins.Checkpoint(dirpath=str(folder))])
     with pytest.raises(RuntimeError):
         first.fit(make(), epochs=2, verbose=0)
+    saved = load_checkpoint(folder)["trainer"]
+    assert saved["in_epoch"] and (saved["epoch"], saved["batch_in_epoch"]) == (1, 4)  # 13 batches an epoch
     resumed = build()
     resumed.fit(make(), epochs=2, resume_from=folder, verbose=0)
     assert_same_weights(resumed, straight)
+
+
+def test_a_grain_map_dataset_read_by_workers_keeps_its_batches_and_resumes(tmp_path):
+    from tapefit.data.sources import GrainSource
+
+    def make(workers=2):
+        dataset = grain.MapDataset.source(list(zip(X, Y))).shuffle(seed=4).batch(BATCH)
+        return GrainSource(dataset, workers=workers, prefetch=1)
+
+    straight = build()
+    straight.fit(make(workers=0), epochs=2, verbose=0)
+    folder = tmp_path / "ckpt"
+
+    class StopMidEpoch:
+        @tp.hookimpl
+        def on_train_batch_end(self, trainer, step):
+            if step == 16:
+                trainer.stop_training = True
+
+    first = build()
+    first.plugins.register_all(
+        [StopMidEpoch(), tp.plugins.Checkpoint(dirpath=str(folder), every_n_epochs=None)]
+    )
+    first.fit(make(), epochs=2, verbose=0)
+    resumed = build()
+    resumed.fit(make(), epochs=2, resume_from=folder, verbose=0)
+    assert resumed.step == straight.step == 26
+    assert_same_weights(resumed, straight)  # the workers read the batches in their order
+    with pytest.raises(ValueError, match=r"read by 2 worker processes, this input by 0"):
+        build().fit(make(workers=0), epochs=2, resume_from=folder, verbose=0)
+
+
+def test_a_grain_map_dataset_read_in_parts_resumes_only_on_as_many_processes():
+    def part(rank=None):
+        source = tp.data.sources.as_source(grain.MapDataset.source(list(zip(X, Y))).batch(BATCH))
+        if rank is not None:
+            source.shard(rank, 2)
+        return source
+
+    whole = [y for _, y in grain.MapDataset.source(list(zip(X, Y))).batch(BATCH)]
+    source = part(1)
+    assert source.num_batches == 6  # 13 batches: 6 each, the 13th left out
+    source.start_epoch()
+    np.testing.assert_array_equal(source.next_batch()[1], whole[1])  # batches 1, 3, 5, ...
+    state = source.get_state()
+    assert state["ranks"] == 2 and state["position"] == 1
+    again = part(1)
+    again.set_state(state)
+    np.testing.assert_array_equal(again.next_batch()[1], whole[3])
+    alone = part()
+    alone.set_state(state)
+    with pytest.raises(ValueError, match=r"read in parts by 2 processes, and this fit runs on 1: resume"):
+        alone.next_batch()
+    with pytest.raises(ValueError, match=r"13 batches cannot be read in parts by 14 processes"):
+        part().shard(0, 14)
 
 
 class NoStateAsked:
@@ -353,6 +438,28 @@ def test_a_batch_that_does_not_fit_the_model_is_named():
     trainer = build()
     with pytest.raises(ValueError, match=r"^batch 1 of epoch 1 of the data: .*"):
         trainer.fit(widening(), verbose=0)
+
+
+def test_evaluate_and_predict_name_the_batch_that_fails():
+    def widening():
+        yield X[:8], Y[:8]
+        yield np.concatenate([X[8:16], X[8:16]], axis=1), Y[8:16]  # 4 features, not 2
+
+    def triples():
+        yield X[:8], Y[:8], Y[:8]
+
+    trainer = build()
+    trainer.fit(X, Y, epochs=1, verbose=0)
+    with pytest.raises(
+        ValueError, match=r"^batch 1 of the data: Dense .* last dimension 2, got shape \(8, 4\)"
+    ):
+        trainer.evaluate(widening())
+    with pytest.raises(ValueError, match=r"^batch 1 of the data: Dense .* last dimension 2"):
+        trainer.predict(widening())
+    with pytest.raises(TypeError, match=r"^batch 0 of the data: "):
+        trainer.predict(triples())
+    with pytest.raises(ValueError, match=r"^Dense .* last dimension 2"):  # arrays: no batch to name
+        trainer.predict(np.zeros((4, 3), np.float32))
 
 
 def test_large_csv_and_npz_files_are_read_on_demand(tmp_path):

@@ -328,3 +328,111 @@ def test_a_pipeline_is_read_in_parts_by_the_ranks(tmp_path):
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert ranks[0]["w"] == ranks[1]["w"]  # the same model on every rank
     assert ranks[0]["steps"] == ranks[1]["steps"] == 8  # 10 samples each: batches of 3, 3, 3, 1
+
+
+GRAIN_PARTS = """
+    import json
+    import sys
+    import grain
+    import numpy as np
+    import tapefit as tp
+    from tapefit.world import launcher_rank
+
+    batch_size = int(sys.argv[1])
+    ids = np.arange(20)
+    x = np.stack([ids / 20.0, (ids % 3) / 3.0], axis=1).astype(np.float32)
+    y = (ids % 2).astype(np.int64)
+    seen = []
+
+
+    def load(i):
+        seen.append(int(i))
+        return x[i], y[i]
+
+
+    def main():
+        tp.random.set_seed(0)
+        model = tp.layers.Sequential([tp.layers.Dense(4, activation="relu"), tp.layers.Dense(2)])
+        trainer = tp.Trainer(model, "sgd", tp.losses.SparseCategoricalCrossentropy(from_logits=True))
+        dataset = grain.MapDataset.range(20).map(load).batch(batch_size)
+        trainer.fit(dataset, epochs=2, verbose=0)
+        with open(f"rank{launcher_rank()}.json", "w") as f:
+            json.dump({"steps": trainer.step, "seen": seen, "w": [v.numpy().tolist() for v in model.variables]}, f)
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_grain_map_dataset_is_read_in_parts_by_the_ranks(tmp_path):
+    pytest.importorskip("grain")
+    one = mpirun(1, GRAIN_PARTS, tmp_path, args=[4])  # batches of 4: rows 4k..4k+3
+    assert one.returncode == 0, one.stderr
+    alone = json.loads((tmp_path / "rank0.json").read_text())
+    result = mpirun(2, GRAIN_PARTS, tmp_path, args=[2])  # batches of 2, every other one per rank
+    assert result.returncode == 0, result.stderr
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert ranks[0]["steps"] == ranks[1]["steps"] == alone["steps"] == 10  # 5 steps an epoch
+    read = [set(rank["seen"]) for rank in ranks]
+    assert read[0] == {0, 1, 4, 5, 8, 9, 12, 13, 16, 17} and read[1] == set(range(20)) - read[0]
+    assert ranks[0]["w"] == ranks[1]["w"]
+    for ours, theirs in zip(ranks[0]["w"], alone["w"], strict=True):  # step k: batches 2k and 2k + 1
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+GRAIN_RESUME = """
+    import json
+    import sys
+    import grain
+    import numpy as np
+    import tapefit as tp
+    from tapefit.world import launcher_rank
+
+    out, stop = sys.argv[1], int(sys.argv[2])
+    resume = sys.argv[3] if len(sys.argv) > 3 else None
+    ids = np.arange(40)
+    x = np.stack([ids / 40.0, (ids % 3) / 3.0], axis=1).astype(np.float32)
+    rows = list(zip(x, (ids % 2).astype(np.int64)))
+
+
+    class StopAt:
+        @tp.hookimpl
+        def on_train_batch_end(self, trainer, step):
+            if step == stop:
+                trainer.stop_training = True
+
+
+    def main():
+        tp.random.set_seed(0)
+        model = tp.layers.Sequential([tp.layers.Dense(4, activation="relu"), tp.layers.Dense(2)])
+        plugins = [StopAt(), tp.plugins.Checkpoint(dirpath=out + ".ck", every_n_epochs=None)]
+        trainer = tp.Trainer(model, tp.optimizers.Adam(0.01), "sparse_categorical_crossentropy", plugins=plugins)
+        dataset = grain.MapDataset.source(rows).shuffle(seed=3).batch(4)
+        trainer.fit(dataset, epochs=2, verbose=0, resume_from=resume)
+        with open(f"{out}{launcher_rank()}.json", "w") as f:
+            json.dump({"steps": trainer.step, "w": [v.numpy().tolist() for v in model.variables]}, f)
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_grain_map_dataset_read_in_parts_resumes_inside_an_epoch(tmp_path):
+    pytest.importorskip("grain")
+    from tapefit.checkpointing import load_checkpoint
+
+    for args in (["straight", -1], ["cut", 2]):  # cut: stopped after batch 3 of 5 of the first epoch
+        result = mpirun(2, GRAIN_RESUME, tmp_path, args=args)
+        assert result.returncode == 0, result.stderr
+    saved = load_checkpoint(tmp_path / "cut.ck")
+    assert saved["trainer"]["in_epoch"] and saved["trainer"]["batch_in_epoch"] == 3
+    assert saved["loader"]["ranks"] == 2
+    result = mpirun(1, GRAIN_RESUME, tmp_path, args=["one", -1, tmp_path / "cut.ck"])
+    assert result.returncode != 0 and "read in parts by 2 processes, and this fit runs on 1" in result.stderr
+    result = mpirun(2, GRAIN_RESUME, tmp_path, args=["cut", -1, tmp_path / "cut.ck"])
+    assert result.returncode == 0, result.stderr
+    straight, resumed = (json.loads((tmp_path / f"{name}0.json").read_text()) for name in ("straight", "cut"))
+    assert straight["steps"] == resumed["steps"] == 10  # 10 batches of 4 an epoch, 5 a rank
+    assert straight["w"] == resumed["w"]  # bit for bit: the same steps on the same batches
