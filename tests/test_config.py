@@ -284,6 +284,8 @@ def test_resolved_config_fills_defaults_and_expands_shorthands():
         "compile": False,
         "verbose": "auto",
         "threads": None,
+        "steps_per_epoch": None,
+        "validation_steps": None,
     }
     assert resolved["plugins"] == [
         {"type": "progress"},
