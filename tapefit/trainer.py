@@ -914,14 +914,24 @@ class Trainer:
                     batch = self._stream_batch(batch, state.batch_in_epoch)
                 x, y = self._shard(batch, own=self._source_sharded)
                 y, weights = y if self._weighted else (y, None)
+                # From the step's forward pass to the end of its on_train_batch_end hooks a Ctrl-C
+                # waits, so the interrupted checkpoint is the state before the step or after every
+                # plugin saw it. From the update on, an exception leaves no whole state
+                # (``update_in_progress``): the plugins after the failing hook never see the step.
                 try:
-                    logs = self._train_step(x, y, step, weights)
-                except (ValueError, TypeError) as error:
-                    if isinstance(loader, BatchLoader):
-                        raise
-                    # A stream's batch may differ from the ones before it: say which one.
-                    raise _in_batch(error, f"batch {state.batch_in_epoch} of epoch {epoch + 1}") from error
-                batch_end(trainer=self, step=step, logs=logs)
+                    try:
+                        logs = self._train_step(x, y, step, weights)
+                    except (ValueError, TypeError) as error:
+                        if isinstance(loader, BatchLoader):
+                            raise
+                        # A stream's batch may differ from the ones before it: say which one.
+                        raise _in_batch(
+                            error, f"batch {state.batch_in_epoch} of epoch {epoch + 1}"
+                        ) from error
+                    batch_end(trainer=self, step=step, logs=logs)
+                    self.update_in_progress = False
+                finally:
+                    self._interrupts.release()
                 complete = loader.num_batches is not None and state.batch_in_epoch >= loader.num_batches
                 save_point(trainer=self, after="step", logs=logs, last=self.stop_training and not complete)
                 if complete:
@@ -964,7 +974,8 @@ class Trainer:
         weights = None if weights is None else _to_tensors(weights)
         # From the forward pass (dropout draws from the random generators, BatchNormalization
         # moves its statistics) to the step's bookkeeping, the state is inconsistent: a Ctrl-C
-        # waits until it is whole again, so the interrupted checkpoint can be saved.
+        # waits until it is whole again (_fit_epochs releases it), so the interrupted checkpoint
+        # can be saved.
         self._interrupts.hold = True
         # What the forward pass moves before the update (dropout's generators,
         # BatchNormalization's statistics): put back if an exception ends the step before the
@@ -981,9 +992,8 @@ class Trainer:
             loss_value = float(loss)
             logs = {"loss": loss_value}
             pairs = self.plugins.transform_gradients(self, step, list(zip(grads, variables)), logs)
-            self.update_in_progress = True
+            self.update_in_progress = True  # until the step's on_train_batch_end hooks have run
             self.optimizer.apply_gradients(pairs)
-            self.update_in_progress = False
             self.state.end_step(loss_value, _batch_len(y))
             self._before_step = None  # counted: the current state is the position now
             for metric in self.metrics:
@@ -994,8 +1004,6 @@ class Trainer:
             if not self.update_in_progress and self.step == step and not built_now:
                 self._set_moving_state(before_step)
             raise
-        finally:
-            self._interrupts.release()
         for metric in self.metrics:
             logs[metric.name] = float(metric.result())
         return logs

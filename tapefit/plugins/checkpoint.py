@@ -282,8 +282,10 @@ class Checkpoint:
             return  # no epoch had started: nothing new to save
         if trainer.update_in_progress:
             logger.warning(
-                "checkpoint: %s arrived while the optimizer was updating the variables; "
-                "no interrupted checkpoint is saved (the state is half-updated)",
+                "checkpoint: %s arrived between a step's update and the end of its "
+                "on_train_batch_end hooks; no interrupted checkpoint is saved (no state is whole "
+                "there: plugins after the failing one never saw the step), so a resume starts "
+                "from the last checkpoint",
                 type(exception).__name__,
             )
             return

@@ -24,8 +24,9 @@ docstring, and for checkpointing plugins: ``trainer.state`` (the ``TrainState``,
 ``trainer.position_key()`` (where a checkpoint taken now resumes), ``trainer.checkpoint_contents()``
 and ``trainer.save_checkpoint(path)`` (the state as a checkpoint holds it: between a step's
 start and its update the state before the step, plugins' states included; during an epoch's
-end the state before it), and ``trainer.update_in_progress`` (the optimizer is writing the
-variables: no state is whole).
+end the state before it), and ``trainer.update_in_progress`` (from a step's update to the end
+of its ``on_train_batch_end`` hooks: an exception there leaves no whole state, as the plugins
+after the failing hook never saw the step, so the ``checkpoint`` plugin saves nothing then).
 
 **Return values** are ignored except where a hook says otherwise.
 

@@ -393,6 +393,75 @@ def test_an_exception_saves_the_plugins_states_from_the_same_boundary(tmp_path, 
         np.testing.assert_array_equal(resumed.model.state_dict()[key], value, err_msg=key)
 
 
+class _BatchEndCounter:
+    """Counts the steps it saw end, in its state and in the epoch logs."""
+
+    def __init__(self):
+        self.ends = 0
+
+    @tp.hookimpl
+    def on_train_batch_end(self):
+        self.ends += 1
+
+    @tp.hookimpl
+    def on_epoch_end(self, logs):
+        logs["ends"] = float(self.ends)
+
+    def state_dict(self):
+        return {"ends": self.ends}
+
+    def load_state_dict(self, state):
+        self.ends = int(state["ends"])
+
+
+def test_a_ctrl_c_inside_a_step_waits_for_every_plugins_batch_end(tmp_path):
+    # The Ctrl-C arrives during the forward pass: it is raised once the step and every
+    # on_train_batch_end hook have run, so the checkpoint is the state after the whole step.
+    folder = tmp_path / "ckpt"
+    straight = build([_BatchEndCounter()])
+    fit(straight, 4)
+    failing = build([_BatchEndCounter(), Checkpoint(dirpath=str(folder))])
+    original = failing.loss
+
+    def loss_with_ctrl_c(y_true, y_pred, **kwargs):
+        if failing.step == 7:
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(y_true, y_pred, **kwargs)
+
+    failing.loss = loss_with_ctrl_c
+    with pytest.raises(KeyboardInterrupt):
+        fit(failing, 4)
+    assert load_checkpoint(folder)["trainer"]["step"] == 8
+    resumed = build([_BatchEndCounter()])
+    fit(resumed, 4, resume_from=folder)
+    assert resumed.history.history == straight.history.history
+
+
+def test_an_exception_in_the_batch_end_hooks_saves_no_half_seen_step(tmp_path, caplog):
+    # The failing plugin runs first: the counter after it never sees step 7 end. No state is
+    # whole there, so no interrupted checkpoint is written; `last` stays on the epoch before,
+    # which resumes exactly.
+    folder = tmp_path / "ckpt"
+
+    class Fail:
+        @tp.hookimpl
+        def on_train_batch_end(self, step):
+            if step == 7:
+                raise RuntimeError("disk on fire")
+
+    straight = build([_BatchEndCounter()])
+    fit(straight, 4)
+    failing = build([Fail(), _BatchEndCounter(), Checkpoint(dirpath=str(folder))])
+    with pytest.raises(RuntimeError, match="disk on fire"), caplog.at_level("WARNING"):
+        fit(failing, 4)
+    assert not (folder / "interrupted.npz").exists()
+    assert "no interrupted checkpoint is saved" in caplog.text
+    assert load_checkpoint(folder)["trainer"]["step"] == 5
+    resumed = build([_BatchEndCounter()])
+    fit(resumed, 4, resume_from=folder)
+    assert resumed.history.history == straight.history.history
+
+
 def test_resume_with_a_different_batch_size_is_refused(tmp_path):
     folder = tmp_path / "ckpt"
     fit(build([Checkpoint(dirpath=str(folder))]), 1)
