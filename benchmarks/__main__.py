@@ -1,4 +1,4 @@
-"""``python -m benchmarks [--quick] [--json PATH]``: runs the suite, prints its table, writes JSON."""
+"""``python -m benchmarks [--quick] [--rounds N] [--json PATH]``: runs the suite, prints its table, writes JSON."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes and two rounds (a smoke test)")
     parser.add_argument("--json", default="benchmarks/results.json", help="where to write the figures")
+    parser.add_argument("--rounds", type=int, default=40, help="alternating rounds per figure (default 40)")
     args = parser.parse_args()
-    rows = run(quick=args.quick)
+    rows = run(quick=args.quick, rounds=args.rounds)
     print(table(rows))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(as_json(rows), indent=2) + "\n")

@@ -298,14 +298,20 @@ def mlp_rows(batch: int, pairs: int) -> list[Row]:
     compare = [("eager", "lean"), ("function", "lean"), ("eager", "floor"), ("function", "eager")]
     limit = 1.3 if batch == 32 else 1.1
     row = row_from(f"MLP step, batch {batch}", times, compare, target=f"eager/lean <= {limit}")
+    # tp.function's targets: at most 1.2x jax.jit at batch 32 and 128, 0.8x eager at batch 32.
+    compiled_ok = batch != 32 or row.ratios["function/eager"] <= 0.8
     for peer, step in peers.items():
         against = paired({"lean": run_lean, peer: step}, pairs)
         row.ms[peer] = statistics.median(against[peer]) * 1e3
         lean_per_peer = ratio(against, "lean", peer)
         for ours in ("eager", "function") if peer == "jax.jit" else ("eager",):
             row.ratios[f"{ours}/{peer}"] = row.ratios[f"{ours}/lean"] * lean_per_peer
-    row.met = row.ratios["eager/lean"] <= limit and row.ratios.get("eager/torch", 0.0) < 1.0
+    if batch < 1024:
+        compiled_ok = compiled_ok and row.ratios.get("function/jax.jit", 0.0) <= 1.2
+    row.met = row.ratios["eager/lean"] <= limit and row.ratios.get("eager/torch", 0.0) < 1.0 and compiled_ok
     row.target += ", eager/torch < 1"
+    if batch < 1024:
+        row.target += ", function/jax.jit <= 1.2" + (", function/eager <= 0.8" if batch == 32 else "")
     if "torch" not in peers:
         row.note = "torch not installed"
     return [row]
@@ -577,9 +583,10 @@ def threads_rows(pairs: int) -> list[Row]:
 # ----------------------------------------------------------------------------- the run
 
 
-def run(quick: bool = False) -> list[Row]:
-    """Every benchmark; ``quick`` runs each once or twice on small sizes (for the tests)."""
-    pairs = 2 if quick else 15
+def run(quick: bool = False, rounds: int = 40) -> list[Row]:
+    """Every benchmark, alternating its systems for ``rounds`` rounds; ``quick`` runs each once
+    or twice on small sizes (for the tests)."""
+    pairs = 2 if quick else rounds
     rows: list[Row] = []
     rows += chain_rows(pairs)
     for batch in (32,) if quick else (32, 128, 1024):
