@@ -533,7 +533,10 @@ def run_phase(case: Case, phase: str, folder: Path) -> None:
         fail_in_loss(trainer, case.at)
     args, kwargs = fit_data(case, x, y)
     epochs = case.at if phase == "interrupt" and case.split == "epoch_end" else case.epochs
-    resume_from = run / "ckpt" if phase == "resume" else None
+    # No checkpoint was written when the interruption left no whole state (an exception in
+    # the first epoch's batch-end hooks): a resume starts afresh, as `train --resume auto` does.
+    saved = (run / "ckpt" / "last").is_file()
+    resume_from = run / "ckpt" if phase == "resume" and saved else None
     outcome = "finished"
     try:
         history = trainer.fit(
@@ -626,6 +629,8 @@ def interrupt(case: Case, folder: Path) -> str:
         outcome = json.loads((folder / "interrupt.json").read_text())["outcome"]
         if outcome != expected:
             raise PhaseError(f"interrupt: the fit ended with {outcome}, not {expected} (split not reached)")
+    if not (folder / "run" / "ckpt" / "last").is_file():
+        return "no checkpoint (starts afresh)"
     trainer = load_checkpoint(folder / "run" / "ckpt")["trainer"]
     return f"e{trainer['epoch']}b{trainer['batch_in_epoch']} step {trainer['step']}"
 
