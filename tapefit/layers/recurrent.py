@@ -270,6 +270,7 @@ class LSTM(_GatedRNN):
         units: int,
         activation: str | Callable[..., Any] | None = "tanh",
         recurrent_activation: str | Callable[..., Any] | None = "sigmoid",
+        *,
         unit_forget_bias: bool = True,
         **kwargs: Any,
     ) -> None:

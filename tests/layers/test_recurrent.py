@@ -465,3 +465,13 @@ def test_dropout_in_training_only_and_seeded(kind):
     np.testing.assert_array_equal(run(True), run(True))  # the same seed, the same masks
     with pytest.raises(ValueError, match="dropout must be in"):
         LAYERS[kind](5, dropout=1.0)
+
+
+def test_arguments_after_the_activations_are_keyword_only():
+    # Keras's fourth positional argument is use_bias; tapefit's would be unit_forget_bias or
+    # reset_after, so it refuses positions there rather than read them as something else.
+    with pytest.raises(TypeError):
+        tp.layers.LSTM(4, "tanh", "sigmoid", False)
+    with pytest.raises(TypeError):
+        tp.layers.GRU(4, "tanh", "sigmoid", False)
+    assert tp.layers.LSTM(4, unit_forget_bias=False).unit_forget_bias is False
