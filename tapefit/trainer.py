@@ -462,9 +462,9 @@ class Trainer:
     ``running_loss`` (the mean loss of the epoch's batches so far), ``world`` (the processes
     training together), ``batch_rows`` (``(rows of this process, rows of all processes)`` in
     the last batch), ``state`` (the ``TrainState``: position, running loss, completed epochs;
-    never written by plugins); and set ``stop_training`` or call ``request_stop``. Checkpointing plugins also
-    use ``position_key()``, ``checkpoint_contents()``, ``save_checkpoint(path)`` and
-    ``update_in_progress`` (``tapefit.plugins.hookspecs``).
+    never written by plugins); and set ``stop_training`` or call ``request_stop``.
+    Checkpointing plugins also use ``position_key()``, ``checkpoint_contents()``,
+    ``save_checkpoint(path)`` and ``update_in_progress`` (``tapefit.plugins.hookspecs``).
     """
 
     def __init__(
