@@ -28,6 +28,20 @@ def build():
     )
 
 
+def stopping_after(at, folder):
+    """A trainer that stops after step ``at`` with a checkpoint there (and none at epoch ends)."""
+
+    class StopAt:
+        @tp.hookimpl
+        def on_train_batch_end(self, trainer, step):
+            if step == at:
+                trainer.stop_training = True
+
+    trainer = build()
+    trainer.plugins.register_all([StopAt(), tp.plugins.Checkpoint(dirpath=str(folder), every_n_epochs=None)])
+    return trainer
+
+
 def in_order_batches(x=X, y=Y):
     for start in range(0, len(x), BATCH):
         yield x[start : start + BATCH], y[start : start + BATCH]
@@ -157,16 +171,7 @@ def test_a_pipeline_resumed_in_the_middle_of_an_epoch_is_bit_exact(tmp_path, wor
     straight.fit(make(), epochs=3, verbose=0)
     folder = tmp_path / "ckpt"
 
-    class StopMidEpoch:
-        @tp.hookimpl
-        def on_train_batch_end(self, trainer, step):
-            if step == 20:  # epoch 1, batch 8 of 13
-                trainer.stop_training = True
-
-    first = build()
-    first.plugins.register_all(
-        [StopMidEpoch(), tp.plugins.Checkpoint(dirpath=str(folder), every_n_epochs=None)]
-    )
+    first = stopping_after(20, folder)  # epoch 1, batch 8 of 13
     first.fit(make(), epochs=3, verbose=0)
     assert first.step == 21
     resumed = build()
@@ -211,16 +216,7 @@ def test_a_grain_map_dataset_read_by_workers_keeps_its_batches_and_resumes(tmp_p
     straight.fit(make(workers=0), epochs=2, verbose=0)
     folder = tmp_path / "ckpt"
 
-    class StopMidEpoch:
-        @tp.hookimpl
-        def on_train_batch_end(self, trainer, step):
-            if step == 16:
-                trainer.stop_training = True
-
-    first = build()
-    first.plugins.register_all(
-        [StopMidEpoch(), tp.plugins.Checkpoint(dirpath=str(folder), every_n_epochs=None)]
-    )
+    first = stopping_after(16, folder)
     first.fit(make(), epochs=2, verbose=0)
     resumed = build()
     resumed.fit(make(), epochs=2, resume_from=folder, verbose=0)
@@ -297,16 +293,7 @@ def test_a_grain_input_at_an_epochs_start_needs_no_state_from_grain():
 def test_a_plain_generator_resume_warns_once_and_goes_on(tmp_path, caplog):
     folder = tmp_path / "ckpt"
 
-    class StopMidEpoch:
-        @tp.hookimpl
-        def on_train_batch_end(self, trainer, step):
-            if step == 4:
-                trainer.stop_training = True
-
-    first = build()
-    first.plugins.register_all(
-        [StopMidEpoch(), tp.plugins.Checkpoint(dirpath=str(folder), every_n_epochs=None)]
-    )
+    first = stopping_after(4, folder)
     first.fit(InOrder(), epochs=2, verbose=0)
     resumed = build()
     with caplog.at_level(logging.WARNING, logger="tapefit"):
