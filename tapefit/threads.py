@@ -5,7 +5,9 @@ threads than it has (two runs side by side, several MPI ranks, data worker proce
 measured here went from 0.37 ms to 32 ms. The rule: the cores this process may run on
 (``os.sched_getaffinity``), less those other programs keep busy when it starts (``"auto"``
 samples ``/proc/stat`` for 0.1 s: a second training run beside this one), divided by the
-processes that share them (the MPI ranks on this host, each with its data workers), at least 1. A count the user set (``OPENBLAS_NUM_THREADS``,
+processes that share them (the MPI ranks on this host, each with its data workers), at least 1.
+A fit applies it with ``Trainer(threads="auto")``, and by default while its data has worker
+processes. A count the user set (``Trainer(threads=N)``, ``OPENBLAS_NUM_THREADS``,
 ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``) always wins.
 """
 

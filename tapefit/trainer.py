@@ -447,8 +447,10 @@ class Trainer:
             eager results). The ``transform_gradients`` hooks and the optimizer update stay
             Python, so plugins see and change the gradients as in eager mode. Default eager.
         threads: the BLAS threads during ``fit``, ``evaluate`` and ``predict``: ``None``
-            (default) leaves them as NumPy set them; ``"auto"`` takes this process's share of
-            the cores it may run on (``tapefit.threads``: a count the user set in
+            (default) leaves them as NumPy set them, unless the data has worker processes
+            (a Pipeline's or Grain's): then, as ``"auto"``, the rule sizes them together with
+            the workers; ``"auto"`` takes this process's share of the cores it may run on
+            (``tapefit.threads``: a count the user set in
             ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` wins), so runs side by side do not
             oversubscribe the cores; a number sets it.
 
@@ -810,9 +812,11 @@ class Trainer:
         self._validation_steps = validation_steps
         checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
         self._loader = loader
-        workers = getattr(loader, "workers", 0)
-        if self._threads_setting == "auto" and workers:  # the pipeline's workers share the cores
+        workers = getattr(loader, "worker_processes", getattr(loader, "workers", 0))
+        if self._threads_setting in ("auto", None) and workers:  # the data's workers share the cores
             self.threads = resolve_threads("auto", workers=workers)
+        elif self._threads_setting is None:
+            self.threads = None
         continued = resume_from is None and self.step > 0
         first_epoch = (
             self.state.next_epoch if initial_epoch is None and continued else int(initial_epoch or 0)

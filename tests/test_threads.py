@@ -13,6 +13,7 @@ from threadpoolctl import threadpool_info
 
 import tapefit as tp
 from tapefit import threads
+from tapefit.data.sources import GrainSource
 
 
 def test_the_rule_shares_the_cores_and_the_user_wins(monkeypatch):
@@ -80,3 +81,30 @@ def test_auto_counts_the_workers_of_the_fits_pipeline(monkeypatch):
     assert trainer.threads == 6
     trainer.fit(tp.data.Pipeline(x, y, batch_size=4, workers=2), verbose=0)
     assert trainer.threads == 2  # 6 cores over this process and its 2 workers
+
+
+@pytest.mark.parametrize("kind", ["pipeline", "grain", "dataloader"])
+def test_the_default_sizes_blas_with_the_datas_workers_only_while_they_run(monkeypatch, kind):
+    # Worker processes compete with the step's BLAS threads: by default (threads=None) a fit
+    # whose data has workers sizes the BLAS by the rule; a fit on arrays leaves it alone.
+    grain = pytest.importorskip("grain")
+    monkeypatch.setattr(threads, "usable_cores", lambda: 6)
+    monkeypatch.setattr(threads, "busy_cores", lambda seconds=0.1: 0)
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    x = np.zeros((8, 2), np.float32)
+    y = np.zeros(8, np.int64)
+    if kind == "pipeline":
+        data = tp.data.Pipeline(x, y, batch_size=4, workers=2)
+    elif kind == "grain":
+        data = GrainSource.of(grain.MapDataset.source(list(zip(x, y))).batch(4), workers=2)
+    else:
+        source = [(x[i : i + 4], y[i : i + 4]) for i in (0, 4)]
+        sampler = grain.samplers.IndexSampler(2, shard_options=grain.sharding.NoSharding(), num_epochs=1)
+        data = grain.DataLoader(data_source=source, sampler=sampler, worker_count=2)
+    trainer = tp.Trainer(tp.layers.Dense(2), "sgd", "sparse_categorical_crossentropy")
+    assert trainer.threads is None
+    trainer.fit(data, verbose=0)
+    assert trainer.threads == 2  # 6 cores over this process and its 2 workers
+    trainer.fit(x, y, verbose=0)
+    assert trainer.threads is None

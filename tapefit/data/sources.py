@@ -185,6 +185,12 @@ class GrainSource:
         self._restored: dict[str, Any] | None = None  # a state set_state took, until a batch is read
         self.position = 0
 
+    @property
+    def worker_processes(self) -> int:
+        """The processes reading this source ahead: ``workers``, or a ``DataLoader``'s own."""
+        options = getattr(self.dataset, "_multiprocessing_options", None)  # a DataLoader's
+        return self.workers or int(getattr(options, "num_workers", 0) or 0)
+
     @classmethod
     def of(cls, dataset: Any, steps_per_epoch: int | None = None, **options: Any) -> GrainSource:
         """The source of ``dataset``: a ``GrainMapSource`` for a ``MapDataset``."""
