@@ -69,12 +69,17 @@ def test_the_trainer_limits_blas_inside_fit_only():
     assert blas_threads_now() == before
 
 
-def test_auto_counts_the_workers_of_the_fits_pipeline(monkeypatch):
-    pytest.importorskip("grain")
+@pytest.fixture
+def six_idle_cores(monkeypatch):
+    """A machine of 6 usable cores that nothing else keeps busy, with no BLAS count set."""
     monkeypatch.setattr(threads, "usable_cores", lambda: 6)
     monkeypatch.setattr(threads, "busy_cores", lambda seconds=0.1: 0)
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         monkeypatch.delenv(name, raising=False)
+
+
+def test_auto_counts_the_workers_of_the_fits_pipeline(six_idle_cores):
+    pytest.importorskip("grain")
     x = np.zeros((8, 2), np.float32)
     y = np.zeros(8, np.int64)
     trainer = tp.Trainer(tp.layers.Dense(2), "sgd", "sparse_categorical_crossentropy", threads="auto")
@@ -84,14 +89,10 @@ def test_auto_counts_the_workers_of_the_fits_pipeline(monkeypatch):
 
 
 @pytest.mark.parametrize("kind", ["pipeline", "grain", "dataloader"])
-def test_the_default_sizes_blas_with_the_datas_workers_only_while_they_run(monkeypatch, kind):
+def test_the_default_sizes_blas_with_the_datas_workers_only_while_they_run(six_idle_cores, kind):
     # Worker processes compete with the step's BLAS threads: by default (threads=None) a fit
     # whose data has workers sizes the BLAS by the rule; a fit on arrays leaves it alone.
     grain = pytest.importorskip("grain")
-    monkeypatch.setattr(threads, "usable_cores", lambda: 6)
-    monkeypatch.setattr(threads, "busy_cores", lambda seconds=0.1: 0)
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        monkeypatch.delenv(name, raising=False)
     x = np.zeros((8, 2), np.float32)
     y = np.zeros(8, np.int64)
     if kind == "pipeline":
