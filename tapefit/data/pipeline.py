@@ -28,6 +28,14 @@ def _absl_defaults() -> None:
         flags.FLAGS.mark_as_parsed()
 
 
+def check_counts(**counts: tuple[Any, int]) -> None:
+    """Raises ``ValueError`` naming the first ``name=(value, least)`` whose value is not an
+    integer of at least ``least``."""
+    for name, (value, low) in counts.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
 def require_grain() -> Any:
     """The ``grain`` module, or an ``ImportError`` that says how to install it.
 
@@ -171,13 +179,7 @@ class Pipeline:
         drop_last: bool = False,
     ) -> None:
         self._grain = require_grain()
-        for name, value, low in (
-            ("batch_size", batch_size, 1),
-            ("workers", workers, 0),
-            ("prefetch", prefetch, 1),
-        ):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        check_counts(batch_size=(batch_size, 1), workers=(workers, 0), prefetch=(prefetch, 1))
         if map is not None and not callable(map):
             raise TypeError(f"map must be a function of one sample, got {map!r}")
         self.samples = x if y is None and not isinstance(x, np.ndarray) else _Rows(x, y)

@@ -165,13 +165,11 @@ class GrainSource:
     def __init__(
         self, dataset: Any, steps_per_epoch: int | None = None, *, workers: int = 0, prefetch: int = 2
     ) -> None:
-        from tapefit.data.pipeline import _absl_defaults, require_grain
+        from tapefit.data.pipeline import _absl_defaults, check_counts, require_grain
 
         self._grain = require_grain()
         _absl_defaults()  # the user's own Grain workers read absl flags as the Pipeline's do
-        for name, value, low in (("workers", workers, 0), ("prefetch", prefetch, 1)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        check_counts(workers=(workers, 0), prefetch=(prefetch, 1))
         if workers and isinstance(dataset, self._grain.DataLoader):
             raise ValueError(
                 "a Grain DataLoader runs its own workers: give it worker_count instead of workers"
