@@ -133,6 +133,12 @@ def with_bad_validation():
     return train, grain.MapDataset.source([good, bad])
 
 
+@tp.configurable
+def endless(batch_size=16):
+    train, validation = make_dataset(batch_size=batch_size)
+    return train.repeat(), validation
+
+
 def unmarked():
     return None
 """
@@ -173,6 +179,25 @@ def test_grain_config_errors(workdir, capsys, data, model, message):
     status, out, err = run(["--config", config(workdir, data, model=model)], capsys)
     assert status == 2 and out == "" and "Traceback" not in err, err
     assert message in err and len(err.strip().splitlines()) == 1
+    sys.modules.pop("mydata", None)
+
+
+def test_an_endless_grain_source_needs_steps_per_epoch(workdir, capsys):
+    # Before, a repeat() of no count trained one silent epoch that never ended.
+    (workdir / "mydata.py").write_text(GRAIN_MODULE)
+    data = "{type: grain, source: 'mydata:endless', validation_split: 0}"
+    path = config(workdir, data, model="{type: mlp, hidden_units: [8], output_units: 3}")
+    status, out, err = run(["--config", path], capsys)
+    assert status == 2 and out == "" and "Traceback" not in err, err
+    assert err.strip().splitlines() == [
+        f"train: error: {path}: trainer.steps_per_epoch: data.source repeats without end (a MapDataset.repeat() "
+        "of no count), so an epoch would never end: set trainer.steps_per_epoch"
+    ]
+    status, _, err = run(
+        ["--config", path, "--set", "trainer.steps_per_epoch=3", "--set", "trainer.verbose=2"], capsys
+    )
+    assert status == 0, err
+    assert "Epoch 2/2 - 3 batches" in err
     sys.modules.pop("mydata", None)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -142,6 +143,15 @@ class IterableSource:
         self.start_epoch()
 
 
+def endless(dataset: Any) -> bool:
+    """Whether a Grain data set says it never ends (Grain gives a ``repeat()`` of no count the
+    length ``sys.maxsize``); an ``IterDataset`` has no length, and ends when its iterator does."""
+    try:
+        return len(dataset) >= sys.maxsize
+    except TypeError:
+        return False
+
+
 class GrainSource:
     """Batches from a Grain ``MapDataset``, ``IterDataset`` or ``DataLoader``.
 
@@ -198,10 +208,15 @@ class GrainSource:
     def _batches_per_epoch(self) -> int | None:
         if self._steps is not None:
             return int(self._steps)
+        if endless(self.dataset):
+            raise ValueError(
+                "the Grain data set repeats without end (a MapDataset.repeat() of no count), so an epoch "
+                "would never end: give steps_per_epoch"
+            )
         try:
             return len(self.dataset)
         except TypeError:
-            return None  # an IterDataset or a DataLoader over an unbounded sampler
+            return None  # an IterDataset or a DataLoader: its epoch ends when its iterator does
 
     def limit(self, steps: int) -> None:
         """Ends every epoch after ``steps`` batches (``fit(steps_per_epoch=...)``)."""

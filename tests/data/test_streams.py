@@ -123,6 +123,16 @@ def grain_input(kind):
     )
 
 
+def test_an_endless_grain_map_dataset_needs_steps_per_epoch():
+    trainer = build()
+    endless = grain_input("map").repeat()
+    with pytest.raises(ValueError, match=r"repeats without end .* give steps_per_epoch"):
+        trainer.fit(endless, epochs=1, verbose=0)
+    assert trainer.step == 0
+    trainer.fit(endless, epochs=2, steps_per_epoch=3, verbose=0)
+    assert trainer.step == 6
+
+
 @pytest.mark.parametrize("kind", ["map", "iter", "loader"])
 def test_a_grain_input_trains_as_the_same_arrays(arrays_run, kind):
     reference, _ = arrays_run
