@@ -23,8 +23,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import secrets
+import stat
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +45,10 @@ _ARRAY_REF = "__ndarray__"
 TEMPORARY_SUFFIX = ".tmp"
 """The suffix of ``atomic_write``'s temporary files (``.<name>.<12 hex digits>.tmp``)."""
 _MAX_METADATA_BYTES = 64 * 2**20
+_MAX_POINTER_BYTES = 4096
+_MAX_NAME_BYTES = 255
+
+logger = logging.getLogger(__name__)
 
 
 class CheckpointError(ValueError):
@@ -77,7 +83,7 @@ def _create_temporary(path: Path) -> tuple[int, str]:
             continue
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None]) -> Path:
+def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], object]) -> Path:
     """Writes a file so that it is either complete or absent, never half-written.
 
     Args:
@@ -216,6 +222,91 @@ def save_checkpoint(path: str | os.PathLike[str], contents: dict[str, Any]) -> P
     return atomic_write(path, lambda f: _write_npz(f, members))
 
 
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: str | os.PathLike[str], mode: str = "r") -> IO[str]:
+    """Opens a text file (``"r"``, ``"w"`` or ``"a"``) that must be a regular file, never through a
+    symbolic link: a file a run writes stays inside its folder, and a FIFO or device planted in
+    its place is refused instead of blocking or reading without end.
+
+    Raises:
+        OSError: as ``open`` does, or with the path and what it is instead of a regular file.
+    """
+    flags = {"r": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND}[
+        mode
+    ]
+    path = Path(path)
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError:
+        try:
+            found: int | None = os.lstat(path).st_mode
+        except OSError:
+            found = None
+        if found is not None and stat.S_ISLNK(found):
+            raise OSError(
+                f"{path} is a symbolic link; tapefit reads and writes its files only in place"
+            ) from None
+        if found is not None and not stat.S_ISREG(found):  # a FIFO without a reader (ENXIO), a folder
+            raise OSError(f"{path} is {_kind(found)}, not a regular file") from None
+        raise  # the open's own error, which names the path
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path} is {_kind(info.st_mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        if mode == "w":
+            os.ftruncate(fd, 0)
+        return open(fd, mode, newline="", encoding="utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_pointer(pointer: str | os.PathLike[str]) -> str:
+    """The checkpoint file name that a pointer file (``last``, ``best``) holds.
+
+    The pointer is untrusted: it must be a small regular file (not a link) holding one plain
+    file name of the same folder.
+
+    Raises:
+        FileNotFoundError: there is no pointer.
+        CheckpointError: the pointer cannot be followed; the message names it and says why.
+    """
+    pointer = Path(pointer)
+    info = os.lstat(pointer)
+    if not stat.S_ISREG(info.st_mode):
+        raise CheckpointError(
+            f"the pointer {pointer} is {_kind(info.st_mode)}, not the file that train writes"
+        )
+    if info.st_size > _MAX_POINTER_BYTES:
+        raise CheckpointError(f"the pointer {pointer} is {info.st_size} bytes; a pointer holds one file name")
+    try:
+        with open_regular(pointer) as f:
+            name = f.read(_MAX_POINTER_BYTES + 1).strip()
+    except (OSError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"the pointer {pointer} cannot be read ({error})") from error
+    plain = name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
+    if not plain or len(name.encode("utf-8")) > _MAX_NAME_BYTES:
+        shown = name if len(name) <= 60 else name[:57] + "..."
+        raise CheckpointError(
+            f"the pointer {pointer} holds {shown!r}, which is not a file name in its folder"
+        )
+    return name
+
+
 def resolve_checkpoint(path: str | os.PathLike[str]) -> Path:
     """The checkpoint file that ``path`` means.
 
@@ -224,19 +315,24 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Path:
 
     Raises:
         FileNotFoundError: nothing there (the message names the path).
-        CheckpointError: the ``last`` pointer names a file that does not exist.
+        CheckpointError: the ``last`` pointer cannot be followed (``read_pointer``), or names
+            something that is not a checkpoint file in the folder.
     """
     path = Path(path)
     if path.is_dir():
         pointer = path / LAST_POINTER
-        if not pointer.is_file():
+        if not os.path.lexists(pointer):
             raise FileNotFoundError(
                 f"{path} is a folder without a '{LAST_POINTER}' pointer: no checkpoint to resume"
             )
-        name = pointer.read_text(encoding="utf-8").strip()
+        name = read_pointer(pointer)
         target = path / name
-        if not name or not target.is_file():
-            raise CheckpointError(f"{pointer} names {name!r}, which is not a file in {path}")
+        try:
+            mode = os.lstat(target).st_mode
+        except FileNotFoundError:
+            raise CheckpointError(f"the pointer {pointer} names {name!r}, which is not in {path}") from None
+        if not stat.S_ISREG(mode):
+            raise CheckpointError(f"the pointer {pointer} names {name!r}, which is {_kind(mode)}")
         return target
     if path.is_file():
         return path
@@ -246,11 +342,55 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Path:
 
 
 def latest_checkpoint(folder: str | os.PathLike[str]) -> Path | None:
-    """The checkpoint that ``folder``'s ``last`` pointer names, or ``None`` when there is none."""
+    """The checkpoint that ``folder``'s ``last`` pointer names, or ``None`` when it has no pointer.
+
+    Raises:
+        CheckpointError: the pointer is there but cannot be followed.
+    """
     try:
         return resolve_checkpoint(folder) if Path(folder).is_dir() else None
-    except (FileNotFoundError, CheckpointError):
+    except FileNotFoundError:
         return None
+
+
+def resume_point(folder: str | os.PathLike[str]) -> tuple[Path | None, str | None]:
+    """The checkpoint to continue a run from, and a note when it is not the one ``last`` names.
+
+    It is what ``last`` names; where ``last`` is missing or cannot be followed while the folder
+    holds checkpoints, it is the intact one that holds the furthest position (its trainer step,
+    then the newest file), and the note says so. ``(None, None)``: the folder holds no checkpoint.
+
+    Raises:
+        CheckpointError: the pointer cannot be followed and no intact checkpoint is left in the
+            folder; the message names the pointer, so that a run never starts over on top of them.
+    """
+    folder = Path(folder)
+    broken = True
+    try:
+        named = latest_checkpoint(folder)
+    except CheckpointError as error:
+        named, problem = None, str(error)
+    else:
+        broken, problem = False, f"{folder} has no '{LAST_POINTER}' pointer"
+    if named is not None:
+        return named, None
+    candidates = sorted(folder.glob("*.npz")) if folder.is_dir() else []
+    best: tuple[tuple[int, int], Path] | None = None
+    for candidate in candidates:
+        try:
+            if not stat.S_ISREG(os.lstat(candidate).st_mode):
+                continue
+            step = load_checkpoint(candidate).get("trainer", {}).get("step", -1)
+            key = (step if isinstance(step, int) else -1, candidate.stat().st_mtime_ns)
+        except (OSError, ValueError):
+            continue
+        if best is None or key > best[0]:
+            best = (key, candidate)
+    if best is not None:
+        return best[1], f"{problem}; continuing from the newest intact checkpoint, {best[1]}"
+    if broken or candidates:
+        raise CheckpointError(f"{problem}, and {folder} holds no intact checkpoint to continue from")
+    return None, None
 
 
 def _read_members(path: Path) -> dict[str, np.ndarray]:

@@ -11,13 +11,13 @@ training, 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import difflib
 import inspect
 import logging
 import math
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -31,13 +31,15 @@ from typing import Any, NoReturn
 import numpy as np
 
 from tapefit import config as _config
+from tapefit import run_folder as _run_folder
 from tapefit.config import ConfigError, Kind, Schema
 from tapefit.core import random as _random
-from tapefit.run_lock import LOCK_NAME, RunFolderBusy, RunLock
+from tapefit.plugins.hookspecs import hookimpl
+from tapefit.run_folder import RunFolderError, RunLock
 from tapefit.world import MPIWorld, launcher_rank, launcher_world_size, shard_problem
 
 CONFIG_FILE_NAME = "config.yaml"
-"""The resolved config in the run folder; its presence marks a folder as a tapefit run."""
+"""The resolved config in the run folder."""
 
 MODEL_FILE_NAME = "model.safetensors"
 """The final weights in the run folder (with early_stopping's restore_best_weights, the best ones)."""
@@ -317,6 +319,7 @@ class Run:
     resume_from: Path | None
     resume_epoch: int = 0
     lock: RunLock | None = None
+    resume_note: str | None = None
 
 
 def _fail(key: str, message: str) -> NoReturn:
@@ -446,6 +449,18 @@ def _check_steps(settings: dict[str, Any], data: Data) -> None:
         _fail(
             "trainer.validation_steps",
             f"is for a streamed validation (the second data set of a grain source); {why}",
+        )
+
+
+def _check_ends(settings: dict[str, Any], data: Data) -> None:
+    """A grain source that repeats without end needs ``trainer.steps_per_epoch`` to end its epochs."""
+    from tapefit.data.sources import endless
+
+    if settings["steps_per_epoch"] is None and endless(data.stream):
+        _fail(
+            "trainer.steps_per_epoch",
+            "data.source repeats without end (a MapDataset.repeat() of no count), so an epoch would never "
+            "end: set trainer.steps_per_epoch",
         )
 
 
@@ -804,8 +819,9 @@ def _checkpoint_folder(plugins: list[Any], output_dir: Path) -> Path | None:
     return None
 
 
-def find_resume_point(resume: str, plugins: list[Any], output_dir: Path) -> Path | None:
-    """The checkpoint ``--resume`` means: ``auto`` the run's newest (or ``None``), else a path."""
+def find_resume_point(resume: str, plugins: list[Any], output_dir: Path) -> tuple[Path | None, str | None]:
+    """The checkpoint ``--resume`` means: ``auto`` the run's newest (or ``None``), else a path;
+    and a note when ``auto`` could not follow the ``last`` pointer and took the newest intact one."""
     from tapefit import checkpointing as _checkpoint
 
     if resume == "auto":
@@ -814,13 +830,19 @@ def find_resume_point(resume: str, plugins: list[Any], output_dir: Path) -> Path
             raise ConfigError(
                 "--resume auto: the config has no checkpoint plugin, so there is nothing to resume"
             )
-        return _checkpoint.latest_checkpoint(folder)
+        try:
+            return _checkpoint.resume_point(folder)
+        except (OSError, ValueError) as e:
+            raise ConfigError(
+                f"--resume auto: {e}; not starting over on top of the run (repair the pointer, or start "
+                "afresh with --overwrite)"
+            ) from e
     try:
         path = _checkpoint.resolve_checkpoint(resume)
         _checkpoint.load_checkpoint(path)  # verified now, so a bad file is a start-up error
     except (OSError, ValueError) as e:
         raise ConfigError(f"--resume: {e}") from e
-    return path
+    return path, None
 
 
 def _check_resume_fits(path: Path, model: Any, config: dict[str, Any], data: Data) -> int:
@@ -888,6 +910,7 @@ def prepare(args: argparse.Namespace) -> Run:
     settings = config["trainer"]
     checked = data  # what the model is checked on: a map's first batch when there is a map
     if config["data"]["type"] == "grain":
+        _check_ends(settings, data)
         data.stream = _grain_workers(data.stream, config["data"])
     elif config["data"]["workers"] or config["data"]["map"] is not None:
         data.stream = _pipeline(data, config["data"], settings)
@@ -919,14 +942,13 @@ def prepare(args: argparse.Namespace) -> Run:
     # stays true while this run lives; a second train of the same folder stops here. Under an
     # MPI launcher rank 0 alone owns the folder (the others write nothing to it).
     chief = launcher_rank() == 0
+    lock = _lock(output_dir) if chief else None
     try:
-        lock = RunLock.acquire(output_dir) if chief else None
-    except RunFolderBusy as e:
-        raise ConfigError(str(e)) from None
-    try:
-        resume_from, resume_epoch = None, 0
+        resume_from, resume_epoch, resume_note = None, 0, None
+        if chief:
+            _run_folder.check_no_links(output_dir)
         if args.resume is not None:
-            resume_from = find_resume_point(args.resume, plugins, output_dir)
+            resume_from, resume_note = find_resume_point(args.resume, plugins, output_dir)
             if resume_from is not None:
                 resume_epoch = _check_resume_fits(resume_from, model, config, data)
         if not chief:
@@ -949,6 +971,10 @@ def prepare(args: argparse.Namespace) -> Run:
             )
         except Exception as e:
             raise ConfigError(f"plugins: {_error_text(e)}", "plugins") from e
+    except RunFolderError as e:
+        if lock is not None:
+            lock.release(undo=True)
+        raise ConfigError(str(e)) from None
     except BaseException:
         if lock is not None:
             lock.release(undo=True)
@@ -966,34 +992,37 @@ def prepare(args: argparse.Namespace) -> Run:
         resume_from,
         resume_epoch,
         lock,
+        resume_note,
     )
 
 
-def _contents(folder: Path) -> list[Path]:
-    """What a run folder holds, but for its lock file."""
-    return [p for p in folder.iterdir() if p.name != LOCK_NAME] if folder.is_dir() else []
+def _lock(output_dir: Path) -> RunLock:
+    """Takes the run folder's lock, or says in one line why it cannot be taken."""
+    try:
+        return RunLock.acquire(output_dir)
+    except RunFolderError as e:
+        raise ConfigError(str(e)) from None
+    except (OSError, ValueError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        shown = str(output_dir) if len(str(output_dir)) <= 80 else str(output_dir)[:77] + "..."
+        _fail("trainer.output_dir", f"cannot make or lock the run folder {shown!r}: {reason}")
 
 
 def _check_output_dir(output_dir: Path, args: argparse.Namespace) -> None:
-    if not _contents(output_dir):
+    if not _run_folder.entries(output_dir):
         return
+    if not _run_folder.is_run_folder(output_dir):
+        what = "--resume auto: it has no checkpoint, and " if args.resume == "auto" else ""
+        raise ConfigError(
+            f"{what}{output_dir} holds files and is not a tapefit run folder (train did not make it); "
+            "not writing into it: pick another name (--set name=...) or trainer.output_dir"
+        )
     if args.resume == "auto":
-        # asked to continue, and nothing to continue from: start afresh, but only in a run folder
-        if not is_run_folder(output_dir):
-            raise ConfigError(
-                f"--resume auto: {output_dir} has no checkpoint and is not a tapefit run folder "
-                f"(no {CONFIG_FILE_NAME} written by train); not writing into it"
-            )
-        return
+        return  # asked to continue, and nothing to continue from: start afresh in the run folder
     if not args.overwrite:
         raise ConfigError(
             f"{output_dir} already holds a run; continue it with --resume auto, start over with --overwrite, "
             "or pick another name (--set name=...)"
-        )
-    if not is_run_folder(output_dir):
-        raise ConfigError(
-            f"--overwrite: {output_dir} is not empty and has no {CONFIG_FILE_NAME} written by train, so it is "
-            "not a tapefit run folder; not deleting it"
         )
 
 
@@ -1002,20 +1031,11 @@ def _check_resume_target(resume_from: Path, resume: str, plugins: list[Any], out
     own = [output_dir, _checkpoint_folder(plugins, output_dir)]
     if any(folder is not None and resume_from.resolve().is_relative_to(folder.resolve()) for folder in own):
         return
-    if _contents(output_dir):
+    if _run_folder.entries(output_dir):
         raise ConfigError(
             f"--resume {resume}: {output_dir} already holds another run and the checkpoint is not one of its "
             "own; continue it in a new folder (--set name=...)"
         )
-
-
-def is_run_folder(folder: Path) -> bool:
-    """Whether ``folder`` holds a resolved config that ``train`` wrote (every top-level key present)."""
-    try:
-        written = _config.parse_yaml((folder / CONFIG_FILE_NAME).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, _config.yaml.YAMLError):
-        return False
-    return isinstance(written, dict) and set(_config.TOP_LEVEL_KEYS) <= set(written)
 
 
 # --------------------------------------------------------------------------- training and the report
@@ -1031,19 +1051,20 @@ def _format_logs(logs: Mapping[str, float]) -> str:
 def train(run: Run, args: argparse.Namespace, out: Any) -> int:
     """Creates the run folder, writes the resolved config, fits, and prints the summary."""
     chief = launcher_rank() == 0  # under an MPI launcher rank 0 alone writes the run's files
-    if chief and run.resume_from is None and args.overwrite and is_run_folder(run.output_dir):
-        for path in _contents(run.output_dir):  # the lock stays: this run holds it
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
+    if chief and run.resume_from is None and args.overwrite and _run_folder.is_run_folder(run.output_dir):
+        kept = _run_folder.remove_recorded(run.output_dir)  # the lock stays: this run holds it
+        if kept:
+            print(
+                f"train: --overwrite kept what no run wrote in {run.output_dir}: {', '.join(kept)}", file=out
+            )
     trainer = run.trainer
     settings = run.config["trainer"]
     print(f"train: {run.config['name']}: {run.data.description}", file=out)
     if run.resume_from is not None:
         from tapefit.checkpointing import load_checkpoint
 
-        finished = trainer.finished_by(load_checkpoint(run.resume_from))
+        contents = load_checkpoint(run.resume_from)
+        finished = trainer.finished_by(contents)
         if finished is not None:
             print(
                 f"train: {run.resume_from}: {finished}; nothing to train (to train on anyway, remove "
@@ -1060,8 +1081,11 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
         )
         return 0  # and nothing written: the run folder stays as the finished run left it
     if chief:
-        run.output_dir.mkdir(parents=True, exist_ok=True)
-        (run.output_dir / CONFIG_FILE_NAME).write_text(_config.dump_config(run.config), encoding="utf-8")
+        _claim(run)
+    if run.resume_note is not None:
+        print(f"train: --resume auto: {run.resume_note}", file=out)
+    if run.resume_from is not None:
+        _say_the_learning_rate_is_restored(contents, args, out)
     if run.resume_from is None and args.resume == "auto":
         folder = _checkpoint_folder(run.plugins, run.output_dir)
         print(
@@ -1072,19 +1096,26 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
         print(f"train: resuming from {run.resume_from}", file=out)
     started = time.perf_counter()
     streamed = run.data.stream is not None
-    history = trainer.fit(
-        run.data.stream if streamed else run.data.x_train,
-        None if streamed else run.data.y_train,
-        epochs=settings["epochs"],
-        batch_size=settings["batch_size"],
-        validation_data=run.data.validation,
-        shuffle=settings["shuffle"],
-        drop_last=settings["drop_last"],
-        resume_from=run.resume_from,
-        verbose=settings["verbose"],
-        steps_per_epoch=settings["steps_per_epoch"],
-        validation_steps=settings["validation_steps"],
-    )
+    recorder = _RunFolderRecorder(run.output_dir) if chief else None
+    if recorder is not None:
+        trainer.plugins.register(recorder, name="run_folder")
+    try:
+        history = trainer.fit(
+            run.data.stream if streamed else run.data.x_train,
+            None if streamed else run.data.y_train,
+            epochs=settings["epochs"],
+            batch_size=settings["batch_size"],
+            validation_data=run.data.validation,
+            shuffle=settings["shuffle"],
+            drop_last=settings["drop_last"],
+            resume_from=run.resume_from,
+            verbose=settings["verbose"],
+            steps_per_epoch=settings["steps_per_epoch"],
+            validation_steps=settings["validation_steps"],
+        )
+    finally:
+        if recorder is not None:
+            recorder.record()
     seconds = time.perf_counter() - started
     final = {k: v[-1] for k, v in history.history.items() if v}
     epochs = len(history.history.get("loss", []))
@@ -1092,6 +1123,7 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
     total = f" ({epochs} in all)" if run.resume_from is not None else ""
     failure = _failure(run.plugins, final)
     if failure is None and chief:
+        _run_folder.record(run.output_dir, [MODEL_FILE_NAME])
         _export(run.model, run.output_dir / MODEL_FILE_NAME)
     print(
         f"train: {'stopped' if failure else 'done'}: {run.config['name']}, {trained} "
@@ -1109,6 +1141,58 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
     return 0
 
 
+def _claim(run: Run) -> None:
+    """Marks the run folder as train's (it is empty, or holds the run this one resumes) and
+    writes the resolved config into it."""
+    from tapefit.checkpointing import atomic_write
+
+    folder = run.output_dir
+    if not _run_folder.is_run_folder(folder):
+        _run_folder.record(folder, _run_folder.entries(folder))
+    _run_folder.record(folder, [CONFIG_FILE_NAME])
+    text = _config.dump_config(run.config).encode("utf-8")
+    atomic_write(folder / CONFIG_FILE_NAME, lambda f: f.write(text))
+
+
+class _RunFolderRecorder:
+    """Records in the run folder's marker the entries that appear in it while the run trains
+    (the plugins' logs, checkpoints, a user plugin's files), once the plugins have started and
+    at every epoch's end, so that ``--overwrite`` knows them even after a SIGKILL."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.before = set(_run_folder.entries(folder))
+
+    def record(self) -> None:
+        with contextlib.suppress(OSError):  # bookkeeping never ends a run; the next record retries
+            _run_folder.record(self.folder, set(_run_folder.entries(self.folder)) - self.before)
+
+    @hookimpl(trylast=True)
+    def on_fit_start(self) -> None:
+        self.record()
+
+    @hookimpl(trylast=True)
+    def on_epoch_end(self) -> None:
+        self.record()
+
+
+def _say_the_learning_rate_is_restored(
+    contents: Mapping[str, Any], args: argparse.Namespace, out: Any
+) -> None:
+    """A resumed optimizer takes its learning rate from the checkpoint (a plugin such as
+    reduce_lr_on_plateau may have changed it), not from the config: one line when ``--set``
+    asked for another one."""
+    if not any(item.partition("=")[0].strip() == "optimizer.learning_rate" for item in args.set):
+        return
+    saved = contents.get("optimizer", {}).get("learning_rate")
+    if isinstance(saved, (int, float)):
+        print(
+            "train: --set optimizer.learning_rate is not used on a resume: the optimizer continues with the "
+            f"checkpoint's learning rate, {float(saved):g}",
+            file=out,
+        )
+
+
 def export(run: Run, path: Path, out: Any) -> int:
     """``train --export PATH``: the weights of the checkpoint ``--resume`` chose, as ``.safetensors``."""
     from tapefit.checkpointing import load_checkpoint
@@ -1123,7 +1207,7 @@ def export(run: Run, path: Path, out: Any) -> int:
             raise ConfigError(f"--export: {_error_text(e)}") from e
     finally:
         if run.lock is not None:
-            run.lock.release()
+            run.lock.release(undo=True)  # export writes nothing into the run folder
     print(f"train: exported the weights of {run.resume_from} to {path}", file=out)
     return 0
 

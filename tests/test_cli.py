@@ -15,6 +15,7 @@ import pytest
 import tapefit as tp
 from tapefit import cli
 from tapefit.config import parse_yaml
+from tapefit.run_folder import record, recorded
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -54,6 +55,7 @@ def workdir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "runs/sp/config.yaml", "name: sp  # an earlier run\n")
     write(tmp_path / "runs/sp/history.csv", "epoch,loss\n0,1.0\n")
+    record(tmp_path / "runs/sp", ["config.yaml", "history.csv"])  # train made it
     write(tmp_path / "runs/other/notes.txt", "keep me\n")
     return tmp_path
 
@@ -446,8 +448,8 @@ def test_an_existing_run_is_not_replaced_by_a_fresh_start(workdir, capsys):
         workdir,
         capsys,
         ["--config", config, "--set", "name=other", "--overwrite"],
-        "train: error: --overwrite: runs/other is not empty and has no config.yaml written by train, so it is "
-        "not a tapefit run folder; not deleting it",
+        "train: error: runs/other holds files and is not a tapefit run folder (train did not make it); not "
+        "writing into it: pick another name (--set name=...) or trainer.output_dir",
     )
     assert_config_error(
         workdir,
@@ -463,8 +465,9 @@ def test_resume_auto_without_checkpoint_writes_only_into_a_run_folder(workdir, c
         workdir,
         capsys,
         ["--config", config, "--set", "name=other", "--resume", "auto"],
-        "train: error: --resume auto: runs/other has no checkpoint and is not a tapefit run folder "
-        "(no config.yaml written by train); not writing into it",
+        "train: error: --resume auto: it has no checkpoint, and runs/other holds files and is not a tapefit "
+        "run folder (train did not make it); not writing into it: pick another name (--set name=...) or "
+        "trainer.output_dir",
     )
 
 
@@ -541,10 +544,12 @@ def test_overwrite_replaces_an_earlier_run(workdir, capsys):
     )
     assert status == 0, err
     assert "train: done: fresh, 1 epoch in" in out
-    write(workdir / "runs/fresh/stale.txt", "from before\n")
-    status, _, err = run_main(["--config", config, "--set", "name=fresh", "--overwrite"], capsys)
+    write(workdir / "runs/fresh/checkpoints/epoch0009-step00000099.npz", "a run's checkpoint\n")
+    write(workdir / "runs/fresh/NOTES.md", "the user's own\n")
+    status, out, err = run_main(["--config", config, "--set", "name=fresh", "--overwrite"], capsys)
     assert status == 0, err
-    assert not (workdir / "runs/fresh/stale.txt").exists()
+    assert "train: --overwrite kept what no run wrote in runs/fresh: NOTES.md" in out
+    assert (workdir / "runs/fresh/NOTES.md").read_text() == "the user's own\n"  # train never wrote it
     assert sorted(p.name for p in (workdir / "runs/fresh/checkpoints").glob("*.npz")) == [
         "epoch0000-step00000004.npz",
         "epoch0001-step00000008.npz",
@@ -880,12 +885,15 @@ def test_spirals_config_end_to_end_and_resume_auto(tmp_path):
     assert first.returncode == 0, first.stderr
     run = tmp_path / "runs/spirals-mlp"
     assert sorted(p.name for p in run.iterdir()) == [
+        ".tapefit-run",
         ".train.lock",
         "checkpoints",
         "config.yaml",
         "history.csv",
         "model.safetensors",
     ]
+    # the marker names every entry the run wrote, so that --overwrite removes exactly those
+    assert recorded(run) == ["checkpoints", "config.yaml", "history.csv", "model.safetensors"]
     resolved = parse_yaml((run / "config.yaml").read_text())
     assert resolved["trainer"]["epochs"] == 3 and resolved["model"]["output_units"] == 3
     rows = read_csv(run / "history.csv")
@@ -1118,6 +1126,7 @@ def test_all_plugins_config_shows_every_builtin_plugin_and_runs(tmp_path):
     assert result.returncode == 0, result.stderr
     run = tmp_path / "runs/all-plugins"
     assert sorted(p.name for p in run.iterdir()) == [
+        ".tapefit-run",
         ".train.lock",
         "checkpoints",
         "config.yaml",

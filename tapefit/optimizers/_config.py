@@ -71,8 +71,10 @@ def check_float(
     high: float | None = None,
     high_open: bool = False,
     low_open: bool = False,
+    finite: bool = False,
 ) -> float:
-    """``value`` as a float in ``[low, high]`` (``high_open``/``low_open`` exclude the bound).
+    """``value`` as a float in ``[low, high]`` (``high_open``/``low_open`` exclude the bound;
+    ``finite`` refuses infinities too).
 
     Raises:
         TypeError: ``value`` is not a real number (YAML's ``1e-3``, a string, is named).
@@ -89,8 +91,8 @@ def check_float(
                 TypeError, name, f"`{name}` must be a number, got {type(value).__name__} {value!r}"
             ) from None
     value = float(value)
-    if math.isnan(value):
-        raise argument_error(ValueError, name, f"`{name}` must be a number, got nan")
+    if math.isnan(value) or (finite and math.isinf(value)):
+        raise argument_error(ValueError, name, f"`{name}` must be a finite number, got {value!r}")
     too_low = low is not None and (value <= low if low_open else value < low)
     too_high = high is not None and (value >= high if high_open else value > high)
     if too_low or too_high:

@@ -499,7 +499,7 @@ def _learning_rate_arg(value: Any) -> float | schedules.LearningRateSchedule | C
         return value
     if callable(value) and not isinstance(value, Tensor):
         return value
-    return _config.check_float("learning_rate", value, low=0)
+    return _config.check_float("learning_rate", value, low=0, finite=True)
 
 
 def _takes_step(fn: Callable[..., Any]) -> bool:

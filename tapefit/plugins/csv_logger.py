@@ -5,10 +5,11 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import os
 from pathlib import Path
 from typing import IO, Any
 
-from tapefit.checkpointing import atomic_write
+from tapefit.checkpointing import atomic_write, open_regular
 from tapefit.plugins.hookspecs import hookimpl
 
 logger = logging.getLogger("tapefit.plugins.csv_logger")  # one logger per plugin: users may silence one
@@ -24,7 +25,7 @@ class CSVLogger:
 
     Args:
         filename: the file; default ``<trainer.output_dir>/history.csv``.
-        separator: the column separator.
+        separator: the column separator, one character.
         append: ``True`` appends to an existing file, ``False`` starts it anew; ``None``
             (default) appends when the fit continues an earlier fit of the trainer, or
             resumes from a checkpoint, after dropping the
@@ -37,6 +38,8 @@ class CSVLogger:
     chief_only = True  # writes or prints: only rank 0 runs it (hookspecs.py, configure_world)
 
     def __init__(self, filename: str | None = None, separator: str = ",", append: bool | None = None) -> None:
+        if not isinstance(separator, str) or len(separator) != 1:
+            raise ValueError(f"csv_logger: separator must be one character, got {separator!r}")
         self.filename = None if filename is None else Path(filename)
         self.separator = separator
         self.append = append
@@ -54,18 +57,18 @@ class CSVLogger:
         self._keys = None
         self._warned = set()
         mode = "w"
-        if append and self.path.is_file() and self.path.stat().st_size:
+        if append and os.path.lexists(self.path) and self.path.stat().st_size:
             keep_before = trainer.epoch if self.append is None else None
             self._keys = self._prepare_existing(keep_before)
             mode = "a"
-        # Kept open across epochs; on_fit_end and on_exception close it.
-        self._file = open(self.path, mode, newline="", encoding="utf-8")
+        # Kept open across epochs; on_fit_end and on_exception close it. Never through a link.
+        self._file = open_regular(self.path, mode)
         self._writer = csv.writer(self._file, delimiter=self.separator)
 
     def _prepare_existing(self, keep_before: int | None) -> list[str] | None:
         """Reads the file's header; drops rows with ``epoch >= keep_before`` (atomically)."""
         assert self.path is not None
-        with open(self.path, newline="", encoding="utf-8") as f:
+        with open_regular(self.path) as f:
             rows = list(csv.reader(f, delimiter=self.separator))
         if not rows or not rows[0] or rows[0][0] != "epoch":
             raise ValueError(f"{self.path}: cannot append, it does not start with an 'epoch' header row")
