@@ -365,6 +365,9 @@ def resume_point(folder: str | os.PathLike[str]) -> tuple[Path | None, str | Non
             folder; the message names the pointer, so that a run never starts over on top of them.
     """
     folder = Path(folder)
+    pointer = folder / LAST_POINTER
+    if pointer.is_dir() and not pointer.is_symlink():  # the next save could not write the pointer
+        raise CheckpointError(f"{pointer} is a folder where the '{LAST_POINTER}' pointer belongs; remove it")
     broken = True
     try:
         named = latest_checkpoint(folder)

@@ -934,10 +934,11 @@ def prepare(args: argparse.Namespace) -> Run:
     if problem is not None and config["data"]["type"] != "grain":
         _fail("trainer.batch_size", problem)
     output_dir = Path(config["trainer"]["output_dir"] or Path("runs") / config["name"])
-    if output_dir.exists() and not output_dir.is_dir():
-        raise ConfigError(
-            f"trainer.output_dir: {str(output_dir)!r} exists and is not a folder", "trainer.output_dir"
-        )
+    try:
+        if output_dir.exists() and not output_dir.is_dir():
+            _fail("trainer.output_dir", f"{str(output_dir)!r} exists and is not a folder")
+    except (OSError, ValueError) as e:  # a name too long, a NUL byte: as the lock would say
+        _cannot_use(output_dir, e)
     # Locked before a checkpoint is looked for or a folder judged, so that what is checked
     # stays true while this run lives; a second train of the same folder stops here. Under an
     # MPI launcher rank 0 alone owns the folder (the others write nothing to it).
@@ -1003,9 +1004,13 @@ def _lock(output_dir: Path) -> RunLock:
     except RunFolderError as e:
         raise ConfigError(str(e)) from None
     except (OSError, ValueError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        shown = str(output_dir) if len(str(output_dir)) <= 80 else str(output_dir)[:77] + "..."
-        _fail("trainer.output_dir", f"cannot make or lock the run folder {shown!r}: {reason}")
+        _cannot_use(output_dir, e)
+
+
+def _cannot_use(output_dir: Path, error: OSError | ValueError) -> NoReturn:
+    reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+    shown = str(output_dir) if len(str(output_dir)) <= 80 else str(output_dir)[:77] + "..."
+    _fail("trainer.output_dir", f"cannot make or lock the run folder {shown!r}: {reason}")
 
 
 def _check_output_dir(output_dir: Path, args: argparse.Namespace) -> None:

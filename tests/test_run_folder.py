@@ -268,6 +268,17 @@ def test_a_pointer_with_no_intact_checkpoint_left_is_an_error_that_keeps_the_run
     assert files(folder.parent) == {k: v for k, v in before.items() if k != "checkpoints/last"}
 
 
+def test_a_last_pointer_that_is_a_folder_is_an_error_not_a_fallback(three_epochs, capsys):
+    # A fallback would train and then fail to write the pointer over the folder.
+    config, folder = three_epochs
+    (folder / "last").unlink()
+    (folder / "last").mkdir()
+    assert refused(capsys, "--config", config, "--resume", "auto") == (
+        "train: error: --resume auto: runs/sp/checkpoints/last is a folder where the 'last' pointer belongs; "
+        "remove it; not starting over on top of the run (repair the pointer, or start afresh with --overwrite)"
+    )
+
+
 @pytest.mark.parametrize(
     "text, problem",
     [
@@ -309,12 +320,14 @@ def test_resume_point_takes_the_furthest_position_not_the_newest_file(tmp_path):
     [
         ("/proc/tapefit-run", "cannot make or lock the run folder '/proc/tapefit-run': "),
         ("runs/" + "x" * 300, "File name too long"),
+        ("existing/" + "x" * 300, "File name too long"),  # the parent exists: stat fails otherwise
         ('"runs/a\\0b"', "embedded null byte"),
         ("c.yaml/run", "Not a directory"),
     ],
 )
 def test_a_run_folder_that_cannot_be_locked_is_one_line(here, capsys, output_dir, reason):
     config = write(here / "c.yaml", SPIRALS)
+    (here / "existing").mkdir()
     config.write_text(
         config.read_text().replace("batch_size: 50}", f"batch_size: 50, output_dir: {output_dir}}}")
     )
