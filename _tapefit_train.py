@@ -10,9 +10,9 @@ import sys
 
 
 def main() -> int:
-    """Runs ``train`` (``tapefit.cli.main``) and returns its exit status."""
+    """Runs ``train`` (``tapefit.cli.app.main``) and returns its exit status."""
     try:
-        from tapefit.cli import command
+        from tapefit.cli.app import command
 
         return command()
     except KeyboardInterrupt:

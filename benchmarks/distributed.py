@@ -20,7 +20,8 @@ import numpy as np
 
 def worker(model_type: str, epochs: int) -> None:
     import tapefit as tp
-    from tapefit import data, models
+    from tapefit import data
+    from tapefit.cli import models
 
     tp.random.set_seed(0)
     x, y = data.load_digits(flatten=model_type == "mlp")

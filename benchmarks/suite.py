@@ -548,7 +548,7 @@ while True:
 
 
 def threads_rows(pairs: int) -> list[Row]:
-    from tapefit.threads import limited, resolve_threads
+    from tapefit.distributed.threads import limited, resolve_threads
 
     rng = np.random.default_rng(0)
     x, y = (

@@ -12,6 +12,11 @@ The rules:
    ``monitor`` and ``model_graph``, and the machinery may be imported).
 3. The CLI imports no concrete plugin class (it reads plugins through documented attributes).
 4. ``tapefit.core`` imports nothing of tapefit outside ``tapefit.core``.
+5. The ladder of DESIGN.md: ``core`` <- ``layers``, ``optimizers`` <- ``data``,
+   ``checkpointing``, ``distributed`` <- ``training``, ``plugins`` <- ``cli`` <- the public faces
+   at the root; no import runs back up it.
+6. The package root holds only the public faces (``__init__``, ``__main__``, ``math``, ``nn``);
+   everything else lives in a subpackage named for what it does.
 """
 
 from __future__ import annotations
@@ -24,6 +29,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "tapefit"
 MACHINERY = {"tapefit.plugins", "tapefit.plugins.manager", "tapefit.plugins.hookspecs"}
 HELPERS = {"tapefit.plugins.monitor", "tapefit.plugins.model_graph"}
+
+
+LADDER = {
+    "tapefit.core": 0,
+    "tapefit.layers": 1,
+    "tapefit.optimizers": 1,
+    "tapefit.data": 2,
+    "tapefit.checkpointing": 2,
+    "tapefit.distributed": 2,
+    "tapefit.training": 3,
+    "tapefit.plugins": 3,
+    "tapefit.cli": 4,
+}
+FACES = {"tapefit", "tapefit.__main__", "tapefit.math", "tapefit.nn"}
+
+
+def rung(module: str) -> int:
+    """The module's rung on the ladder (the public faces stand above every package)."""
+    for package, level in LADDER.items():
+        if module == package or module.startswith(package + "."):
+            return level
+    return len(LADDER)
 
 
 def module_name(path: Path) -> str:
@@ -47,13 +74,14 @@ def imports(path: Path) -> set[str]:
                 )
             if not base.startswith("tapefit"):
                 continue
-            found.add(base)
             for alias in node.names:
                 candidate = f"{base}.{alias.name}"
                 if (ROOT.parent / Path(*candidate.split("."))).with_suffix(".py").exists() or (
                     ROOT.parent / Path(*candidate.split(".")) / "__init__.py"
                 ).exists():
-                    found.add(candidate)
+                    found.add(candidate)  # a submodule: the edge goes to it, not to its package
+                elif alias.name != "__version__":  # the version string is data, not code
+                    found.add(base)
     return found
 
 
@@ -68,23 +96,31 @@ def check(edges: dict[str, set[str]]) -> dict[str, list[str]]:
         "no plugin imports another plugin": [],
         "the CLI imports no concrete plugin class": [],
         "tapefit.core imports only tapefit.core": [],
+        "no import runs back up the ladder (core, layers/optimizers, data/checkpointing/distributed, "
+        "training/plugins, cli)": [],
+        "the package root holds only the public faces": [],
     }
     rules = list(broken)
     for source, targets in edges.items():
+        if rung(source) == len(LADDER) and source not in FACES:
+            broken[rules[5]].append(source)
         in_plugins = source.startswith("tapefit.plugins")
         for target in sorted(targets):
             plugin_target = target.startswith("tapefit.plugins")
             if not in_plugins and plugin_target:
-                allowed = source in ("tapefit", "tapefit.trainer", "tapefit.cli") and target in MACHINERY
+                allowed = source == "tapefit" or source.startswith(("tapefit.training", "tapefit.cli"))
+                allowed = allowed and target in MACHINERY
                 if not allowed:
                     broken[rules[0]].append(f"{source} -> {target}")
-                if source == "tapefit.cli" and target not in MACHINERY:
+                if source.startswith("tapefit.cli") and target not in MACHINERY:
                     broken[rules[2]].append(f"{source} -> {target}")
             if in_plugins and plugin_target and source not in MACHINERY and target not in MACHINERY | HELPERS:
                 if target != source:
                     broken[rules[1]].append(f"{source} -> {target}")
             if source.startswith("tapefit.core") and not target.startswith("tapefit.core"):
                 broken[rules[3]].append(f"{source} -> {target}")
+            if rung(target) > rung(source):
+                broken[rules[4]].append(f"{source} -> {target}")
     return broken
 
 

@@ -10,7 +10,7 @@ from tapefit import math as math
 from tapefit import nn as nn
 from tapefit import optimizers as optimizers
 from tapefit import plugins as plugins
-from tapefit.config import configurable as configurable
+from tapefit.cli.config import configurable as configurable
 from tapefit.core import *  # noqa: F403
 from tapefit.core import random as random
 from tapefit.core import testing as testing
@@ -21,8 +21,8 @@ from tapefit.layers import losses as losses
 from tapefit.layers import metrics as metrics
 from tapefit.layers import regularizers as regularizers
 from tapefit.plugins import hookimpl as hookimpl
-from tapefit.trainer import History as History
-from tapefit.trainer import Trainer as Trainer
+from tapefit.training.trainer import History as History
+from tapefit.training.trainer import Trainer as Trainer
 
 # As with os.path: these live in subpackages but are importable by the dotted names users
 # see (``from tapefit.testing import check_gradients``, ``from tapefit.losses import Huber``).

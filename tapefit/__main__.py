@@ -2,7 +2,7 @@
 
 import sys
 
-from tapefit.cli import command
+from tapefit.cli.app import command
 
 USAGE = (
     "usage: python -m tapefit train --config FILE [--set KEY=VALUE ...] [--resume auto|PATH]\n"

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import tapefit as tp
-from tapefit import cli
-from tapefit.config import parse_yaml
-from tapefit.run_folder import record, recorded
+from tapefit.cli import app as cli
+from tapefit.cli.config import parse_yaml
+from tapefit.cli.run_folder import record, recorded
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -1081,7 +1081,8 @@ def test_interrupt_message_says_exactly_what_was_saved(workdir, capsys):
 def test_training_result_matches_a_python_trainer(tmp_path):
     """The command builds what the config says: the same run through tp.Trainer gives the same weights."""
     import tapefit as tp
-    from tapefit import data, models
+    from tapefit import data
+    from tapefit.cli import models
     from tapefit.plugins.checkpoint import load_checkpoint
 
     config = write(

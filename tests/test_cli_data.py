@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tapefit import cli
+from tapefit.cli import app as cli
 
 grain = pytest.importorskip("grain")
 

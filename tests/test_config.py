@@ -6,8 +6,8 @@ from typing import Literal
 
 import pytest
 
-from tapefit import config as cfg
-from tapefit.config import ConfigError, Kind, Schema
+from tapefit.cli import config as cfg
+from tapefit.cli.config import ConfigError, Kind, Schema
 
 # --------------------------------------------------------------------------- a small schema of fake types
 

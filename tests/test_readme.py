@@ -100,7 +100,8 @@ def test_shell_commands_run(tmp_path):
 
 def test_config_reference_lists_every_key_and_every_built_in_type():
     """Each row of the README's config table names every key its section takes, and every built-in type."""
-    from tapefit import cli, config
+    from tapefit.cli import app as cli
+    from tapefit.cli import config
     from tapefit.plugins.manager import BUILTIN_PLUGINS
 
     text = (ROOT / "README.md").read_text()

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tapefit import cli
 from tapefit.checkpointing import CheckpointError, open_regular, read_pointer, resume_point, save_checkpoint
-from tapefit.run_folder import MARKER_NAME, is_run_folder, record, recorded, remove_recorded
+from tapefit.cli import app as cli
+from tapefit.cli.run_folder import MARKER_NAME, is_run_folder, record, recorded, remove_recorded
 
 SPIRALS = """\
     name: sp

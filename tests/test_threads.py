@@ -1,4 +1,4 @@
-"""The BLAS-thread rule of tapefit.threads and Trainer(threads=...)."""
+"""The BLAS-thread rule of tapefit.distributed.threads and Trainer(threads=...)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from threadpoolctl import threadpool_info
 
 import tapefit as tp
-from tapefit import threads
 from tapefit.data.sources import GrainSource
+from tapefit.distributed import threads
 
 
 def test_the_rule_shares_the_cores_and_the_user_wins(monkeypatch):

@@ -1,7 +1,7 @@
 import numpy as np
 
 import tapefit as tp
-from tapefit.train_state import TrainState
+from tapefit.training.state import TrainState
 
 
 def test_a_complete_epoch_moves_the_position_to_the_next_and_joins_the_history():

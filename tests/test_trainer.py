@@ -426,7 +426,7 @@ def test_ctrl_c_during_the_epoch_end_hooks_waits_for_them_and_the_state_resumes_
 
 
 def test_a_second_ctrl_c_inside_a_step_raises_at_once():
-    from tapefit.trainer import _InterruptGuard
+    from tapefit.training.trainer import _InterruptGuard
 
     with _InterruptGuard() as guard:
         guard.hold = True
@@ -470,7 +470,7 @@ def test_exceptions_reach_on_exception_and_propagate(error):
 
 
 def test_metric_states_round_trip_and_read_the_first_releases_format():
-    from tapefit.trainer import _load_metric_state, _metric_state
+    from tapefit.training.trainer import _load_metric_state, _metric_state
 
     accuracy = tp.metrics.get("accuracy")
     accuracy.update_state(np.array([0, 1, 1]), np.array([[0.9, 0.1], [0.2, 0.8], [0.7, 0.3]]))

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 import tapefit as tp
-from tapefit import cli
+from tapefit.cli import app as cli
 from tapefit.plugins.checkpoint import Checkpoint, load_checkpoint
 from tapefit.plugins.clip_gradients import ClipGradients
 

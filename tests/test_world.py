@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from tapefit.world import World, launcher_rank, launcher_world_size, shard_bounds
+from tapefit.distributed.world import World, launcher_rank, launcher_world_size, shard_bounds
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 10, 64, 65])

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tapefit.checkpointing import atomic_write
+from tapefit.core.files import atomic_write
 
 if TYPE_CHECKING:
     from tapefit.layers.module import Module

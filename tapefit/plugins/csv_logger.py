@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
-from tapefit.checkpointing import atomic_write, open_regular
+from tapefit.core.files import atomic_write, open_regular
 from tapefit.plugins.hookspecs import hookimpl
 
 logger = logging.getLogger("tapefit.plugins.csv_logger")  # one logger per plugin: users may silence one

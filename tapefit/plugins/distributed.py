@@ -18,7 +18,7 @@ float32 rounding). It runs first among the ``transform_gradients`` implementatio
 * Only rank 0 runs the plugins that write or print (those whose class sets
   ``chief_only = True``: ``progress``, ``csv_logger``, ``tensorboard``, ``checkpoint``).
 * Every rank sets its BLAS threads so the ranks on one host do not oversubscribe its
-  cores (``tapefit.threads``), unless ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` is set.
+  cores (``tapefit.distributed.threads``), unless ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` is set.
 * A rank that does not reach a collective within ``timeout`` seconds makes the run abort
   naming that rank; an exception on any rank prints that rank's message once and aborts
   every rank (``MPI_Abort``). A Ctrl-C reaches every rank through the launcher; the ranks
@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 
 from tapefit.core.tensor import _wrap
+from tapefit.distributed.threads import blas_threads
+from tapefit.distributed.world import MPIWorld, World, abort, launcher_world_size
 from tapefit.plugins.hookspecs import hookimpl
-from tapefit.threads import blas_threads
-from tapefit.world import MPIWorld, World, abort, launcher_world_size
 
 logger = logging.getLogger("tapefit.plugins.distributed")
 
@@ -66,7 +66,7 @@ def _unflatten(buffer: np.ndarray, grads: list[Any]) -> list[Any]:
 
 
 def blas_threads_per_rank(ranks_on_host: int, environ: Any = None) -> int | None:
-    """Limits this rank's BLAS threads by ``tapefit.threads``'s rule (the host's cores over its
+    """Limits this rank's BLAS threads by ``tapefit.distributed.threads``'s rule (the host's cores over its
     ranks); ``None`` when the user set a count, which is then left alone."""
     threads = blas_threads(ranks_on_host, environ=environ)
     if threads is not None:

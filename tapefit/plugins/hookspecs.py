@@ -116,7 +116,7 @@ def on_exception(trainer: Any, exception: BaseException) -> None:
 @hookspec(firstresult=True)
 def configure_world(trainer: Any) -> Any:
     """Called at the start of every ``fit``, before anything is restored or trained: returns the
-    ``tapefit.world.World`` the fit runs in, or ``None`` (one process).
+    ``tapefit.distributed.world.World`` the fit runs in, or ``None`` (one process).
 
     The first implementation that returns a world wins; the ``distributed`` plugin returns an
     MPI one under a launcher. The trainer then shards each global batch over its processes,

@@ -193,7 +193,7 @@ class PluginManager(pluggy.PluginManager):
     def register_launcher_plugins(self) -> None:
         """Under an MPI launcher with more than one rank, registers ``distributed`` if no plugin
         of that name is registered yet (it switches itself on, as Horovod users expect)."""
-        from tapefit.world import launcher_world_size
+        from tapefit.distributed.world import launcher_world_size
 
         if launcher_world_size() > 1 and self.get_plugin("distributed") is None:
             self.register(create_plugin("distributed"), name="distributed")

@@ -695,7 +695,7 @@ KILL_SCRIPT = COMMON + textwrap.dedent(
             if step != 1:
                 return
             if where == "mid_write":
-                from tapefit import checkpointing
+                from tapefit.checkpointing import format as checkpointing
 
                 original = checkpointing._write_npz
                 checkpointing._write_npz = lambda f, members: original(SlowFile(f), members)

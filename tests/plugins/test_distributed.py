@@ -36,7 +36,7 @@ def test_collectives_sum_broadcast_and_agree(tmp_path):
         3,
         """
         import numpy as np
-        from tapefit.world import MPIWorld
+        from tapefit.distributed.world import MPIWorld
         w = MPIWorld(timeout=60)
         s = w.allreduce_sum(np.arange(3, dtype=np.float32) * (w.rank + 1), "sum")
         assert s.dtype == np.float32 and s.tolist() == [0.0, 6.0, 12.0], s
@@ -63,7 +63,7 @@ def test_a_rank_that_never_arrives_is_named_and_the_run_aborts(tmp_path):
         """
         import time
         import numpy as np
-        from tapefit.world import MPIWorld
+        from tapefit.distributed.world import MPIWorld
         w = MPIWorld(timeout=1)
         if w.rank == 2:
             time.sleep(60)
@@ -293,7 +293,7 @@ def test_each_rank_gets_its_share_of_the_cores_unless_the_user_chose(monkeypatch
     from tapefit.plugins import distributed
 
     limits = []
-    monkeypatch.setattr("tapefit.threads.usable_cores", lambda: 8)
+    monkeypatch.setattr("tapefit.distributed.threads.usable_cores", lambda: 8)
     monkeypatch.setattr("threadpoolctl.threadpool_limits", lambda limits, user_api: limits_seen(limits))
 
     def limits_seen(value):
@@ -312,7 +312,7 @@ def test_a_pipeline_is_read_in_parts_by_the_ranks(tmp_path):
         import json
         import numpy as np
         import tapefit as tp
-        from tapefit.world import launcher_rank
+        from tapefit.distributed.world import launcher_rank
 
         tp.random.set_seed(0)
         x = np.arange(40, dtype=np.float32).reshape(20, 2)
@@ -336,7 +336,7 @@ GRAIN_PARTS = """
     import grain
     import numpy as np
     import tapefit as tp
-    from tapefit.world import launcher_rank
+    from tapefit.distributed.world import launcher_rank
 
     batch_size = int(sys.argv[1])
     ids = np.arange(20)
@@ -387,7 +387,7 @@ GRAIN_RESUME = """
     import grain
     import numpy as np
     import tapefit as tp
-    from tapefit.world import launcher_rank
+    from tapefit.distributed.world import launcher_rank
 
     out, stop = sys.argv[1], int(sys.argv[2])
     resume = sys.argv[3] if len(sys.argv) > 3 else None

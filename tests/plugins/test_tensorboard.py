@@ -363,7 +363,7 @@ def test_graph_is_written_once_and_changes_no_number_of_the_run(tmp_path, make_t
 
 
 def test_train_resume_that_extends_epochs_shows_the_new_value_and_configured_rate(tmp_path, monkeypatch):
-    from tapefit import cli
+    from tapefit.cli import app as cli
 
     config = tmp_path / "run.yaml"
     config.write_text(

@@ -26,7 +26,7 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from tapefit.checkpointing import atomic_write
+from tapefit.core.files import atomic_write
 
 LOCK_NAME = ".train.lock"
 """The lock file inside a run folder (hidden; it stays after the run, unlocked)."""

@@ -1,4 +1,4 @@
-"""Checkpoint files: the format, atomic writes, pointers, loading with every check.
+"""Checkpoint files: the format, pointers, loading with every check.
 
 Used by the trainer, the ``train`` command and any plugin; it knows nothing of plugins (the
 ``checkpoint`` plugin decides when to save and what to keep).
@@ -11,29 +11,27 @@ with each array replaced by ``{"__ndarray__": member name}``. The member ``__dig
 holds the SHA-256 of the metadata and of every array (name, dtype, shape and bytes);
 ``load_checkpoint`` recomputes it and refuses a file that does not match, naming it.
 
-**Atomic writes.** A file is written to a temporary file in the same folder, flushed,
-``fsync``-ed and renamed over its final name (a rename within one file system is
-atomic), and the folder is ``fsync``-ed. The ``last`` pointer (a one-line text file
-naming the newest checkpoint) is written the same way, after the checkpoint, so a
-process killed at any moment leaves ``last`` naming a complete checkpoint.
+**Atomic writes.** A checkpoint is written with ``tapefit.core.files.atomic_write`` (a
+temporary file in the same folder, ``fsync``, rename). The ``last`` pointer (a one-line text
+file naming the newest checkpoint) is written the same way, after the checkpoint, so a process
+killed at any moment leaves ``last`` naming a complete checkpoint. Pointers are read as
+untrusted input (``read_pointer``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
-import secrets
 import stat
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
+from tapefit.core.files import atomic_write, file_kind, open_regular
 from tapefit.core.tensor import Tensor
 
 FORMAT_NAME = "tapefit-checkpoint"
@@ -42,8 +40,6 @@ LAST_POINTER = "last"
 _METADATA = "__metadata__"
 _DIGEST = "__digest__"
 _ARRAY_REF = "__ndarray__"
-TEMPORARY_SUFFIX = ".tmp"
-"""The suffix of ``atomic_write``'s temporary files (``.<name>.<12 hex digits>.tmp``)."""
 _MAX_METADATA_BYTES = 64 * 2**20
 _MAX_POINTER_BYTES = 4096
 _MAX_NAME_BYTES = 255
@@ -53,60 +49,6 @@ logger = logging.getLogger(__name__)
 
 class CheckpointError(ValueError):
     """A checkpoint file is missing, truncated, corrupted, or not a tapefit checkpoint."""
-
-
-# ---------------------------------------------------------------------------
-# Atomic writes
-# ---------------------------------------------------------------------------
-
-
-def _fsync_dir(folder: Path) -> None:
-    # Makes the rename itself durable; not every platform can open a folder.
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _create_temporary(path: Path) -> tuple[int, str]:
-    # Not tempfile.mkstemp: its files are 0600, and the rename would carry that over; 0666
-    # through the umask gives what a plain open() gives.
-    while True:
-        name = str(path.parent / f".{path.name}.{secrets.token_hex(6)}{TEMPORARY_SUFFIX}")
-        try:
-            return os.open(
-                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666
-            ), name
-        except FileExistsError:
-            continue
-
-
-def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], object]) -> Path:
-    """Writes a file so that it is either complete or absent, never half-written.
-
-    Args:
-        path: the final file name.
-        write: called with a binary file object to write the contents into.
-
-    Returns:
-        The path written.
-    """
-    path = Path(path)
-    fd, tmp_name = _create_temporary(path)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise
-    _fsync_dir(path.parent)
-    return path
 
 
 # ---------------------------------------------------------------------------
@@ -222,59 +164,6 @@ def save_checkpoint(path: str | os.PathLike[str], contents: dict[str, Any]) -> P
     return atomic_write(path, lambda f: _write_npz(f, members))
 
 
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a device"),
-        (stat.S_ISBLK, "a device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def open_regular(path: str | os.PathLike[str], mode: str = "r") -> IO[str]:
-    """Opens a text file (``"r"``, ``"w"`` or ``"a"``) that must be a regular file, never through a
-    symbolic link: a file a run writes stays inside its folder, and a FIFO or device planted in
-    its place is refused instead of blocking or reading without end.
-
-    Raises:
-        OSError: as ``open`` does, or with the path and what it is instead of a regular file.
-    """
-    flags = {"r": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND}[
-        mode
-    ]
-    path = Path(path)
-    try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o666)
-    except OSError:
-        try:
-            found: int | None = os.lstat(path).st_mode
-        except OSError:
-            found = None
-        if found is not None and stat.S_ISLNK(found):
-            raise OSError(
-                f"{path} is a symbolic link; tapefit reads and writes its files only in place"
-            ) from None
-        if found is not None and not stat.S_ISREG(found):  # a FIFO without a reader (ENXIO), a folder
-            raise OSError(f"{path} is {_kind(found)}, not a regular file") from None
-        raise  # the open's own error, which names the path
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(f"{path} is {_kind(info.st_mode)}, not a regular file")
-        os.set_blocking(fd, True)
-        if mode == "w":
-            os.ftruncate(fd, 0)
-        return open(fd, mode, newline="", encoding="utf-8")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
 def read_pointer(pointer: str | os.PathLike[str]) -> str:
     """The checkpoint file name that a pointer file (``last``, ``best``) holds.
 
@@ -289,7 +178,7 @@ def read_pointer(pointer: str | os.PathLike[str]) -> str:
     info = os.lstat(pointer)
     if not stat.S_ISREG(info.st_mode):
         raise CheckpointError(
-            f"the pointer {pointer} is {_kind(info.st_mode)}, not the file that train writes"
+            f"the pointer {pointer} is {file_kind(info.st_mode)}, not the file that train writes"
         )
     if info.st_size > _MAX_POINTER_BYTES:
         raise CheckpointError(f"the pointer {pointer} is {info.st_size} bytes; a pointer holds one file name")
@@ -332,7 +221,7 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Path:
         except FileNotFoundError:
             raise CheckpointError(f"the pointer {pointer} names {name!r}, which is not in {path}") from None
         if not stat.S_ISREG(mode):
-            raise CheckpointError(f"the pointer {pointer} names {name!r}, which is {_kind(mode)}")
+            raise CheckpointError(f"the pointer {pointer} names {name!r}, which is {file_kind(mode)}")
         return target
     if path.is_file():
         return path

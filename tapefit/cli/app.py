@@ -30,13 +30,13 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from tapefit import config as _config
-from tapefit import run_folder as _run_folder
-from tapefit.config import ConfigError, Kind, Schema
+from tapefit.cli import config as _config
+from tapefit.cli import run_folder as _run_folder
+from tapefit.cli.config import ConfigError, Kind, Schema
+from tapefit.cli.run_folder import RunFolderError, RunLock
 from tapefit.core import random as _random
+from tapefit.distributed.world import MPIWorld, launcher_rank, launcher_world_size, shard_problem
 from tapefit.plugins.hookspecs import hookimpl
-from tapefit.run_folder import RunFolderError, RunLock
-from tapefit.world import MPIWorld, launcher_rank, launcher_world_size, shard_problem
 
 CONFIG_FILE_NAME = "config.yaml"
 """The resolved config in the run folder."""
@@ -114,7 +114,7 @@ def grain_source(source: str, **kwargs: Any) -> Any:
 
 
 def _model_types() -> dict[str, Callable[..., Any]]:
-    from tapefit import models
+    from tapefit.cli import models
 
     return {"mlp": models.mlp, "cnn": models.cnn}
 
@@ -848,9 +848,9 @@ def find_resume_point(resume: str, plugins: list[Any], output_dir: Path) -> tupl
 def _check_resume_fits(path: Path, model: Any, config: dict[str, Any], data: Data) -> int:
     """Checks that the checkpoint at ``path`` can continue this config; returns its epoch."""
     from tapefit import checkpointing as _checkpoint
+    from tapefit.checkpointing.validate import check_checkpoint, check_fits
     from tapefit.data.loader import BatchLoader
     from tapefit.data.sources import as_source, fit_kind
-    from tapefit.resume import check_checkpoint, check_fits
 
     try:
         contents = _checkpoint.load_checkpoint(path)
@@ -894,7 +894,7 @@ def resolve(args: argparse.Namespace, schema: Schema) -> dict[str, Any]:
 
 def prepare(args: argparse.Namespace) -> Run:
     """Reads, validates and builds everything; raises ``ConfigError`` before anything is written."""
-    from tapefit.trainer import Trainer
+    from tapefit.training.trainer import Trainer
 
     schema = default_schema()
     config = resolve(args, schema)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from tapefit.checkpointing import CheckpointError, load_checkpoint, save_checkpoint
+from tapefit.checkpointing.validate import check_checkpoint, check_fits
 from tapefit.core import nest
 from tapefit.core import random as _random
 from tapefit.core.function import function
@@ -39,11 +40,10 @@ from tapefit.data.arrays import is_lazy
 from tapefit.data.loader import BatchLoader, _take
 from tapefit.data.npy import rows as _rows
 from tapefit.data.sources import as_source, fit_kind, is_batch_list, is_stream, split_batch
+from tapefit.distributed.threads import limited, resolve_threads
+from tapefit.distributed.world import World, shard_problem
 from tapefit.plugins.manager import PluginManager, create_plugin
-from tapefit.resume import check_checkpoint, check_fits
-from tapefit.threads import limited, resolve_threads
-from tapefit.train_state import TrainState
-from tapefit.world import World, shard_problem
+from tapefit.training.state import TrainState
 
 logger = logging.getLogger("tapefit")
 
@@ -131,7 +131,7 @@ def _not_a_class(value: Any, argument: str, what: str) -> None:
 def _resolve_loss(loss: Any) -> Any:
     _not_a_class(loss, "loss", "a loss")
     if isinstance(loss, str):
-        from tapefit import losses
+        from tapefit.layers import losses
 
         return losses.get(loss)
     if not callable(loss):
@@ -164,7 +164,7 @@ def _resolve_metrics(metrics: Any, loss: Any) -> list[Any]:
     for metric in metrics:
         _not_a_class(metric, "metrics", "a metric")
         if isinstance(metric, str):
-            from tapefit import metrics as metrics_module
+            from tapefit.layers import metrics as metrics_module
 
             metric = metrics_module.get(metric, loss=loss)
         if not (hasattr(metric, "update_state") and hasattr(metric, "result")):
@@ -450,7 +450,7 @@ class Trainer:
             (default) leaves them as NumPy set them, unless the data has worker processes
             (a Pipeline's or Grain's): then, as ``"auto"``, the rule sizes them together with
             the workers; ``"auto"`` takes this process's share of the cores it may run on
-            (``tapefit.threads``: a count the user set in
+            (``tapefit.distributed.threads``: a count the user set in
             ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` wins), so runs side by side do not
             oversubscribe the cores; a number sets it.
 

@@ -1,0 +1,126 @@
+"""Writing and opening files as tapefit does everywhere: complete or absent, never through a link.
+
+``atomic_write`` writes to a temporary file in the same folder, flushes, ``fsync``-s and renames
+it over the final name (atomic within one file system), then ``fsync``-s the folder: a crash
+never leaves a half-written file where a good one was, and the rename replaces a symbolic link
+planted at the name instead of writing through it. ``open_regular`` opens a text file that must
+be a regular file, never through a link, so that a FIFO or a device planted in its place is
+refused instead of blocking or reading without end. Checkpoints, weights files, the run
+folder's files and the plugins' logs all go through these two.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+TEMPORARY_SUFFIX = ".tmp"
+"""The suffix of ``atomic_write``'s temporary files (``.<name>.<12 hex digits>.tmp``)."""
+
+
+def _fsync_dir(folder: Path) -> None:
+    # Makes the rename itself durable; not every platform can open a folder.
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _create_temporary(path: Path) -> tuple[int, str]:
+    # Not tempfile.mkstemp: its files are 0600, and the rename would carry that over; 0666
+    # through the umask gives what a plain open() gives.
+    while True:
+        name = str(path.parent / f".{path.name}.{secrets.token_hex(6)}{TEMPORARY_SUFFIX}")
+        try:
+            return os.open(
+                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666
+            ), name
+        except FileExistsError:
+            continue
+
+
+def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], object]) -> Path:
+    """Writes a file so that it is either complete or absent, never half-written.
+
+    Args:
+        path: the final file name.
+        write: called with a binary file object to write the contents into.
+
+    Returns:
+        The path written.
+    """
+    path = Path(path)
+    fd, tmp_name = _create_temporary(path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, in words (for an error that names it)."""
+    for test, name in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: str | os.PathLike[str], mode: str = "r") -> IO[str]:
+    """Opens a text file (``"r"``, ``"w"`` or ``"a"``) that must be a regular file, never through a
+    symbolic link: a file a run writes stays inside its folder, and a FIFO or device planted in
+    its place is refused instead of blocking or reading without end.
+
+    Raises:
+        OSError: as ``open`` does, or with the path and what it is instead of a regular file.
+    """
+    flags = {"r": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND}[
+        mode
+    ]
+    path = Path(path)
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError:
+        try:
+            found: int | None = os.lstat(path).st_mode
+        except OSError:
+            found = None
+        if found is not None and stat.S_ISLNK(found):
+            raise OSError(
+                f"{path} is a symbolic link; tapefit reads and writes its files only in place"
+            ) from None
+        if found is not None and not stat.S_ISREG(found):  # a FIFO without a reader (ENXIO), a folder
+            raise OSError(f"{path} is {file_kind(found)}, not a regular file") from None
+        raise  # the open's own error, which names the path
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path} is {file_kind(info.st_mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        if mode == "w":
+            os.ftruncate(fd, 0)
+        return open(fd, mode, newline="", encoding="utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
