@@ -11,7 +11,7 @@ import pytest
 
 import tapefit as tp
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from examples import char_lm  # noqa: E402

@@ -17,7 +17,7 @@ from tapefit.cli import app as cli
 from tapefit.cli.config import parse_yaml
 from tapefit.cli.run_folder import record, recorded
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
 
 

@@ -212,7 +212,7 @@ def test_a_grain_config_error_is_one_line_when_jax_is_missing(workdir):
     (workdir / "nojax" / "jax" / "__init__.py").write_text("raise ImportError('No module named jax')\n")
     data = "{type: grain, source: 'mydata:make_dataset', validation_split: 0}"
     path = config(workdir, data, model="{type: mlp}")  # no output_units: an error after the import
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(workdir / "nojax"), str(root), str(workdir)])}
     done = subprocess.run(
         [sys.executable, "-m", "tapefit", "train", "--config", str(path)],

@@ -17,7 +17,7 @@ from tapefit.cli import app as cli
 from tapefit.plugins.checkpoint import Checkpoint, load_checkpoint
 from tapefit.plugins.clip_gradients import ClipGradients
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 COMMON = textwrap.dedent(
     """
