@@ -237,6 +237,9 @@ def test_batch_normalization_moving_statistics_agree_across_ranks(tmp_path):
         trainer = tp.Trainer(model, "sgd", tp.losses.SparseCategoricalCrossentropy(from_logits=True))
         trainer.fit(x, y, epochs=2, batch_size=10, verbose=0)
         stats = np.concatenate([v.numpy().ravel() for v in model.non_trainable_variables])
+        # Built as mean 0 and variance 1: statistics that never moved would agree trivially.
+        initial = np.concatenate([np.zeros(4), np.ones(4)]).astype(stats.dtype)
+        assert np.abs(stats - initial).min() > 1e-3, stats
         everyone = trainer.world.allreduce_sum(stats, "check") / trainer.world.size
         assert np.array_equal(stats, everyone.astype(stats.dtype)), (stats, everyone)
         """,

@@ -285,13 +285,30 @@ def test_transform_gradients_change_the_update():
         def transform_gradients(self, grads_and_vars):
             return [(None if g is None else tp.zeros_like(g), v) for g, v in grads_and_vars]
 
-    trainer = make_trainer([Zero()])
-    trainer.model(x)
-    before = trainer.model.state_dict()
-    trainer.fit(x, y, epochs=1, batch_size=4)
-    after = trainer.model.state_dict()
+    class Double:
+        @tp.hookimpl
+        def transform_gradients(self, grads_and_vars):
+            return [(None if g is None else g * 2.0, v) for g, v in grads_and_vars]
+
+    def weights_after(plugins, learning_rate=0.1):
+        trainer = make_trainer(plugins, metrics=())
+        trainer.optimizer.learning_rate = learning_rate
+        trainer.model(x)
+        before = trainer.model.state_dict()
+        trainer.fit(x, y, epochs=1, batch_size=4, shuffle=False, verbose=0)
+        return before, trainer.model.state_dict()
+
+    before, plain = weights_after([])
+    assert any(not np.array_equal(before[k], plain[k]) for k in before)  # the fit does update
+    _, zeroed = weights_after([Zero()])
     for key in before:
-        np.testing.assert_array_equal(before[key], after[key])
+        np.testing.assert_array_equal(before[key], zeroed[key])
+    # SGD with doubled gradients is SGD with a doubled rate: the transformed pairs are applied.
+    _, doubled = weights_after([Double()])
+    _, faster = weights_after([], learning_rate=0.2)
+    for key in before:
+        np.testing.assert_allclose(doubled[key], faster[key], rtol=1e-5, atol=1e-6)
+        assert not np.allclose(doubled[key], plain[key])
 
 
 def test_bad_arguments_have_clear_errors():
