@@ -1,10 +1,17 @@
 """tapefit: a readable, tape-based autodiff and training loop on NumPy.
 
-``import tapefit as tp``; the names here are the public API (see API.md).
+``import tapefit as tp``. ``tp.__all__`` lists the public names: the tensors, the tape and the
+ops (``tapefit.core``), ``Module``, ``Trainer`` and ``History``, the marks ``hookimpl`` and
+``configurable``, and the public subpackages; ``dir(tp)`` (tab completion) shows those. The
+packages behind them (``core``, ``training``, ``distributed``, ``cli``) are importable by their
+dotted names.
 """
 
 import sys as _sys
 
+from tapefit import checkpointing as checkpointing
+from tapefit import core as _core
+from tapefit import data as data
 from tapefit import layers as layers
 from tapefit import math as math
 from tapefit import nn as nn
@@ -31,3 +38,31 @@ for _module in (random, testing, activations, initializers, losses, metrics, reg
 del _module
 
 __version__ = "0.1.0"
+
+__all__ = [
+    *_core.__all__,
+    "History",
+    "Module",
+    "Trainer",
+    "configurable",
+    "hookimpl",
+    # the public subpackages
+    "activations",
+    "checkpointing",
+    "data",
+    "initializers",
+    "layers",
+    "losses",
+    "math",
+    "metrics",
+    "nn",
+    "optimizers",
+    "plugins",
+    "regularizers",
+]  # tp.random and tp.testing come with tapefit.core's names
+
+
+def __dir__() -> list[str]:
+    # What tab completion offers: the public names. The packages behind them stay importable
+    # by their dotted names (``import tapefit.training`` then ``tapefit.training`` works).
+    return sorted([*__all__, "__version__"])

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tapefit as tp
+from tapefit.core.ops import math as math_ops
 from tapefit.core.testing import check_gradients
 
 RNG = np.random.default_rng(0)
@@ -483,7 +484,7 @@ def test_incompatible_shapes_name_both_shapes(name):
 # -- names -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", tp.core.ops.math.__all__)
+@pytest.mark.parametrize("name", math_ops.__all__)
 def test_every_math_op_is_reachable_as_tp_and_tp_math(name):
     assert getattr(tp.math, name) is getattr(tp, name)
 

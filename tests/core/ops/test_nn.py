@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import tapefit as tp
+from tapefit.core.ops import nn as nn_ops
 from tapefit.core.ops.nn import masked_softmax
 
 check = tp.testing.check_gradients
@@ -745,7 +746,7 @@ def test_tp_nn_has_every_name_api_md_lists():
     ).split()
     for name in names:
         assert callable(getattr(tp.nn, name)), name
-        assert name in tp.core.ops.nn.__all__
+        assert name in nn_ops.__all__
     assert tp.nn.tanh is tp.tanh and tp.nn.sigmoid is tp.sigmoid
 
 
