@@ -26,7 +26,7 @@ import json
 import os
 import secrets
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -77,6 +77,27 @@ def _create_temporary(path: Path) -> tuple[int, str]:
             continue
 
 
+def naming(error: OSError, path: str | os.PathLike[str]) -> OSError:
+    """``error`` with ``path`` as its file name when it has none (a write on a full disk names no
+    file), so that its one line says which file failed: ``[Errno 28] No space left on device:
+    'runs/x/history.csv'``."""
+    if error.filename is not None or error.errno is None:
+        return error
+    return OSError(error.errno, error.strerror, os.fspath(path))  # the errno's subclass
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Re-raises an ``OSError`` of the block with ``path`` as its file name (``naming``)."""
+    try:
+        yield
+    except OSError as error:
+        named = naming(error, path)
+        if named is error:
+            raise
+        raise named from error
+
+
 def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None]) -> Path:
     """Writes a file so that it is either complete or absent, never half-written.
 
@@ -86,19 +107,24 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None
 
     Returns:
         The path written.
+
+    Raises:
+        OSError: the file could not be written (a full disk); it names ``path``, and the file
+            that was there before is left as it was.
     """
     path = Path(path)
-    fd, tmp_name = _create_temporary(path)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise
+    with writing(path):
+        fd, tmp_name = _create_temporary(path)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp_name, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name)
+            raise
     _fsync_dir(path.parent)
     return path
 
