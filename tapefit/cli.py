@@ -5,7 +5,8 @@ before anything is built or written), builds the data, model, loss, metrics, opt
 plugins, checks that the model runs on the data, and only then creates the run's folder
 (``runs/<name>/`` unless ``trainer.output_dir`` says otherwise), writes the resolved config
 there and trains. Exit status: 0 done, 2 a bad command line or config, 1 a failure while
-training, 130 interrupted.
+training, 130 interrupted (Ctrl-C), 143 SIGTERM, 129 SIGHUP: each of those three stops the run at
+its next safe point with an interrupted checkpoint.
 """
 
 from __future__ import annotations
@@ -34,7 +35,13 @@ from tapefit import config as _config
 from tapefit.config import ConfigError, Kind, Schema
 from tapefit.core import random as _random
 from tapefit.run_lock import LOCK_NAME, RunFolderBusy, RunLock
+from tapefit.trainer import raise_terminated
 from tapefit.world import MPIWorld, launcher_rank, launcher_world_size, shard_problem
+
+_STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+"""Ctrl-C, a scheduler's SIGTERM and a closed terminal's SIGHUP: each stops a run the same way."""
 
 CONFIG_FILE_NAME = "config.yaml"
 """The resolved config in the run folder; its presence marks a folder as a tapefit run."""
@@ -55,6 +62,7 @@ examples:
   python -m tapefit train --config my_run.toml --set name=try-2 --set plugins[0].every_n_epochs=5
 
 exit status: 0 done, 2 bad command line or config, 1 failure while training, 130 interrupted
+  (Ctrl-C), 143 SIGTERM, 129 SIGHUP (each saves an interrupted checkpoint first)
 watch a run: tensorboard --logdir runs
 """
 
@@ -1269,21 +1277,28 @@ def main(argv: Sequence[str] | None = None, prog: str = "train") -> int:
     chief = launcher_rank() == 0
     logger.setLevel((logging.DEBUG if args.debug else logging.INFO) if chief else logging.ERROR)
     in_main_thread = threading.current_thread() is threading.main_thread()
-    sigint = signal.getsignal(signal.SIGINT) if in_main_thread else None
+    handlers = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS} if in_main_thread else {}
     try:
+        # SIGTERM (a scheduler's, docker stop's) and SIGHUP stop the run as Ctrl-C does.
+        for signum in handlers:
+            if signum != signal.SIGINT:
+                signal.signal(signum, raise_terminated)
         if chief:
             return _main(args, prog, sys.stdout)
         with open(os.devnull, "w") as quiet:
             return _main(args, prog, quiet)
-    except KeyboardInterrupt:  # between a first Ctrl-C and its handler
+    except KeyboardInterrupt as e:  # between a first Ctrl-C and its handler
         _ignore_interrupts()
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+        what, status = _stopped(e)
+        if chief:  # under a launcher every rank stops: rank 0 says so for all
+            print(f"{prog}: {what}", file=sys.stderr)
+        return status
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
-        if in_main_thread and sigint is not None:
-            signal.signal(signal.SIGINT, sigint)
+        for signum, previous in handlers.items():
+            if previous is not None:
+                signal.signal(signum, previous)
 
 
 def command(argv: Sequence[str] | None = None, prog: str = "train") -> int:
@@ -1319,16 +1334,21 @@ def _main(args: argparse.Namespace, prog: str, out: Any) -> int:
             rank = f"rank {launcher_rank()}: " if launcher_rank() else ""
             print(f"{prog}: error: {rank}{where}{e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         _ignore_interrupts()
-        print(f"{prog}: interrupted before training started", file=sys.stderr)
-        return 130
+        what, status = _stopped(e)
+        if launcher_rank() == 0:  # under a launcher every rank stops: rank 0 says so for all
+            print(f"{prog}: {what} before training started", file=sys.stderr)
+        return status
     try:
         return train(run, args, out)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         _ignore_interrupts()
-        print(f"\n{prog}: interrupted; {_what_was_saved(run)}", file=sys.stderr)
-        return 130
+        what, status = _stopped(e)
+        newline = "\n" if status == 130 else ""  # after the terminal's ^C
+        if launcher_rank() == 0:  # the ranks agreed to stop (Trainer.fit): rank 0 says so for all
+            print(f"{newline}{prog}: {what}; {_what_was_saved(run)}", file=sys.stderr)
+        return status
     except Exception as e:
         if args.debug:
             traceback.print_exc()
@@ -1352,12 +1372,22 @@ def _agree_on_start(ok: bool) -> tuple[bool, bool]:
     return bool(failed[0] == 0), bool(failed[1] == 0)
 
 
+def _stopped(interrupt: KeyboardInterrupt) -> tuple[str, int]:
+    """What stopped the run, in words, and the exit status: 130 for Ctrl-C, 128 + the signal's
+    number for SIGTERM (143) and SIGHUP (129), as a shell reports a process they ended."""
+    signum = getattr(interrupt, "signum", signal.SIGINT)
+    if signum == signal.SIGINT:
+        return "interrupted", 130
+    return f"stopped by {signal.Signals(signum).name}", 128 + signum
+
+
 def _ignore_interrupts() -> None:
-    """From the first Ctrl-C on, ``train`` is only reporting and leaving: a second one (within
-    milliseconds, as an impatient double press) must not turn the exit into a traceback.
-    ``main`` restores the handler before it returns."""
+    """From the first Ctrl-C (or SIGTERM, SIGHUP) on, ``train`` is only reporting and leaving: a
+    second one (within milliseconds, as an impatient double press) must not turn the exit into
+    a traceback. ``main`` restores the handlers before it returns."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for signum in _STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
 
 
 if __name__ == "__main__":
