@@ -15,6 +15,7 @@ import argparse
 import copy
 import difflib
 import inspect
+import json
 import logging
 import math
 import os
@@ -1317,13 +1318,17 @@ def _main(args: argparse.Namespace, prog: str, out: Any) -> int:
         try:
             run = prepare(args)
         except ConfigError as e:
-            _, chief_started = _agree_on_start(ok=False)
+            _, chief_started, _ = _agree_on_start(ok=False)
             e.speak = launcher_rank() == 0 or chief_started  # type: ignore[attr-defined]
             raise
-        if not _agree_on_start(ok=True)[0]:
+        agreed = fingerprint(run) if launcher_world_size() > 1 else None
+        started, _, mismatch = _agree_on_start(ok=True, fingerprint=agreed)
+        if not started:
             if run.lock is not None:
                 run.lock.release(undo=True)
-            return 2  # another rank could not start and said why
+            if mismatch is not None:
+                raise mismatch  # this rank speaks for the ranks that differ
+            return 2  # another rank could not start, or runs another config, and said why
         if args.export is not None:
             return export(run, Path(args.export), out)
     except ConfigError as e:
@@ -1331,7 +1336,11 @@ def _main(args: argparse.Namespace, prog: str, out: Any) -> int:
             traceback.print_exc()
         where = f"{args.config}: " if e.key is not None else ""  # a key's message names its file
         if getattr(e, "speak", True):  # under a launcher rank 0 speaks for the ranks that agree
-            rank = f"rank {launcher_rank()}: " if launcher_rank() else ""
+            rank = (
+                f"rank {launcher_rank()}: "
+                if launcher_rank() and not getattr(e, "names_ranks", False)
+                else ""
+            )
             print(f"{prog}: error: {rank}{where}{e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
@@ -1361,15 +1370,101 @@ def _main(args: argparse.Namespace, prog: str, out: Any) -> int:
             run.lock.release()
 
 
-def _agree_on_start(ok: bool) -> tuple[bool, bool]:
+def _agree_on_start(
+    ok: bool, fingerprint: dict[str, Any] | None = None
+) -> tuple[bool, bool, ConfigError | None]:
     """Under an MPI launcher, whether every rank could start and whether rank 0 could (each
     rank checks the config and data itself), so that no rank is left waiting for the others
-    at a collective; in one process, ``(ok, ok)``."""
+    at a collective; in one process, ``(ok, ok, None)``.
+
+    When every rank could start, they compare their ``fingerprint`` (the resolved config's
+    key paths and values, and the data's shapes) with rank 0's: a rank that runs another
+    config would wait at a collective whose sizes differ, or train on other data without a
+    word. The lowest rank that differs gets the ``ConfigError`` that names the first key that
+    differs; every rank then does not start.
+    """
     if launcher_world_size() <= 1:
-        return ok, ok
+        return ok, ok, None
     world = MPIWorld()
     failed = world.allreduce_sum(np.array([not ok, not ok and world.is_chief], np.float64), "start-up check")
-    return bool(failed[0] == 0), bool(failed[1] == 0)
+    if failed[0] != 0 or fingerprint is None:
+        return bool(failed[0] == 0), bool(failed[1] == 0), None
+    chief = world.broadcast_object(fingerprint, "start-up config check")
+    difference = _first_difference(chief["config"], fingerprint["config"])
+    if difference is None and chief["data"] != fingerprint["data"]:
+        difference = ("data", chief["data"], fingerprint["data"])
+    flags = np.zeros(world.size, np.float64)
+    flags[world.rank] = difference is not None
+    differ = np.flatnonzero(world.allreduce_sum(flags, "start-up config check"))
+    if not differ.size:
+        return True, True, None
+    if world.rank != differ[0]:
+        return False, True, None
+    assert difference is not None
+    key, theirs, mine = difference
+    more = "" if differ.size == 1 else f"; ranks {', '.join(map(str, differ))} differ from rank 0"
+    error = ConfigError(
+        f"{key}: differs between the MPI ranks (rank 0 has {theirs}, rank {world.rank} has {mine}{more}); "
+        "every rank must run the same config",
+        key if key != "data" else None,
+    )
+    error.names_ranks = True  # type: ignore[attr-defined]
+    return False, True, error
+
+
+def fingerprint(run: Run) -> dict[str, Any]:
+    """What the ranks of a distributed run must agree on: the resolved config (as JSON values)
+    and the data's sizes, shapes and dtypes."""
+    data = run.data
+    shapes = [("training", data.x_train, data.y_train)]
+    if isinstance(data.validation, tuple) and len(data.validation) == 2:
+        shapes.append(("validation", *data.validation))
+    described = "; ".join(
+        f"{len(x)} {part} samples of shape {tuple(np.shape(x)[1:])} ({getattr(x, 'dtype', '?')}), "
+        f"labels {tuple(np.shape(y)[1:])} ({getattr(y, 'dtype', '?')})"
+        for part, x, y in shapes
+    )
+    config = json.loads(json.dumps(_config._plain(run.config), default=repr))
+    return {"config": config, "data": described}
+
+
+def _first_difference(chief: Any, mine: Any, key: str = "") -> tuple[str, str, str] | None:
+    """The first key path (in rank 0's order) whose value differs between rank 0's ``chief``
+    and this rank's ``mine``: ``(key, rank 0's value, this rank's value)``, or ``None``.
+
+    Sections are compared key by key, lists of sections entry by entry
+    (``plugins[0].timeout``); any other value, a list of numbers too
+    (``model.hidden_units``), as a whole.
+    """
+    if _canonical(chief) == _canonical(mine):
+        return None
+    if isinstance(chief, dict) and isinstance(mine, dict):
+        for name in [*chief, *(k for k in mine if k not in chief)]:
+            inner = f"{key}.{name}" if key else str(name)
+            if name not in chief or name not in mine:
+                shown = [
+                    _config._show(side[name]) if name in side else "no such key" for side in (chief, mine)
+                ]
+                return inner, shown[0], shown[1]
+            found = _first_difference(chief[name], mine[name], inner)
+            if found is not None:
+                return found
+    both_lists = isinstance(chief, list) and isinstance(mine, list)
+    if both_lists and any(isinstance(v, dict) for v in [*chief, *mine]):
+        for i, (a, b) in enumerate(zip(chief, mine)):
+            found = _first_difference(a, b, f"{key}[{i}]")
+            if found is not None:
+                return found
+        return key, _entries(len(chief)), _entries(len(mine))
+    return key, _config._show(chief), _config._show(mine)
+
+
+def _entries(n: int) -> str:
+    return f"{n} entr{'y' if n == 1 else 'ies'}"
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
 
 
 def _stopped(interrupt: KeyboardInterrupt) -> tuple[str, int]:
