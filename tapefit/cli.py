@@ -1391,6 +1391,8 @@ def _agree_on_start(
         return bool(failed[0] == 0), bool(failed[1] == 0), None
     chief = world.broadcast_object(fingerprint, "start-up config check")
     difference = _first_difference(chief["config"], fingerprint["config"])
+    if difference is None and chief["--resume"] != fingerprint["--resume"]:
+        difference = ("--resume", _config._show(chief["--resume"]), _config._show(fingerprint["--resume"]))
     if difference is None and chief["data"] != fingerprint["data"]:
         difference = ("data", chief["data"], fingerprint["data"])
     flags = np.zeros(world.size, np.float64)
@@ -1406,15 +1408,15 @@ def _agree_on_start(
     error = ConfigError(
         f"{key}: differs between the MPI ranks (rank 0 has {theirs}, rank {world.rank} has {mine}{more}); "
         "every rank must run the same config",
-        key if key != "data" else None,
+        None if key in ("--resume", "data") else key,
     )
     error.names_ranks = True  # type: ignore[attr-defined]
     return False, True, error
 
 
 def fingerprint(run: Run) -> dict[str, Any]:
-    """What the ranks of a distributed run must agree on: the resolved config (as JSON values)
-    and the data's sizes, shapes and dtypes."""
+    """What the ranks of a distributed run must agree on: the resolved config (as JSON values),
+    the checkpoint they resume from, and the data's sizes, shapes and dtypes."""
     data = run.data
     shapes = [("training", data.x_train, data.y_train)]
     if isinstance(data.validation, tuple) and len(data.validation) == 2:
@@ -1425,7 +1427,8 @@ def fingerprint(run: Run) -> dict[str, Any]:
         for part, x, y in shapes
     )
     config = json.loads(json.dumps(_config._plain(run.config), default=repr))
-    return {"config": config, "data": described}
+    resume = None if run.resume_from is None else str(run.resume_from)
+    return {"config": config, "--resume": resume, "data": described}
 
 
 def _first_difference(chief: Any, mine: Any, key: str = "") -> tuple[str, str, str] | None:

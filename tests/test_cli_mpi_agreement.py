@@ -30,14 +30,14 @@ CONFIG = """\
     plugins: [checkpoint, {type: distributed, timeout: 5}]
 """
 
-# Runs train with the --set values of its rank: RANK0_SET for rank 0, RANK1_SET for rank 1.
+# Runs train with the arguments of its rank: RANK0_ARGS for rank 0, RANK1_ARGS for rank 1.
 PER_RANK = """\
     import json, os, sys
 
     rank = os.environ.get("PMI_RANK", "0")
-    sets = json.loads(os.environ["RANK1_SET" if rank == "1" else "RANK0_SET"])
+    extra = json.loads(os.environ["RANK1_ARGS" if rank == "1" else "RANK0_ARGS"])
     command = json.loads(os.environ["TRAIN_COMMAND"])
-    args = [*command, "--config", "c.yaml", *(a for s in sets for a in ("--set", s))]
+    args = [*command, "--config", "c.yaml", *extra]
     os.execv(args[0], args)
 """
 
@@ -54,8 +54,8 @@ def run_ranks(
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path), os.environ.get("PYTHONPATH", "")]),
-        "RANK0_SET": json_list(rank0),
-        "RANK1_SET": json_list(rank1),
+        "RANK0_ARGS": json_list(rank0),
+        "RANK1_ARGS": json_list(rank1),
         "TRAIN_COMMAND": json_list(command),
     }
     return subprocess.run(
@@ -84,7 +84,7 @@ def json_list(values: list[str]) -> str:
     ],
 )
 def test_a_rank_with_another_config_ends_the_job_naming_the_key(tmp_path, key, rank0, rank1, values):
-    result = run_ranks(tmp_path, [f"{key}={rank0}"], [f"{key}={rank1}"])
+    result = run_ranks(tmp_path, ["--set", f"{key}={rank0}"], ["--set", f"{key}={rank1}"])
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     lines = [line for line in result.stderr.strip().splitlines() if ": INFO: " not in line]
@@ -96,7 +96,11 @@ def test_a_rank_with_another_config_ends_the_job_naming_the_key(tmp_path, key, r
 
 
 def test_ranks_with_the_same_config_given_in_another_order_train(tmp_path):
-    result = run_ranks(tmp_path, ["trainer.epochs=2", "data.seed=3"], ["data.seed=3", "trainer.epochs=2"])
+    result = run_ranks(
+        tmp_path,
+        ["--set", "trainer.epochs=2", "--set", "data.seed=3"],
+        ["--set", "data.seed=3", "--set", "trainer.epochs=2"],
+    )
     assert result.returncode == 0, result.stderr
     assert "train: done: sp, 2 epochs" in result.stdout
 
@@ -130,3 +134,22 @@ def test_a_rank_whose_data_has_another_shape_ends_the_job(tmp_path):
         f"{PROG}: error: data: differs between the MPI ranks (rank 0 has 80 training"
     ), lines
     assert "rank 1 has 96 training samples" in lines[0], lines
+
+
+def test_ranks_that_resume_from_other_checkpoints_end_the_job(tmp_path):
+    (tmp_path / "c.yaml").write_text(textwrap.dedent(CONFIG))
+    # Trained once in one process (the distributed plugin is harmless there).
+    first = subprocess.run(
+        [*COMMAND, "--config", "c.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert first.returncode == 0, first.stderr
+    epoch0 = "runs/sp/checkpoints/epoch0000-step00000004.npz"
+    assert (tmp_path / epoch0).is_file()
+    epochs = ["--set", "trainer.epochs=3"]
+    result = run_ranks(tmp_path, [*epochs, "--resume", epoch0], [*epochs, "--resume", "auto"])
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if ": INFO: " not in line]
+    assert lines == [
+        f"{PROG}: error: --resume: differs between the MPI ranks (rank 0 has '{epoch0}', rank 1 has "
+        "'runs/sp/checkpoints/epoch0001-step00000008.npz'); every rank must run the same config"
+    ], result.stderr
