@@ -20,7 +20,7 @@ from tapefit.checkpointing.format import (
     save_checkpoint,
     write_pointer,
 )
-from tapefit.core.files import TEMPORARY_SUFFIX, atomic_write, open_regular
+from tapefit.core.files import TEMPORARY_SUFFIX, atomic_write, open_regular, writing
 
 __all__ = [
     "FORMAT_NAME",
@@ -37,4 +37,5 @@ __all__ = [
     "resume_point",
     "save_checkpoint",
     "write_pointer",
+    "writing",
 ]

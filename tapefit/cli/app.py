@@ -5,7 +5,8 @@ before anything is built or written), builds the data, model, loss, metrics, opt
 plugins, checks that the model runs on the data, and only then creates the run's folder
 (``runs/<name>/`` unless ``trainer.output_dir`` says otherwise), writes the resolved config
 there and trains. Exit status: 0 done, 2 a bad command line or config, 1 a failure while
-training, 130 interrupted.
+training, 130 interrupted (Ctrl-C), 143 SIGTERM, 129 SIGHUP: each of those three stops the run at
+its next safe point with an interrupted checkpoint.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 import copy
 import difflib
 import inspect
+import json
 import logging
 import math
 import os
@@ -37,6 +39,12 @@ from tapefit.cli.run_folder import RunFolderError, RunLock
 from tapefit.core import random as _random
 from tapefit.distributed.world import MPIWorld, launcher_rank, launcher_world_size, shard_problem
 from tapefit.plugins.hookspecs import hookimpl
+from tapefit.training.trainer import raise_terminated
+
+_STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+"""Ctrl-C, a scheduler's SIGTERM and a closed terminal's SIGHUP: each stops a run the same way."""
 
 CONFIG_FILE_NAME = "config.yaml"
 """The resolved config in the run folder."""
@@ -57,6 +65,7 @@ examples:
   python -m tapefit train --config my_run.toml --set name=try-2 --set plugins[0].every_n_epochs=5
 
 exit status: 0 done, 2 bad command line or config, 1 failure while training, 130 interrupted
+  (Ctrl-C), 143 SIGTERM, 129 SIGHUP (each saves an interrupted checkpoint first)
 watch a run: tensorboard --logdir runs
 """
 
@@ -1358,21 +1367,28 @@ def main(argv: Sequence[str] | None = None, prog: str = "train") -> int:
     chief = launcher_rank() == 0
     logger.setLevel((logging.DEBUG if args.debug else logging.INFO) if chief else logging.ERROR)
     in_main_thread = threading.current_thread() is threading.main_thread()
-    sigint = signal.getsignal(signal.SIGINT) if in_main_thread else None
+    handlers = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS} if in_main_thread else {}
     try:
+        # SIGTERM (a scheduler's, docker stop's) and SIGHUP stop the run as Ctrl-C does.
+        for signum in handlers:
+            if signum != signal.SIGINT:
+                signal.signal(signum, raise_terminated)
         if chief:
             return _main(args, prog, sys.stdout)
         with open(os.devnull, "w") as quiet:
             return _main(args, prog, quiet)
-    except KeyboardInterrupt:  # between a first Ctrl-C and its handler
+    except KeyboardInterrupt as e:  # between a first Ctrl-C and its handler
         _ignore_interrupts()
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+        what, status = _stopped(e)
+        if chief:  # under a launcher every rank stops: rank 0 says so for all
+            print(f"{prog}: {what}", file=sys.stderr)
+        return status
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
-        if in_main_thread and sigint is not None:
-            signal.signal(signal.SIGINT, sigint)
+        for signum, previous in handlers.items():
+            if previous is not None:
+                signal.signal(signum, previous)
 
 
 def command(argv: Sequence[str] | None = None, prog: str = "train") -> int:
@@ -1391,13 +1407,17 @@ def _main(args: argparse.Namespace, prog: str, out: Any) -> int:
         try:
             run = prepare(args)
         except ConfigError as e:
-            _, chief_started = _agree_on_start(ok=False)
+            _, chief_started, _ = _agree_on_start(ok=False)
             e.speak = launcher_rank() == 0 or chief_started  # type: ignore[attr-defined]
             raise
-        if not _agree_on_start(ok=True)[0]:
+        agreed = fingerprint(run) if launcher_world_size() > 1 else None
+        started, _, mismatch = _agree_on_start(ok=True, fingerprint=agreed)
+        if not started:
             if run.lock is not None:
                 run.lock.release(undo=True)
-            return 2  # another rank could not start and said why
+            if mismatch is not None:
+                raise mismatch  # this rank speaks for the ranks that differ
+            return 2  # another rank could not start, or runs another config, and said why
         if args.export is not None:
             return export(run, Path(args.export), out)
     except ConfigError as e:
@@ -1405,19 +1425,28 @@ def _main(args: argparse.Namespace, prog: str, out: Any) -> int:
             traceback.print_exc()
         where = f"{args.config}: " if e.key is not None else ""  # a key's message names its file
         if getattr(e, "speak", True):  # under a launcher rank 0 speaks for the ranks that agree
-            rank = f"rank {launcher_rank()}: " if launcher_rank() else ""
+            rank = (
+                f"rank {launcher_rank()}: "
+                if launcher_rank() and not getattr(e, "names_ranks", False)
+                else ""
+            )
             print(f"{prog}: error: {rank}{where}{e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         _ignore_interrupts()
-        print(f"{prog}: interrupted before training started", file=sys.stderr)
-        return 130
+        what, status = _stopped(e)
+        if launcher_rank() == 0:  # under a launcher every rank stops: rank 0 says so for all
+            print(f"{prog}: {what} before training started", file=sys.stderr)
+        return status
     try:
         return train(run, args, out)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         _ignore_interrupts()
-        print(f"\n{prog}: interrupted; {_what_was_saved(run)}", file=sys.stderr)
-        return 130
+        what, status = _stopped(e)
+        newline = "\n" if status == 130 else ""  # after the terminal's ^C
+        if launcher_rank() == 0:  # the ranks agreed to stop (Trainer.fit): rank 0 says so for all
+            print(f"{newline}{prog}: {what}; {_what_was_saved(run)}", file=sys.stderr)
+        return status
     except Exception as e:
         if args.debug:
             traceback.print_exc()
@@ -1430,23 +1459,122 @@ def _main(args: argparse.Namespace, prog: str, out: Any) -> int:
             run.lock.release()
 
 
-def _agree_on_start(ok: bool) -> tuple[bool, bool]:
+def _agree_on_start(
+    ok: bool, fingerprint: dict[str, Any] | None = None
+) -> tuple[bool, bool, ConfigError | None]:
     """Under an MPI launcher, whether every rank could start and whether rank 0 could (each
     rank checks the config and data itself), so that no rank is left waiting for the others
-    at a collective; in one process, ``(ok, ok)``."""
+    at a collective; in one process, ``(ok, ok, None)``.
+
+    When every rank could start, they compare their ``fingerprint`` (the resolved config's
+    key paths and values, and the data's shapes) with rank 0's: a rank that runs another
+    config would wait at a collective whose sizes differ, or train on other data without a
+    word. The lowest rank that differs gets the ``ConfigError`` that names the first key that
+    differs; every rank then does not start.
+    """
     if launcher_world_size() <= 1:
-        return ok, ok
+        return ok, ok, None
     world = MPIWorld()
     failed = world.allreduce_sum(np.array([not ok, not ok and world.is_chief], np.float64), "start-up check")
-    return bool(failed[0] == 0), bool(failed[1] == 0)
+    if failed[0] != 0 or fingerprint is None:
+        return bool(failed[0] == 0), bool(failed[1] == 0), None
+    chief = world.broadcast_object(fingerprint, "start-up config check")
+    difference = _first_difference(chief["config"], fingerprint["config"])
+    if difference is None and chief["--resume"] != fingerprint["--resume"]:
+        difference = ("--resume", _config._show(chief["--resume"]), _config._show(fingerprint["--resume"]))
+    if difference is None and chief["data"] != fingerprint["data"]:
+        difference = ("data", chief["data"], fingerprint["data"])
+    flags = np.zeros(world.size, np.float64)
+    flags[world.rank] = difference is not None
+    differ = np.flatnonzero(world.allreduce_sum(flags, "start-up config check"))
+    if not differ.size:
+        return True, True, None
+    if world.rank != differ[0]:
+        return False, True, None
+    assert difference is not None
+    key, theirs, mine = difference
+    more = "" if differ.size == 1 else f"; ranks {', '.join(map(str, differ))} differ from rank 0"
+    error = ConfigError(
+        f"{key}: differs between the MPI ranks (rank 0 has {theirs}, rank {world.rank} has {mine}{more}); "
+        "every rank must run the same config",
+        None if key in ("--resume", "data") else key,
+    )
+    error.names_ranks = True  # type: ignore[attr-defined]
+    return False, True, error
+
+
+def fingerprint(run: Run) -> dict[str, Any]:
+    """What the ranks of a distributed run must agree on: the resolved config (as JSON values),
+    the checkpoint they resume from, and the data's sizes, shapes and dtypes."""
+    data = run.data
+    shapes = [("training", data.x_train, data.y_train)]
+    if isinstance(data.validation, tuple) and len(data.validation) == 2:
+        shapes.append(("validation", *data.validation))
+    described = "; ".join(
+        f"{len(x)} {part} samples of shape {tuple(np.shape(x)[1:])} ({getattr(x, 'dtype', '?')}), "
+        f"labels {tuple(np.shape(y)[1:])} ({getattr(y, 'dtype', '?')})"
+        for part, x, y in shapes
+    )
+    config = json.loads(json.dumps(_config._plain(run.config), default=repr))
+    resume = None if run.resume_from is None else str(run.resume_from)
+    return {"config": config, "--resume": resume, "data": described}
+
+
+def _first_difference(chief: Any, mine: Any, key: str = "") -> tuple[str, str, str] | None:
+    """The first key path (in rank 0's order) whose value differs between rank 0's ``chief``
+    and this rank's ``mine``: ``(key, rank 0's value, this rank's value)``, or ``None``.
+
+    Sections are compared key by key, lists of sections entry by entry
+    (``plugins[0].timeout``); any other value, a list of numbers too
+    (``model.hidden_units``), as a whole.
+    """
+    if _canonical(chief) == _canonical(mine):
+        return None
+    if isinstance(chief, dict) and isinstance(mine, dict):
+        for name in [*chief, *(k for k in mine if k not in chief)]:
+            inner = f"{key}.{name}" if key else str(name)
+            if name not in chief or name not in mine:
+                shown = [
+                    _config._show(side[name]) if name in side else "no such key" for side in (chief, mine)
+                ]
+                return inner, shown[0], shown[1]
+            found = _first_difference(chief[name], mine[name], inner)
+            if found is not None:
+                return found
+    both_lists = isinstance(chief, list) and isinstance(mine, list)
+    if both_lists and any(isinstance(v, dict) for v in [*chief, *mine]):
+        for i, (a, b) in enumerate(zip(chief, mine)):
+            found = _first_difference(a, b, f"{key}[{i}]")
+            if found is not None:
+                return found
+        return key, _entries(len(chief)), _entries(len(mine))
+    return key, _config._show(chief), _config._show(mine)
+
+
+def _entries(n: int) -> str:
+    return f"{n} entr{'y' if n == 1 else 'ies'}"
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def _stopped(interrupt: KeyboardInterrupt) -> tuple[str, int]:
+    """What stopped the run, in words, and the exit status: 130 for Ctrl-C, 128 + the signal's
+    number for SIGTERM (143) and SIGHUP (129), as a shell reports a process they ended."""
+    signum = getattr(interrupt, "signum", signal.SIGINT)
+    if signum == signal.SIGINT:
+        return "interrupted", 130
+    return f"stopped by {signal.Signals(signum).name}", 128 + signum
 
 
 def _ignore_interrupts() -> None:
-    """From the first Ctrl-C on, ``train`` is only reporting and leaving: a second one (within
-    milliseconds, as an impatient double press) must not turn the exit into a traceback.
-    ``main`` restores the handler before it returns."""
+    """From the first Ctrl-C (or SIGTERM, SIGHUP) on, ``train`` is only reporting and leaving: a
+    second one (within milliseconds, as an impatient double press) must not turn the exit into
+    a traceback. ``main`` restores the handlers before it returns."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for signum in _STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import contextlib
 import os
 import secrets
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -46,6 +46,27 @@ def _create_temporary(path: Path) -> tuple[int, str]:
             continue
 
 
+def naming(error: OSError, path: str | os.PathLike[str]) -> OSError:
+    """``error`` with ``path`` as its file name when it has none (a write on a full disk names no
+    file), so that its one line says which file failed: ``[Errno 28] No space left on device:
+    'runs/x/history.csv'``."""
+    if error.filename is not None or error.errno is None:
+        return error
+    return OSError(error.errno, error.strerror, os.fspath(path))  # the errno's subclass
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Re-raises an ``OSError`` of the block with ``path`` as its file name (``naming``)."""
+    try:
+        yield
+    except OSError as error:
+        named = naming(error, path)
+        if named is error:
+            raise
+        raise named from error
+
+
 def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], object]) -> Path:
     """Writes a file so that it is either complete or absent, never half-written.
 
@@ -55,19 +76,24 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], obje
 
     Returns:
         The path written.
+
+    Raises:
+        OSError: the file could not be written (a full disk); it names ``path``, and the file
+            that was there before is left as it was.
     """
     path = Path(path)
-    fd, tmp_name = _create_temporary(path)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise
+    with writing(path):
+        fd, tmp_name = _create_temporary(path)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp_name, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name)
+            raise
     _fsync_dir(path.parent)
     return path
 
@@ -90,37 +116,42 @@ def file_kind(mode: int) -> str:
 def open_regular(path: str | os.PathLike[str], mode: str = "r") -> IO[str]:
     """Opens a text file (``"r"``, ``"w"`` or ``"a"``) that must be a regular file, never through a
     symbolic link: a file a run writes stays inside its folder, and a FIFO or device planted in
-    its place is refused instead of blocking or reading without end.
+    its place is refused instead of blocking or reading without end. The file object is named by
+    ``path``, as ``open`` names it.
 
     Raises:
         OSError: as ``open`` does, or with the path and what it is instead of a regular file.
     """
-    flags = {"r": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND}[
-        mode
-    ]
+    flags = {"r": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND}
     path = Path(path)
-    try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o666)
-    except OSError:
+
+    def opener(name: str, _: int) -> int:
+        # Without O_TRUNC: a file is emptied only once it is known to be a regular file.
+        extra = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
         try:
-            found: int | None = os.lstat(path).st_mode
+            fd = os.open(name, flags[mode] | extra, 0o666)
         except OSError:
-            found = None
-        if found is not None and stat.S_ISLNK(found):
-            raise OSError(
-                f"{path} is a symbolic link; tapefit reads and writes its files only in place"
-            ) from None
-        if found is not None and not stat.S_ISREG(found):  # a FIFO without a reader (ENXIO), a folder
-            raise OSError(f"{path} is {file_kind(found)}, not a regular file") from None
-        raise  # the open's own error, which names the path
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(f"{path} is {file_kind(info.st_mode)}, not a regular file")
-        os.set_blocking(fd, True)
-        if mode == "w":
-            os.ftruncate(fd, 0)
-        return open(fd, mode, newline="", encoding="utf-8")
-    except BaseException:
-        os.close(fd)
-        raise
+            try:
+                found: int | None = os.lstat(name).st_mode
+            except OSError:
+                found = None
+            if found is not None and stat.S_ISLNK(found):
+                raise OSError(
+                    f"{path} is a symbolic link; tapefit reads and writes its files only in place"
+                ) from None
+            if found is not None and not stat.S_ISREG(found):  # a FIFO without a reader (ENXIO), a folder
+                raise OSError(f"{path} is {file_kind(found)}, not a regular file") from None
+            raise  # the open's own error, which names the path
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError(f"{path} is {file_kind(info.st_mode)}, not a regular file")
+            os.set_blocking(fd, True)
+            if mode == "w":
+                os.ftruncate(fd, 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    return open(path, mode, newline="", encoding="utf-8", opener=opener)

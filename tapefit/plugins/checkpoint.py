@@ -289,11 +289,26 @@ class Checkpoint:
                 type(exception).__name__,
             )
             return
-        path = self._write(trainer, self.folder / INTERRUPTED_NAME)
+        try:
+            path = self._write(trainer, self.folder / INTERRUPTED_NAME)
+            if path is not None:
+                write_pointer(self.folder, LAST_POINTER, path.name)
+        except OSError as error:  # a full disk: what was saved before stays, and the fit's error is said
+            logger.warning(
+                "checkpoint: could not save %s after %s (%s); %s",
+                INTERRUPTED_NAME,
+                type(exception).__name__,
+                error,
+                self._newest_stays(),
+            )
+            return
         if path is not None:
             self.interrupted_path = path
-            write_pointer(self.folder, LAST_POINTER, path.name)
             logger.warning("checkpoint: saved %s after %s", path, type(exception).__name__)
+
+    def _newest_stays(self) -> str:
+        newest = latest_checkpoint(self.folder)
+        return "no checkpoint was saved before" if newest is None else f"the newest checkpoint stays {newest}"
 
     # -- saving --------------------------------------------------------------
 

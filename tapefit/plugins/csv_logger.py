@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
-from tapefit.core.files import atomic_write, open_regular
+from tapefit.core.files import atomic_write, open_regular, writing
 from tapefit.plugins.hookspecs import hookimpl
 
 logger = logging.getLogger("tapefit.plugins.csv_logger")  # one logger per plugin: users may silence one
@@ -97,21 +97,29 @@ class CSVLogger:
             if key not in self._keys and key not in self._warned:
                 self._warned.add(key)
                 logger.warning("csv_logger: %r first appeared after the header was written; not logged", key)
-        self._writer.writerow([epoch, *(_format(logs[k]) if k in logs else "" for k in self._keys)])
-        self._file.flush()
+        with writing(self._file.name):  # a full disk: one line naming the file
+            self._writer.writerow([epoch, *(_format(logs[k]) if k in logs else "" for k in self._keys)])
+            self._file.flush()
 
     def _close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        file, self._file = self._file, None
+        if file is not None:
+            with writing(file.name):
+                file.close()  # closed even when its last flush fails
 
     @hookimpl
     def on_fit_end(self) -> None:
         self._close()
 
     @hookimpl
-    def on_exception(self) -> None:
-        self._close()
+    def on_exception(self, exception: BaseException) -> None:
+        try:
+            self._close()
+        except OSError as error:
+            # The fit is ending for another reason, which is what the user hears about; when the
+            # reason is this very file's error (a full disk), it has been said already.
+            if not (isinstance(exception, OSError) and exception.filename == error.filename):
+                logger.warning("csv_logger: could not close %s: %s", error.filename, error.strerror)
 
 
 def _format(value: Any) -> str:

@@ -16,16 +16,19 @@ training and validation curve of each key in one chart (as Keras's callback does
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tapefit.core.files import naming
 from tapefit.plugins.hookspecs import hookimpl
 
 logger = logging.getLogger("tapefit.plugins.tensorboard")  # one logger per plugin: users may silence one
@@ -131,6 +134,64 @@ def _hparams_summaries(
     return summaries
 
 
+class _EventFile:
+    """Stands between a tensorboardX writer and its event file, and keeps the file's first error.
+
+    tensorboardX writes events from a thread of its own, which dies on an error (a full disk);
+    nothing drains its queue after that, and the next ``add_*`` waits for ever. Through this
+    object the thread never raises: the error is kept, later events are dropped, and the
+    plugin raises it (naming the file) at its next write, flush or close.
+    """
+
+    def __init__(self, events: Any) -> None:
+        self._events = events
+        self.path = str(getattr(events, "_file_name", ""))
+        self.error: OSError | None = None
+
+    def _guarded(self, call: Callable[[], Any]) -> Any:
+        if self.error is not None:
+            return None
+        try:
+            return call()
+        except OSError as error:
+            self.error = naming(error, self.path)
+            return None
+
+    def write_event(self, event: Any) -> Any:
+        return self._guarded(lambda: self._events.write_event(event))
+
+    def flush(self) -> Any:
+        return self._guarded(self._events.flush)
+
+    def close(self) -> Any:
+        if self.error is not None:  # the file may hold unwritten bytes: close it without them
+            with contextlib.suppress(OSError):
+                self._events.close()
+            return None
+        return self._guarded(self._events.close)
+
+
+def _guard(writer: Any) -> _EventFile | None:
+    """Puts an ``_EventFile`` between ``writer`` (a tensorboardX ``SummaryWriter``) and its file;
+    ``None`` when this tensorboardX keeps its pieces elsewhere (its own behaviour stays then)."""
+    files: Any = getattr(getattr(writer, "file_writer", None), "event_writer", None)
+    events = getattr(files, "_ev_writer", None)
+    worker: Any = getattr(files, "_worker", None)
+    if events is None or not hasattr(worker, "_record_writer"):
+        return None
+    guard = _EventFile(events)
+    files._ev_writer = guard  # flush and close from this thread
+    worker._record_writer = guard  # the writes from tensorboardX's thread
+    if not worker.is_alive():  # it failed at its first flush, before it was guarded
+        guard.error = OSError(errno.EIO, "tensorboardX's writer thread stopped", guard.path)
+    return guard
+
+
+def _raise_error(guard: _EventFile | None) -> None:
+    if guard is not None and guard.error is not None:
+        raise guard.error
+
+
 class TensorBoard:
     """Writes TensorBoard event files during ``fit`` (config name ``tensorboard``).
 
@@ -155,7 +216,8 @@ class TensorBoard:
     warning and ``skipped_histograms`` counts them all.
 
     Files are flushed at each epoch end and closed at the end of the fit and on
-    exceptions. A resumed fit purges the events after the resumed step (tensorboardX's
+    exceptions. A file that cannot be written (a full disk) ends the fit with an
+    ``OSError`` naming it, at the next write, flush or close after the failure. A resumed fit purges the events after the resumed step (tensorboardX's
     ``purge_step``), so TensorBoard does not show the interrupted run's extra steps twice.
     """
 
@@ -191,6 +253,7 @@ class TensorBoard:
         self.flush_secs = int(flush_secs)
         self.folder: Path | None = None
         self._writers: dict[str, Any] = {}
+        self._files: dict[str, _EventFile | None] = {}
         self._purge_step: int | None = None
         self._step_learning_rate = float("nan")
         self._last_logs: dict[str, float] = {}
@@ -201,8 +264,11 @@ class TensorBoard:
         self._pending: tuple[int, dict[str, float]] | None = None
 
     def _writer(self, run: str) -> Any:
+        """The writer of ``run``; raises the error that an earlier write of it met (``_EventFile``)."""
         writer = self._writers.get(run)
-        if writer is None:
+        if writer is not None:
+            _raise_error(self._files[run])
+        else:
             from tensorboardX import SummaryWriter  # slow to import: only when used
 
             assert self.folder is not None
@@ -216,6 +282,7 @@ class TensorBoard:
                 filename_suffix=_unique_suffix(),
             )
             self._writers[run] = writer
+            self._files[run] = _guard(writer)
         return writer
 
     @hookimpl
@@ -336,8 +403,9 @@ class TensorBoard:
             run, tag = ("val", key[4:]) if key.startswith("val_") else ("train", key)
             self._writer(run).add_scalar(f"epoch/{tag}", value, epoch)
         self._last_logs = dict(logs)
-        for writer in self._writers.values():
+        for run, writer in self._writers.items():
             writer.flush()
+            _raise_error(self._files[run])
 
     def hparams(self, trainer: Any) -> dict[str, bool | str | float | int]:
         """The hyperparameters logged at the end of the fit, one per config key path.
@@ -371,10 +439,12 @@ class TensorBoard:
         earlier = list(folder.glob("events.out.tfevents.*")) if folder.is_dir() else []
         start_time = self._start_time if self._start_time is not None else time.time()
         with SummaryWriter(str(folder), filename_suffix=_unique_suffix()) as writer:
+            guard = _guard(writer)
             for summary in _hparams_summaries(self.hparams(trainer), start_time, time.time()):
                 writer.file_writer.add_summary(summary, trainer.step)
             for key, value in metrics.items():
                 writer.add_scalar(key, value, trainer.step)
+        _raise_error(guard)
         # TensorBoard keeps the first session info a run holds: an earlier fit's (a resumed
         # run's first part, with its epochs) would hide this one's. The new file is complete, so
         # the older ones go.
@@ -393,10 +463,14 @@ class TensorBoard:
         self._configured_learning_rate = None if rate is None else float(rate)
 
     def close(self) -> None:
-        """Flushes and closes the event files."""
-        for writer in self._writers.values():
+        """Flushes and closes the event files; raises the first error one of them met (an
+        ``OSError`` naming the file), after closing them all."""
+        writers, files = self._writers, self._files
+        self._writers, self._files = {}, {}
+        for writer in writers.values():
             writer.close()
-        self._writers = {}
+        for guard in files.values():
+            _raise_error(guard)
 
     @hookimpl
     def on_fit_end(self, trainer: Any) -> None:
@@ -407,12 +481,23 @@ class TensorBoard:
             self.close()
 
     @hookimpl
-    def on_exception(self, trainer: Any) -> None:
+    def on_exception(self, trainer: Any, exception: BaseException) -> None:
         try:
             # A Ctrl-C during a step is held until the step is done and counted (trainer.step
             # moved past it), then raised before on_train_batch_end: the resumed run starts
             # after that step, so its scalars are written now or never.
             if self._pending is not None and self._writers and trainer.step > self._pending[0]:
                 self._write_step(trainer, *self._pending)
+        except OSError:
+            pass  # a file's error (a full disk), which closing it raises again
         finally:
+            self._close_after(exception)
+
+    def _close_after(self, exception: BaseException) -> None:
+        """Closes the files while another exception ends the fit: an error of theirs is a warning,
+        and none when it is that very exception (a full disk, said once)."""
+        try:
             self.close()
+        except OSError as error:
+            if not (isinstance(exception, OSError) and exception.filename == error.filename):
+                logger.warning("tensorboard: could not write %s: %s", error.filename, error.strerror)

@@ -47,7 +47,7 @@ from tapefit.training.state import TrainState
 
 logger = logging.getLogger("tapefit")
 
-__all__ = ["History", "Trainer"]
+__all__ = ["History", "Terminated", "Trainer", "raise_terminated"]
 
 
 class History:
@@ -195,62 +195,103 @@ def _load_metric_state(metric: Any, state: dict[str, Any]) -> None:
         metric.set_state(state["state"])
 
 
-class _InterruptGuard:
-    """During ``fit``, holds back a Ctrl-C (SIGINT) that arrives inside a critical section.
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (``signum``), raised where Ctrl-C raises ``KeyboardInterrupt``, so that
+    a run they end stops as a Ctrl-C stops it: at the next safe point, with an interrupted
+    checkpoint. ``train`` installs ``raise_terminated`` for them; ``fit`` then holds them as
+    it holds Ctrl-C."""
 
-    Installed for a whole fit, and only over Python's own handler in the main thread (a
-    program with its own SIGINT handler keeps it). Outside ``hold`` it raises
-    ``KeyboardInterrupt`` at once, as Python's handler does; inside, the interrupt waits for
-    ``release``, and a second one raises at once (a step that never ends can still be
-    stopped). Setting a flag per step costs nothing next to swapping handlers per step.
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+
+def raise_terminated(signum: int, frame: Any) -> None:
+    """A signal handler that raises ``Terminated(signum)``."""
+    raise Terminated(signum)
+
+
+def _interruption(signum: int) -> KeyboardInterrupt:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
+# The signals that stop a fit at its next safe point, in the order processes agree on one.
+_STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, name)
+)
+
+
+class _InterruptGuard:
+    """During ``fit``, holds back a Ctrl-C (SIGINT), SIGTERM or SIGHUP that arrives inside a
+    critical section.
+
+    Installed for a whole fit, and only over Python's own SIGINT handler and ``train``'s
+    ``raise_terminated`` in the main thread (a program with its own handler keeps it, and
+    SIGTERM's default, which ends the process, stays outside ``train``). Outside ``hold`` it
+    raises at once (``KeyboardInterrupt``, or ``Terminated``), as those handlers do; inside,
+    the interrupt waits for ``release``, and a second one raises at once (a step that never
+    ends can still be stopped). Setting a flag per step costs nothing next to swapping
+    handlers per step.
     """
 
     def __init__(self) -> None:
         self.hold = False
-        self.held = False
-        self.agree: Any = None  # with several processes: (held here) -> held on any
-        self._previous: Any = None
+        self.held = 0  # the signal held back, or 0
+        self.agree: Any = None  # with several processes: (signal held here) -> signal held on any, or 0
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> _InterruptGuard:
-        if (
-            signal.getsignal(signal.SIGINT) is signal.default_int_handler
-            and threading.current_thread() is threading.main_thread()
-        ):
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for signum in _STOP_SIGNALS:
+            ours = signal.default_int_handler if signum == signal.SIGINT else raise_terminated
+            if signal.getsignal(signum) is ours:
+                self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
         # With several processes every one is always holding: they stop together, at a
         # release where all agree, so none is left waiting for the others at a collective.
         if (self.hold or self.agree is not None) and not self.held:
-            self.held = True
+            self.held = signum
             return
-        self.held = False  # a second Ctrl-C inside the section: raised now, not again at release
-        raise KeyboardInterrupt
+        self.held = 0  # a second signal inside the section: raised now, not again at release
+        raise _interruption(signum)
 
     def release(self) -> None:
         """Ends a critical section; raises the interrupt that arrived inside it, if any.
 
         With several processes (``agree`` set) the processes first agree whether any of them
-        was interrupted, and all raise or none; while an exception is on its way out, no
-        agreement is sought (the others may never get here).
+        was interrupted, and by which signal, and all raise or none; while an exception is on
+        its way out, no agreement is sought (the others may never get here).
         """
         self.hold = False
         if self.agree is not None:
-            if sys.exc_info()[0] is None and self.agree(self.held):
-                self.held = False
-                raise KeyboardInterrupt
+            if sys.exc_info()[0] is None:
+                signum = self.agree(self.held)
+                if signum:
+                    self.held = 0
+                    raise _interruption(signum)
             return
         if self.held:
-            self.held = False
-            raise KeyboardInterrupt
+            signum, self.held = self.held, 0
+            raise _interruption(signum)
 
     def __exit__(self, kind: Any, value: Any, traceback: Any) -> None:
-        self.hold = self.held = False
+        self.hold = False
+        self.held = 0
         self.agree = None
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
+
+
+def _agreed_signal(world: World, held: int) -> int:
+    """The signal that stops every process: of those held on any, the first of ``_STOP_SIGNALS``."""
+    flags = world.allreduce_sum(
+        np.array([held == s for s in _STOP_SIGNALS], np.float64), "interrupt agreement"
+    )
+    return next((s for s, flag in zip(_STOP_SIGNALS, flags) if flag), 0)
 
 
 def _as_batch(data: Any) -> Any:
@@ -864,7 +905,7 @@ class Trainer:
             limited(self.threads),
         ):
             if self.world.size > 1:
-                self._interrupts.agree = lambda held: self.world.any(held, "interrupt agreement")
+                self._interrupts.agree = lambda held: _agreed_signal(self.world, held)
             try:
                 hooks.on_fit_start(trainer=self)
                 if checkpoint is not None:
