@@ -862,6 +862,19 @@ def _check_resume_fits(path: Path, model: Any, config: dict[str, Any], data: Dat
     return int(state.get("epoch", 0))
 
 
+def _check_plugin_states(path: Path, trainer: Any) -> None:
+    """Has each plugin of the run check its state in the checkpoint at ``path`` (by the names
+    the trainer registered them under), so that a bad one is refused before training."""
+    from tapefit import checkpointing as _checkpoint
+    from tapefit.resume import check_plugin_states
+
+    try:
+        states = _checkpoint.load_checkpoint(path)["plugins"]
+        check_plugin_states(states, trainer.plugins.list_name_plugin(), model=trainer.model, source=path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--resume: {e}") from e
+
+
 def resolve(args: argparse.Namespace, schema: Schema) -> dict[str, Any]:
     """Reads the config file, applies ``--set`` and validates it; calls nothing the config names."""
     raw = _config.load_config_file(args.config)
@@ -949,6 +962,8 @@ def prepare(args: argparse.Namespace) -> Run:
             )
         except Exception as e:
             raise ConfigError(f"plugins: {_error_text(e)}", "plugins") from e
+        if resume_from is not None:
+            _check_plugin_states(resume_from, trainer)
     except BaseException:
         if lock is not None:
             lock.release(undo=True)
