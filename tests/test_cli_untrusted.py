@@ -3,13 +3,16 @@ tapefit reads is, claims and holds. Each is refused with one line and exit 2, be
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tapefit.checkpointing import load_checkpoint, save_checkpoint
 
@@ -103,3 +106,128 @@ def test_a_string_where_a_plugin_keeps_a_number_is_refused_before_training(tmp_p
     )
     refused(result, "str.npz: plugins.early_stopping: best: expected null or a number, got 'low'")
     assert not (tmp_path / "runs/again").exists()  # not trained: no interrupted.npz, no export
+
+
+# --------------------------------------------------------------------------- every file train reads (item 9)
+
+needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+needs_dev_zero = pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero here")
+
+
+def npy_header(dtype: str, shape: tuple[int, ...]) -> bytes:
+    out = io.BytesIO()
+    np.lib.format.write_array_header_1_0(out, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return out.getvalue()
+
+
+def npy_folder(folder: Path, x: bytes | None = None) -> Path:
+    """A data folder of x.npy and y.npy (60 samples), with ``x.npy``'s bytes replaced by ``x``."""
+    data = folder / "npy"
+    data.mkdir()
+    rng = np.random.default_rng(0)
+    np.save(data / "x.npy", rng.normal(size=(60, 3)).astype(np.float32))
+    np.save(data / "y.npy", rng.integers(0, 2, 60))
+    if x is not None:
+        (data / "x.npy").write_bytes(x)
+    return data
+
+
+@needs_fifo
+def test_a_config_that_is_a_fifo_is_refused(tmp_path):
+    os.mkfifo(tmp_path / "c.yaml")  # no writer: reading it would wait for ever
+    refused(
+        train(tmp_path, "--config", "c.yaml"),
+        "config file 'c.yaml' is a named pipe (FIFO), not a regular file",
+    )
+
+
+@needs_dev_zero
+def test_a_toml_config_that_is_dev_zero_is_refused(tmp_path):
+    (tmp_path / "c.toml").symlink_to("/dev/zero")  # never ends: tomllib would read it into memory for ever
+    refused(train(tmp_path, "--config", "c.toml"), "config file 'c.toml' is a character device")
+
+
+def test_a_config_that_is_a_folder_is_refused(tmp_path):
+    (tmp_path / "c.yaml").mkdir()
+    refused(train(tmp_path, "--config", "c.yaml"), "config file 'c.yaml' is a folder, not a regular file")
+
+
+def test_a_config_larger_than_a_megabyte_is_refused_unread(tmp_path):
+    npz_data(tmp_path)
+    cfg = config(tmp_path)
+    cfg.write_text(cfg.read_text() + "# padding\n" * 2**17)  # a valid config of 1.3 MB
+    refused(train(tmp_path, "--config", cfg), f"config file '{cfg}' is 1", "bytes, more than the 1048576")
+
+
+@needs_fifo
+@pytest.mark.parametrize("mmap", ["true", "false"])
+def test_an_npy_shard_that_is_a_fifo_is_refused(tmp_path, mmap):
+    data = npy_folder(tmp_path)
+    (data / "x.npy").unlink()
+    (data / "x").mkdir()
+    np.save(data / "x/a.npy", np.zeros((30, 3), np.float32))
+    os.mkfifo(data / "x/b.npy")
+    result = train(tmp_path, "--config", config(tmp_path, f"{{type: npy, path: npy, mmap: {mmap}}}"))
+    refused(result, "data.path: data file 'npy/x/b.npy' is a named pipe (FIFO), not a regular file")
+
+
+@needs_fifo
+def test_an_x_npy_that_is_a_fifo_is_named_as_such(tmp_path):
+    data = npy_folder(tmp_path)
+    (data / "x.npy").unlink()
+    os.mkfifo(data / "x.npy")
+    result = train(tmp_path, "--config", config(tmp_path, "{type: npy, path: npy}"))
+    refused(result, "data.path: data file 'npy/x.npy' is a named pipe (FIFO), not a regular file")
+
+
+@needs_dev_zero
+def test_an_npy_file_that_is_dev_zero_is_refused(tmp_path):
+    data = npy_folder(tmp_path)
+    (data / "x.npy").unlink()
+    (data / "x.npy").symlink_to("/dev/zero")
+    result = train(tmp_path, "--config", config(tmp_path, "{type: npy, path: npy}"))
+    refused(result, "data.path: data file 'npy/x.npy' is a character device, not a regular file")
+
+
+@pytest.mark.parametrize("mmap", ["true", "false"])
+def test_an_npy_header_claiming_more_than_the_file_is_refused(tmp_path, mmap):
+    npy_folder(tmp_path, x=npy_header("<f4", (10**10, 3)) + bytes(720))  # claims 120 GB, holds 720 bytes
+    result = train(tmp_path, "--config", config(tmp_path, f"{{type: npy, path: npy, mmap: {mmap}}}"))
+    refused(
+        result, "data file 'npy/x.npy' declares 120000000128 bytes of float32 (10000000000, 3), but holds 848"
+    )
+
+
+def test_an_npy_header_claiming_less_than_the_file_is_refused(tmp_path):
+    x = np.random.default_rng(0).normal(size=(60, 3)).astype(np.float32)
+    npy_folder(
+        tmp_path, x=npy_header("<f4", (60, 3)) + x.tobytes() + bytes(4096)
+    )  # 4 kB that no header names
+    result = train(tmp_path, "--config", config(tmp_path, "{type: npy, path: npy, mmap: false}"))
+    refused(result, "data file 'npy/x.npy' declares 848 bytes of float32 (60, 3), but holds 4944")
+
+
+def test_an_npz_member_header_claiming_more_than_the_file_is_refused(tmp_path):
+    with zipfile.ZipFile(tmp_path / "d.npz", "w") as zf:
+        zf.writestr("x.npy", npy_header("<f4", (10**10, 3)) + bytes(720))
+        zf.writestr("y.npy", npy_header("<i8", (60,)) + bytes(480))
+    refused(
+        train(tmp_path, "--config", config(tmp_path)),
+        "'d.npz': the array 'x' declares 120000000128 bytes of float32 (10000000000, 3), but holds 848",
+    )
+
+
+def test_npz_arrays_whose_headers_claim_different_sample_counts_are_refused(tmp_path):
+    np.savez(tmp_path / "d.npz", x=np.zeros((60, 3)), y=np.zeros(59, np.int64))
+    refused(
+        train(tmp_path, "--config", config(tmp_path)),
+        "data.path: 'd.npz': its headers declare 60 samples of 'x' but 59 of 'y'",
+    )
+
+
+@needs_fifo
+def test_a_checkpoint_that_is_a_fifo_is_refused(tmp_path):
+    npz_data(tmp_path)
+    os.mkfifo(tmp_path / "ck.npz")
+    result = train(tmp_path, "--config", config(tmp_path), "--resume", "ck.npz")
+    refused(result, "--resume: checkpoint 'ck.npz' is a named pipe (FIFO), not a regular file")
