@@ -225,6 +225,51 @@ def test_npz_arrays_whose_headers_claim_different_sample_counts_are_refused(tmp_
     )
 
 
+@pytest.mark.parametrize("kind", ["npz", "npy read on demand"])
+def test_nan_and_inf_features_are_named_by_sample_and_feature(tmp_path, kind):
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(60, 3)).astype(np.float32), rng.integers(0, 2, 60)
+    x[37, 2] = np.inf
+    if kind == "npz":
+        np.savez(tmp_path / "d.npz", x=x, y=y)
+        data = "{type: npz, path: d.npz}"
+    else:
+        (tmp_path / "npy").mkdir()
+        np.save(tmp_path / "npy/x.npy", x)
+        np.save(tmp_path / "npy/y.npy", y)
+        data = "{type: npy, path: npy}"
+    refused(
+        train(tmp_path, "--config", config(tmp_path, data)),
+        "the features contain NaN or infinite values (the first: inf at sample 37, feature 2)",
+    )
+
+
+def test_labels_beyond_the_class_count_are_caught_when_the_loss_is_named_by_import_path(tmp_path):
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 60)
+    y[45] = 4  # deep in the file
+    np.savez(tmp_path / "d.npz", x=rng.normal(size=(60, 3)), y=y)
+    cfg = config(tmp_path)
+    loss = "tapefit.layers.losses:SparseCategoricalCrossentropy"
+    result = train(tmp_path, "--config", cfg, "--set", f"loss.type={loss}", "--set", "model.output_units=2")
+    refused(result, "model: the model gives 2 class scores per sample, but the labels go from 0 to 4")
+    y[45] = -1
+    np.savez(tmp_path / "d.npz", x=rng.normal(size=(60, 3)), y=y)
+    result = train(tmp_path, "--config", cfg, "--set", f"loss.type={loss}")
+    refused(result, "data: 'sparse_categorical_crossentropy' needs class indices", "labels go from -1 to 1")
+
+
+def test_a_label_far_beyond_the_sample_count_does_not_size_the_model(tmp_path):
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 60)
+    y[3] = 10**6  # an identifier column taken for the labels: a million outputs
+    np.savez(tmp_path / "d.npz", x=rng.normal(size=(60, 3)), y=y)
+    refused(
+        train(tmp_path, "--config", config(tmp_path)),
+        "data: the highest label is 1000000, so the model would need 1000001 outputs for 60 labels",
+    )
+
+
 @needs_fifo
 def test_a_checkpoint_that_is_a_fifo_is_refused(tmp_path):
     npz_data(tmp_path)
