@@ -11,21 +11,13 @@ import struct
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
 from tapefit.data.arrays import DataError
-from tapefit.untrusted import FileRefused, file_size, npy_header, open_regular
-
-
-def _open(path: str) -> IO[bytes]:
-    """The data file at ``path``, opened once it is known to be a regular file (``open_regular``)."""
-    try:
-        return open_regular(path, "data file")
-    except FileRefused as e:
-        raise DataError(str(e), key="path") from None
-
+from tapefit.data.npy import open_data_file
+from tapefit.untrusted import FileRefused, file_size, npy_header
 
 _DEFLATE_MAX_RATIO = 1032  # the most that deflate can expand a byte stream (RFC 1951: 258 bytes per 2 bits)
 
@@ -52,7 +44,7 @@ def load_npz(path: str, x_key: str = "x", y_key: str = "y", mmap: bool = False) 
         DataError: If the file is missing, not a regular file, unreadable or lying about its
             size, or a key is not in it.
     """
-    with _open(path) as f:
+    with open_data_file(path) as f:
         # np.load reads .npy files and (with pickles allowed) anything else too, so look at the
         # file's first bytes to say what it is instead of passing on a misleading NumPy message.
         magic = f.read(6)
@@ -133,7 +125,7 @@ def _npz_member_on_disk(path: str, name: str, info: zipfile.ZipInfo) -> Any:
             "on demand; save it with np.savez, or set mmap: false",
             key="mmap",
         )
-    with _open(path) as f:  # the member's data follows its local header (30 bytes, name, extra)
+    with open_data_file(path) as f:  # the member's data follows its local header (30 bytes, name, extra)
         f.seek(info.header_offset)
         local = f.read(30)
     name_length, extra_length = struct.unpack("<HH", local[26:30])
@@ -192,7 +184,7 @@ def load_csv(
             f"label_dtype must be 'auto', 'int' or 'float', got {label_dtype!r}", key="label_dtype"
         )
     try:
-        with io.TextIOWrapper(_open(path), newline="", encoding="utf-8-sig") as f:
+        with io.TextIOWrapper(open_data_file(path), newline="", encoding="utf-8-sig") as f:
             rows = ((i + 1, row) for i, row in enumerate(csv.reader(f, delimiter=delimiter)) if row)
             first = next(rows, None)
             if first is None:

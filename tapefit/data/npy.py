@@ -111,11 +111,19 @@ def _checked_header(f: IO[bytes], path: Path, size: int) -> tuple[tuple[int, ...
         raise DataError(str(error), key="path") from None
 
 
-def _open_data_file(path: Path) -> IO[bytes]:
+def open_data_file(path: str | os.PathLike[str]) -> IO[bytes]:
+    """A data file opened for reading once ``open_regular`` found it a regular file; else a
+    ``DataError`` naming it (config key ``path``)."""
     try:
         return open_regular(path, "data file")
     except FileRefused as error:
         raise DataError(str(error), key="path") from None
+
+
+def _rows_on_disk(path: Path, shape: tuple[int, ...], fortran: bool, dtype: np.dtype, offset: int) -> NpyFile:
+    if fortran and len(shape) > 1:
+        raise ValueError("it is in Fortran order; rows are read on demand only from C order")
+    return NpyFile(path, shape, dtype, offset)
 
 
 def on_disk_array(path: Path, start: int = 0, size: int | None = None) -> NpyFile:
@@ -126,33 +134,30 @@ def on_disk_array(path: Path, start: int = 0, size: int | None = None) -> NpyFil
         DataError: the file is not a regular file, or its header does not account for its size.
         ValueError: the array cannot be read on demand.
     """
-    with _open_data_file(path) as f:
+    with open_data_file(path) as f:
         f.seek(start)
         shape, dtype, fortran, header = _checked_header(
             f, path, file_size(f) - start if size is None else size
         )
-    if fortran and len(shape) > 1:
-        raise ValueError("it is in Fortran order; rows are read on demand only from C order")
-    return NpyFile(path, tuple(shape), dtype, start + header)
+    return _rows_on_disk(path, shape, fortran, dtype, start + header)
 
 
 def _open_one(path: Path, on_disk: bool) -> Any:
-    with _open_data_file(path) as f:
+    with open_data_file(path) as f:
         if f.read(len(_MAGIC)) != _MAGIC:
             raise DataError(
                 f"{str(path)!r} is not a .npy file (it does not start with NumPy's header)", key="path"
             )
         f.seek(0)
-        _checked_header(f, path, file_size(f))  # before a byte of data is read
+        shape, dtype, fortran, header = _checked_header(f, path, file_size(f))  # before any data
+        array: Any
         try:
             if on_disk:
-                array = on_disk_array(path)
+                array = _rows_on_disk(path, shape, fortran, dtype, header)
             else:
                 f.seek(0)
                 array = np.lib.format.read_array(f, allow_pickle=False)
         except ValueError as error:
-            if isinstance(error, DataError):
-                raise
             raise DataError(f"cannot read {str(path)!r}: {error}", key="path") from None
     if array.ndim == 0:
         raise DataError(f"{str(path)!r} holds a scalar; data needs a sample (first) axis", key="path")
