@@ -255,3 +255,31 @@ def test_good_plugin_states_pass_their_checks_and_resume(tmp_path):
     make_trainer(stateful_plugins(folder)).fit(x, y, epochs=2, batch_size=8)
     history = make_trainer(stateful_plugins(folder)).fit(x, y, epochs=3, batch_size=8, resume_from=folder)
     assert history.epoch == [0, 1, 2]
+
+
+def test_a_plugin_that_keeps_its_state_by_hooks_checks_it_the_same_way(tmp_path):
+    class Counter:
+        """Keeps ``seen`` through the checkpoint hooks, not state_dict."""
+
+        plugin_name = "counter"
+
+        @tp.hookimpl
+        def on_save_checkpoint(self, trainer, checkpoint):
+            checkpoint["plugins"][trainer.plugins.get_name(self)] = {"seen": 3}
+
+        def check_state_dict(self, state, model):
+            if not isinstance(state.get("seen"), int):
+                raise ValueError(f"seen: expected an integer, got {state.get('seen')!r}")
+
+    folder = tmp_path / "ck"
+    x, y = make_data()
+    make_trainer([Checkpoint(dirpath=str(folder)), Counter()]).fit(x, y, epochs=2, batch_size=8)
+    edited = corrupt(
+        tmp_path, folder / "epoch0001-step00000006.npz", lambda c: c["plugins"]["counter"].update(seen="3")
+    )
+    with pytest.raises(
+        CheckpointError, match=r"edited\.npz: plugins\.counter: seen: expected an integer, got '3'$"
+    ):
+        make_trainer([Checkpoint(dirpath=str(folder)), Counter()]).fit(
+            x, y, epochs=3, batch_size=8, resume_from=edited
+        )
