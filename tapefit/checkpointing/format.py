@@ -31,7 +31,15 @@ from typing import IO, Any
 
 import numpy as np
 
-from tapefit.core.files import atomic_write, file_kind, open_regular
+from tapefit.core.files import (
+    FileRefused,
+    atomic_write,
+    file_kind,
+    file_size,
+    npy_header,
+    open_regular,
+    open_untrusted,
+)
 from tapefit.core.tensor import Tensor
 
 FORMAT_NAME = "tapefit-checkpoint"
@@ -223,7 +231,7 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Path:
         if not stat.S_ISREG(mode):
             raise CheckpointError(f"the pointer {pointer} names {name!r}, which is {file_kind(mode)}")
         return target
-    if path.is_file():
+    if path.exists():  # not a folder: load_checkpoint says what else it is
         return path
     if path.with_name(path.name + ".npz").is_file():
         return path.with_name(path.name + ".npz")
@@ -285,17 +293,18 @@ def resume_point(folder: str | os.PathLike[str]) -> tuple[Path | None, str | Non
     return None, None
 
 
-def _read_members(path: Path) -> dict[str, np.ndarray]:
-    """The ``.npy`` members of the checkpoint's zip, checked before any byte is inflated.
+def _read_members(f: IO[bytes], path: Path) -> dict[str, np.ndarray]:
+    """The ``.npy`` members of the checkpoint's zip (the open file ``f``), checked before any
+    byte is inflated.
 
     ``save_checkpoint`` stores members uncompressed, so a member that claims compression, or
     an uncompressed size that the file cannot hold, is refused from the zip directory alone:
     a small file whose member claims gigabytes (a zip bomb) is never decompressed. Each
     member's ``.npy`` header (its dtype and shape) must then account for its size exactly.
     """
-    file_size = path.stat().st_size
+    length = file_size(f)
     members: dict[str, np.ndarray] = {}
-    with zipfile.ZipFile(path) as zf:
+    with zipfile.ZipFile(f) as zf:
         infos = zf.infolist()
         for info in infos:
             if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
@@ -303,7 +312,7 @@ def _read_members(path: Path) -> dict[str, np.ndarray]:
                     f"{path}: member {info.filename!r} is compressed ({info.file_size} bytes declared); "
                     "tapefit checkpoints store their members uncompressed, so it is not read"
                 )
-        if sum(info.file_size for info in infos) > file_size:
+        if sum(info.file_size for info in infos) > length:
             raise CheckpointError(f"{path}: its members declare more bytes than the file holds")
         for info in infos:
             name = info.filename.removesuffix(".npy")
@@ -312,21 +321,10 @@ def _read_members(path: Path) -> dict[str, np.ndarray]:
                     f"{path}: its metadata is {info.file_size} bytes, more than a checkpoint holds"
                 )
             with zf.open(info) as member:
-                version = np.lib.format.read_magic(member)
-                if version == (1, 0):
-                    shape, _, dtype = np.lib.format.read_array_header_1_0(member)
-                elif version == (2, 0):
-                    shape, _, dtype = np.lib.format.read_array_header_2_0(member)
-                else:
-                    raise CheckpointError(f"{path}: member {info.filename!r} has .npy format {version}")
-                if dtype.hasobject:
-                    raise CheckpointError(f"{path}: member {info.filename!r} holds Python objects")
-                declared = member.tell() + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-                if declared != info.file_size:
-                    raise CheckpointError(
-                        f"{path}: member {info.filename!r} declares {declared} bytes of {dtype} {shape}, "
-                        f"but holds {info.file_size}"
-                    )
+                try:
+                    npy_header(member, info.file_size, f"{path}: member {info.filename!r}")
+                except FileRefused as error:
+                    raise CheckpointError(str(error)) from None
             with zf.open(info) as member:
                 members[name] = np.lib.format.read_array(member, allow_pickle=False)
     return members
@@ -346,25 +344,30 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
             tapefit checkpoint; the message names the file.
     """
     path = resolve_checkpoint(path)
-    with open(path, "rb") as f:
-        magic = f.read(2)
-    # np.load would try any other file as a pickle and say so; name what is wrong instead.
-    if not magic:
-        raise CheckpointError(f"{path}: the file is empty (a truncated checkpoint)")
-    if magic != b"PK":
-        raise CheckpointError(
-            f"{path}: not a tapefit checkpoint (checkpoints are the .npz files that the checkpoint "
-            "plugin writes)"
-        )
     try:
-        members = _read_members(path)
-    except CheckpointError:
-        raise
-    except Exception as error:  # zipfile, numpy and OS errors all mean the same here
-        raise CheckpointError(
-            f"{path}: cannot read the checkpoint, the file is truncated or corrupted "
-            f"({type(error).__name__}: {error})"
-        ) from error
+        f = open_untrusted(path, "checkpoint")
+    except FileRefused as error:
+        raise CheckpointError(str(error)) from None
+    with f:
+        magic = f.read(2)
+        # np.load would try any other file as a pickle and say so; name what is wrong instead.
+        if not magic:
+            raise CheckpointError(f"{path}: the file is empty (a truncated checkpoint)")
+        if magic != b"PK":
+            raise CheckpointError(
+                f"{path}: not a tapefit checkpoint (checkpoints are the .npz files that the checkpoint "
+                "plugin writes)"
+            )
+        f.seek(0)
+        try:
+            members = _read_members(f, path)
+        except CheckpointError:
+            raise
+        except Exception as error:  # zipfile, numpy and OS errors all mean the same here
+            raise CheckpointError(
+                f"{path}: cannot read the checkpoint, the file is truncated or corrupted "
+                f"({type(error).__name__}: {error})"
+            ) from error
     if _METADATA not in members or _DIGEST not in members:
         raise CheckpointError(f"{path}: not a tapefit checkpoint (no {_METADATA}/{_DIGEST} members)")
     metadata = members.pop(_METADATA).tobytes()

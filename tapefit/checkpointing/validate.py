@@ -9,6 +9,7 @@ model's shapes and dtypes), and the first one that is not is named in a ``Checkp
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,37 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def expect_mapping(state: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    """``state`` as a mapping that holds every one of ``keys``; else a ``ValueError`` naming what
+    it is or the first key it lacks."""
+    if not isinstance(state, dict):
+        raise ValueError(f"expected a mapping, got {_shown(state)}")
+    for key in keys:
+        if key not in state:
+            raise ValueError(f"{key}: missing")
+    return state
+
+
+def expect_count(value: Any, field: str, *, optional: bool = False) -> None:
+    """``value`` must be a non-negative integer (or ``None`` when ``optional``)."""
+    if optional and value is None:
+        return
+    if not _is_int(value) or value < 0:
+        shown = "null or a non-negative integer" if optional else "a non-negative integer"
+        raise ValueError(f"{field}: expected {shown}, got {_shown(value)}")
+
+
+def expect_number(value: Any, field: str, *, optional: bool = False, finite: bool = False) -> None:
+    """``value`` must be a number, never NaN (nor infinite when ``finite``), or ``None`` when
+    ``optional``."""
+    if optional and value is None:
+        return
+    if not _is_number(value) or math.isnan(value) or (finite and math.isinf(value)):
+        kind = "a finite number" if finite else "a number"
+        shown = f"null or {kind}" if optional else kind
+        raise ValueError(f"{field}: expected {shown}, got {_shown(value)}")
+
+
 def _check_generator_state(state: Any, field: str) -> None:
     """A NumPy bit generator's state, checked by giving it to a scratch generator."""
     try:
@@ -47,15 +79,11 @@ def _check_trainer(state: Any, num_samples: int | None) -> None:
     if not isinstance(state, dict):
         raise ValueError(f"trainer: expected a mapping, got {_shown(state)}")
     for key in _COUNTERS:
-        value = state.get(key)
-        if not _is_int(value) or value < 0:
-            raise ValueError(f"trainer.{key}: expected a non-negative integer, got {_shown(value)}")
+        expect_count(state.get(key), f"trainer.{key}")
     for key in ("in_epoch", "shuffle", "drop_last"):
         if not isinstance(state.get(key), bool):
             raise ValueError(f"trainer.{key}: expected true or false, got {_shown(state.get(key))}")
-    loss_sum = state.get("loss_sum")
-    if not _is_number(loss_sum) or not math.isfinite(float(loss_sum)):
-        raise ValueError(f"trainer.loss_sum: expected a finite number, got {_shown(loss_sum)}")
+    expect_number(state.get("loss_sum"), "trainer.loss_sum", finite=True)
     if state["batch_size"] < 1 and state["num_samples"] > 0:  # a stream's fit has neither
         raise ValueError(f"trainer.batch_size: expected at least 1, got {state['batch_size']}")
     if num_samples is not None and state["num_samples"] == num_samples:
@@ -84,9 +112,11 @@ def _check_trainer(state: Any, num_samples: int | None) -> None:
             raise ValueError(f"trainer.history[{i}].logs: expected a mapping of numbers, got {_shown(logs)}")
 
 
-def _check_model(saved: Any, model: Any) -> None:
+def expect_weights(saved: Any, field: str, model: Any) -> None:
+    """``saved`` must be a model's weights (``{variable path: array}``, finite floats), and
+    ``model``'s own when a model is given: the same names, dtypes and shapes."""
     if not isinstance(saved, dict):
-        raise ValueError(f"model: expected a mapping of arrays, got {_shown(saved)}")
+        raise ValueError(f"{field}: expected a mapping of arrays, got {_shown(saved)}")
     ours = model.state_dict() if model is not None else {}
     if ours and set(saved) != set(ours):
         missing, unexpected = sorted(set(ours) - set(saved)), sorted(set(saved) - set(ours))
@@ -95,30 +125,28 @@ def _check_model(saved: Any, model: Any) -> None:
             for label, names in (("missing", missing), ("unexpected", unexpected))
             if names
         ]
-        raise ValueError(f"model: the checkpoint holds another model than this one ({'; '.join(parts)})")
+        raise ValueError(f"{field}: the checkpoint holds another model than this one ({'; '.join(parts)})")
     for name, value in saved.items():
         if not isinstance(value, np.ndarray):
-            raise ValueError(f"model.{name}: expected an array, got {_shown(value)}")
+            raise ValueError(f"{field}.{name}: expected an array, got {_shown(value)}")
         if name in ours:
             expected = np.asarray(ours[name])
             if value.dtype != expected.dtype:
                 raise ValueError(
-                    f"model.{name}: the model's variable is {expected.dtype}, the checkpoint holds {value.dtype}"
+                    f"{field}.{name}: the model's variable is {expected.dtype}, the checkpoint holds {value.dtype}"
                 )
             if value.shape != expected.shape:
                 raise ValueError(
-                    f"model.{name}: the model's variable has shape {expected.shape}, the checkpoint {value.shape}"
+                    f"{field}.{name}: the model's variable has shape {expected.shape}, the checkpoint {value.shape}"
                 )
         if value.dtype.kind == "f" and not np.isfinite(value).all():
-            raise ValueError(f"model.{name}: holds NaN or infinite values")
+            raise ValueError(f"{field}.{name}: holds NaN or infinite values")
 
 
 def _check_random(state: Any) -> None:
     if not isinstance(state, dict):
         raise ValueError(f"random: expected a mapping, got {_shown(state)}")
-    seed = state.get("seed")
-    if seed is not None and (not _is_int(seed) or seed < 0):
-        raise ValueError(f"random.seed: expected null or a non-negative integer, got {_shown(seed)}")
+    expect_count(state.get("seed"), "random.seed", optional=True)
     _check_generator_state(state.get("main"), "random.main")
     by_op_seed = state.get("by_op_seed")
     if not isinstance(by_op_seed, dict):
@@ -148,8 +176,42 @@ def _check_loader(state: Any, trainer: dict[str, Any]) -> None:
         raise ValueError(f"loader.order: expected an order of all {n} samples, got {order.shape[0]} entries")
 
 
+def check_plugin_states(
+    states: Any, plugins: Iterable[tuple[str, Any]], *, model: Any = None, source: Any
+) -> None:
+    """Has every plugin check its own saved state, before any is restored.
+
+    A plugin with ``load_state_dict`` may define ``check_state_dict(state, model)``
+    (``tapefit.plugins.hookspecs``, "Checkpoints"): it raises ``ValueError`` naming the field
+    and the problem. Raises ``CheckpointError`` naming the file, the plugin, the field and the
+    problem; a plugin without ``check_state_dict`` trusts its state.
+
+    Args:
+        states: the checkpoint's ``plugins`` section (``{name: state}``).
+        plugins: ``(registered name, plugin)`` pairs (``PluginManager.list_name_plugin()``).
+        model: the model to resume (built), for states that hold its weights.
+        source: the file, for the message.
+    """
+    if not isinstance(states, dict):
+        raise CheckpointError(f"{source}: plugins: expected a mapping, got {_shown(states)}")
+    for name, plugin in plugins:
+        check = getattr(plugin, "check_state_dict", None)
+        if plugin is None or not callable(check) or name not in states:
+            continue
+        try:
+            check(states[name], model)
+        except (ValueError, TypeError, KeyError) as error:
+            problem = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise CheckpointError(f"{source}: plugins.{name}: {problem}") from None
+
+
 def check_checkpoint(
-    contents: Any, *, model: Any = None, num_samples: int | None = None, source: Any
+    contents: Any,
+    *,
+    model: Any = None,
+    num_samples: int | None = None,
+    plugins: Iterable[tuple[str, Any]] = (),
+    source: Any,
 ) -> None:
     """Checks every field a resume reads; raises ``CheckpointError`` naming the first bad one.
 
@@ -157,6 +219,8 @@ def check_checkpoint(
         contents: what ``load_checkpoint`` returned.
         model: the model to resume (built): the saved weights must have its dtypes and shapes.
         num_samples: the fit's number of training samples, when known.
+        plugins: ``(registered name, plugin)`` pairs whose saved states are checked by each
+            plugin (``check_plugin_states``).
         source: the file, for the message.
     """
     try:
@@ -166,7 +230,7 @@ def check_checkpoint(
             if section not in contents:
                 raise ValueError(f"{section}: missing")
         _check_trainer(contents["trainer"], num_samples)
-        _check_model(contents["model"], model)
+        expect_weights(contents["model"], "model", model)
         if not isinstance(contents["optimizer"], dict):
             raise ValueError(f"optimizer: expected a mapping, got {_shown(contents['optimizer'])}")
         if not isinstance(contents["metrics"], list) or not all(
@@ -179,6 +243,7 @@ def check_checkpoint(
             raise ValueError(f"plugins: expected a mapping, got {_shown(contents['plugins'])}")
     except ValueError as error:
         raise CheckpointError(f"{source}: {error}") from None
+    check_plugin_states(contents["plugins"], plugins, model=model, source=source)
 
 
 def check_fits(contents: dict[str, Any], fit: dict[str, Any], source: Any) -> None:

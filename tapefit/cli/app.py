@@ -581,6 +581,32 @@ def check_labels(loss_type: str, data: Data) -> None:
             )
 
 
+def loss_kind(section: dict[str, Any], schema: Schema) -> str:
+    """The config name of the built-in loss that ``section`` names, whether by that name or by
+    its class's import path, so that its labels are checked alike; else its ``type`` as written."""
+    if ":" not in section["type"]:  # a config name already
+        return str(section["type"])
+    target = _config.find_target(schema.kinds["loss"], section["type"], "loss.type")
+    return next((name for name, cls in _loss_types().items() if cls is target.obj), section["type"])
+
+
+_MANY_CLASSES = 2**16
+"""More classes than this, and than there are labels, is taken for a label column that holds
+something else (identifiers, measurements): refused unless ``model.output_units`` says so."""
+
+
+def _check_class_count(loss_type: str, units: int, data: Data) -> None:
+    """A built-in model's class count comes from the highest label; one far beyond the number of
+    labels would build an output layer of that size (memory without bound), so it is refused."""
+    labels = _labels(data).size
+    if loss_type == "sparse_categorical_crossentropy" and units > max(labels, _MANY_CLASSES):
+        _fail(
+            "data",
+            f"the highest label is {units - 1}, so the model would need {units} outputs for {labels} "
+            f"labels; check the label column, or set model.output_units: {units} if that is meant",
+        )
+
+
 def _output_defaults(loss: dict[str, Any], y: np.ndarray) -> tuple[int, str | None]:
     """The output layer a built-in model needs for these labels and this loss.
 
@@ -634,18 +660,20 @@ def build_model(config: dict[str, Any], schema: Schema, data: Data) -> Any:
 
     section = config["model"]
     target = _config.find_target(schema.kinds["model"], section["type"], "model.type")
+    loss = {**config["loss"], "type": loss_kind(config["loss"], schema)}
     if section["type"] in ("mlp", "cnn"):
-        units, activation = _output_defaults(config["loss"], _labels(data))
+        units, activation = _output_defaults(loss, _labels(data))
         if section.get("output_units") is None and config["data"]["type"] == "grain":
             _fail(
                 "model.output_units",
                 "a grain source is not read before training, so the classes are not known: give output_units",
             )
         if section.get("output_units") is None:
+            _check_class_count(loss["type"], units, data)
             section["output_units"] = units
         if section.get("output_activation") == "auto":
             section["output_activation"] = activation
-        _check_output_activation(section["output_activation"], config["loss"])
+        _check_output_activation(section["output_activation"], loss)
         if section["type"] == "cnn" and data.x_train.ndim != 4:
             _fail(
                 "model.type",
@@ -893,6 +921,19 @@ def _check_resume_fits(path: Path, model: Any, config: dict[str, Any], data: Dat
     return int(state.get("epoch", 0))
 
 
+def _check_plugin_states(path: Path, trainer: Any) -> None:
+    """Has each plugin of the run check its state in the checkpoint at ``path`` (by the names
+    the trainer registered them under), so that a bad one is refused before training."""
+    from tapefit import checkpointing as _checkpoint
+    from tapefit.checkpointing.validate import check_plugin_states
+
+    try:
+        states = _checkpoint.load_checkpoint(path)["plugins"]
+        check_plugin_states(states, trainer.plugins.list_name_plugin(), model=trainer.model, source=path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--resume: {e}") from e
+
+
 def resolve(args: argparse.Namespace, schema: Schema) -> dict[str, Any]:
     """Reads the config file, applies ``--set`` and validates it; calls nothing the config names."""
     raw = _config.load_config_file(args.config)
@@ -909,7 +950,7 @@ def prepare(args: argparse.Namespace) -> Run:
     config = resolve(args, schema)
     _random.set_seed(config["seed"])
     data = build_data(config["data"], schema)
-    check_labels(config["loss"]["type"], data)
+    check_labels(loss_kind(config["loss"], schema), data)
     model = build_model(config, schema, data)
     loss = build_loss(config["loss"], schema)
     metrics = build_metrics(config["metrics"], schema, loss)
@@ -925,7 +966,7 @@ def prepare(args: argparse.Namespace) -> Run:
         data.stream = _pipeline(data, config["data"], settings)
         if config["data"]["map"] is not None:
             checked = _mapped_batch(data, config["data"])
-    check_model_on_data(model, loss, config["loss"]["type"], checked, metrics)
+    check_model_on_data(model, loss, loss_kind(config["loss"], schema), checked, metrics)
     _check_steps(settings, data)
     if config["data"]["workers"] or config["data"]["map"] is not None:
         data.description += f", read by {config['data']['workers']} worker processes"
@@ -981,6 +1022,8 @@ def prepare(args: argparse.Namespace) -> Run:
             )
         except Exception as e:
             raise ConfigError(f"plugins: {_error_text(e)}", "plugins") from e
+        if resume_from is not None:
+            _check_plugin_states(resume_from, trainer)
     except RunFolderError as e:
         if lock is not None:
             lock.release(undo=True)

@@ -30,6 +30,8 @@ from typing import Any
 
 import yaml
 
+from tapefit.core.files import FileRefused, open_untrusted
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
@@ -45,6 +47,9 @@ MAX_VALUES = 10_000
 
 MAX_DEPTH = 20
 """The deepest a config may nest mappings and lists."""
+
+MAX_BYTES = 2**20
+"""The largest a config file may be, in bytes (configs are small: the largest shipped is 2 kB)."""
 
 _CONFIGURABLE = "__tapefit_configurable__"
 
@@ -171,15 +176,18 @@ def load_config_file(path: str) -> dict[str, Any]:
         raise ConfigError(
             f"config file {path!r}: unknown format {ext or '(no extension)'!r}; use .yaml, .yml or .toml"
         )
-    if not os.path.exists(path):
-        raise ConfigError(f"config file {path!r} does not exist")
+    try:
+        with open_untrusted(path, "config file", max_bytes=MAX_BYTES) as f:
+            raw = f.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:  # grew since it was opened
+            raise FileRefused(f"config file {path!r} is more than the {MAX_BYTES} bytes a config may have")
+    except FileRefused as e:
+        raise ConfigError(str(e)) from None
     try:
         if ext == ".toml":
-            with open(path, "rb") as f:
-                data = tomllib.load(f)
+            data = tomllib.loads(raw.decode("utf-8"))
         else:
-            with open(path, encoding="utf-8") as f:
-                data = yaml.load(f, Loader=_Loader)  # a SafeLoader subclass: no code runs
+            data = yaml.load(raw.decode("utf-8"), Loader=_Loader)  # a SafeLoader subclass: no code runs
     except OSError as e:
         raise ConfigError(f"cannot read config file {path!r}: {e.strerror or e}") from e
     except tomllib.TOMLDecodeError as e:

@@ -7,17 +7,26 @@ planted at the name instead of writing through it. ``open_regular`` opens a text
 be a regular file, never through a link, so that a FIFO or a device planted in its place is
 refused instead of blocking or reading without end. Checkpoints, weights files, the run
 folder's files and the plugins' logs all go through these two.
+
+Every file tapefit reads is untrusted (a config, a data file, a weights file, a checkpoint):
+``open_untrusted`` opens it for reading only once the opened file is known to be a regular file
+of at most the size its kind may have, and ``npy_header`` checks that the bytes a ``.npy`` header
+declares are the bytes there are, so that no reader allocates or waits for what a header merely
+claims. Readers turn ``FileRefused`` into their own error.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import secrets
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
+
+import numpy as np
 
 TEMPORARY_SUFFIX = ".tmp"
 """The suffix of ``atomic_write``'s temporary files (``.<name>.<12 hex digits>.tmp``)."""
@@ -98,19 +107,19 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], obje
     return path
 
 
+_KINDS = {
+    stat.S_IFLNK: "a symbolic link",
+    stat.S_IFDIR: "a folder",
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
 def file_kind(mode: int) -> str:
     """What a file of ``st_mode`` ``mode`` is, in words (for an error that names it)."""
-    for test, name in (
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a device"),
-        (stat.S_ISBLK, "a device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
 def open_regular(path: str | os.PathLike[str], mode: str = "r") -> IO[str]:
@@ -155,3 +164,96 @@ def open_regular(path: str | os.PathLike[str], mode: str = "r") -> IO[str]:
         return fd
 
     return open(path, mode, newline="", encoding="utf-8", opener=opener)
+
+
+# ---------------------------------------------------------------------------
+# Reading untrusted files
+# ---------------------------------------------------------------------------
+
+
+class FileRefused(ValueError):
+    """A file tapefit does not read: missing, not a regular file, larger than its kind may be,
+    or claiming in a header what it does not hold. The message is one line naming the file."""
+
+
+def open_untrusted(path: str | os.PathLike[str], what: str, *, max_bytes: int | None = None) -> IO[bytes]:
+    """Opens ``path`` for reading in binary, once it is known to be a regular file.
+
+    The check is made on the opened file (``fstat``), so what is read is what was checked;
+    the open itself does not block on a named pipe. A symlink is followed: the file it
+    names is checked.
+
+    Args:
+        path: the file.
+        what: what the file is for the message (``"config file"``, ``"data file"``).
+        max_bytes: the largest size this kind of file may have, or ``None`` for any.
+
+    Raises:
+        FileRefused: naming the file and what is wrong with it.
+    """
+    name = os.fspath(path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(name, flags)
+    except FileNotFoundError:
+        raise FileRefused(f"{what} {name!r} does not exist") from None
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the name
+        reason = getattr(error, "strerror", None) or str(error)
+        raise FileRefused(f"cannot read {what} {name!r}: {reason}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise FileRefused(f"{what} {name!r} is {file_kind(info.st_mode)}, not a regular file")
+        if max_bytes is not None and info.st_size > max_bytes:
+            raise FileRefused(
+                f"{what} {name!r} is {info.st_size} bytes, more than the {max_bytes} a {what} may have"
+            )
+        if getattr(os, "O_NONBLOCK", 0):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def file_size(f: IO[bytes]) -> int:
+    """The size of the open file ``f``, in bytes."""
+    return os.fstat(f.fileno()).st_size
+
+
+def npy_header(f: IO[bytes], size: int, what: str) -> tuple[tuple[int, ...], np.dtype, bool, int]:
+    """Reads the ``.npy`` header at ``f``'s position and checks it against the ``.npy``'s size.
+
+    Args:
+        f: a binary file (or a zip member) positioned at the ``.npy``'s first byte.
+        size: how many bytes the ``.npy`` occupies there (the file's length from that
+            position, or the zip member's size).
+        what: the ``.npy`` for the message (``"data file 'x.npy'"``).
+
+    Returns:
+        ``(shape, dtype, fortran_order, header_bytes)``; ``f`` is left at the first byte of data.
+
+    Raises:
+        FileRefused: not a ``.npy`` header (or one of a version not read), an array of Python
+            objects, or a shape and dtype that do not account for ``size`` exactly.
+    """
+    start = f.tell()
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise FileRefused(f"{what} has .npy format {version}, which is not read")
+    except FileRefused:
+        raise
+    except (ValueError, OSError, EOFError) as error:
+        raise FileRefused(f"{what} has no readable .npy header ({str(error).splitlines()[0]})") from None
+    if dtype.hasobject:
+        raise FileRefused(f"{what} holds Python objects, which are never loaded (unpickling can run code)")
+    header = f.tell() - start
+    declared = header + math.prod(shape) * dtype.itemsize
+    if declared != size:
+        raise FileRefused(f"{what} declares {declared} bytes of {dtype} {tuple(shape)}, but holds {size}")
+    return tuple(shape), dtype, bool(fortran), header

@@ -51,15 +51,30 @@ def check_arrays(x: Any, y: Any, source: str) -> tuple[np.ndarray, np.ndarray]:
     if x.ndim == 1:
         x = x[:, None]
     x = x.astype(np.float32, copy=False)
-    if not np.all(np.isfinite(x)):
-        raise DataError(f"{source}: the features contain NaN or infinite values")
+    _check_finite(x, source, "features")
     if y.dtype.kind in "biu":
         y = y.astype(np.int32, copy=False)
     else:
         y = y.astype(np.float32, copy=False)
-        if not np.all(np.isfinite(y)):
-            raise DataError(f"{source}: the labels contain NaN or infinite values")
+        _check_finite(y, source, "labels")
     return x, y
+
+
+def _check_finite(values: Any, source: str, what: str, first_row: int = 0) -> None:
+    """Refuses NaN or infinite ``values`` (rows from ``first_row``), naming the first one and where."""
+    values = np.asarray(values)
+    if values.dtype.kind != "f" or np.all(np.isfinite(values)):
+        return
+    where = tuple(int(i) for i in np.argwhere(~np.isfinite(values))[0])
+    sample, *rest = where
+    place = f"sample {first_row + sample}"
+    if rest:
+        place += (
+            f", {'feature' if what == 'features' else 'column'} {rest[0] if len(rest) == 1 else tuple(rest)}"
+        )
+    raise DataError(
+        f"{source}: the {what} contain NaN or infinite values (the first: {values[where]} at {place})"
+    )
 
 
 def is_lazy(x: Any) -> bool:
@@ -79,8 +94,8 @@ def _check_lazy(x: Any, y: Any, source: str) -> tuple[Any, np.ndarray]:
         raise DataError(f"{source}: {len(x)} samples of features but {len(y)} labels")
     block = max(1, (64 << 20) // max(1, x.dtype.itemsize * int(np.prod(x.shape[1:]))))
     for start in range(0, len(x), block):
-        if x.dtype.kind == "f" and not np.all(np.isfinite(x[start : start + block])):
-            raise DataError(f"{source}: the features contain NaN or infinite values (rows from {start})")
+        if x.dtype.kind == "f":
+            _check_finite(x[start : start + block], source, "features", first_row=start)
     _, y = check_arrays(np.zeros((len(y), 1), np.float32), y, source)
     return x, y
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import csv
+import io
 import os
 import struct
 import tempfile
@@ -14,20 +15,20 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.core.files import FileRefused, file_size, npy_header
 from tapefit.data.arrays import DataError
+from tapefit.data.npy import open_data_file
 
-
-def _check_file(path: str) -> None:
-    if not os.path.exists(path):
-        raise DataError(f"data file {path!r} does not exist", key="path")
-    if not os.path.isfile(path):
-        raise DataError(f"data file {path!r} is not a file", key="path")
+_DEFLATE_MAX_RATIO = 1032  # the most that deflate can expand a byte stream (RFC 1951: 258 bytes per 2 bits)
 
 
 def load_npz(path: str, x_key: str = "x", y_key: str = "y", mmap: bool = False) -> tuple[Any, Any]:
     """Loads features and labels from a ``.npz`` archive (as written by ``np.savez``).
 
-    The archive is read with ``allow_pickle=False``: loading data never runs code.
+    The archive is read with ``allow_pickle=False``: loading data never runs code. What its
+    zip directory and the arrays' ``.npy`` headers claim is checked against the file's length
+    before an array is read (a member cannot claim more than deflate can make of its bytes),
+    and the features and labels must claim the same number of samples.
 
     Args:
         path: The archive.
@@ -40,71 +41,99 @@ def load_npz(path: str, x_key: str = "x", y_key: str = "y", mmap: bool = False) 
         ``(x, y)`` as stored.
 
     Raises:
-        DataError: If the file is missing or unreadable, or a key is not in it.
+        DataError: If the file is missing, not a regular file, unreadable or lying about its
+            size, or a key is not in it.
     """
-    _check_file(path)
-    # np.load reads .npy files and (with pickles allowed) anything else too, so look at the
-    # file's first bytes to say what it is instead of passing on a misleading NumPy message.
-    with open(path, "rb") as f:
+    with open_data_file(path) as f:
+        # np.load reads .npy files and (with pickles allowed) anything else too, so look at the
+        # file's first bytes to say what it is instead of passing on a misleading NumPy message.
         magic = f.read(6)
-    if magic == b"\x93NUMPY":
+        if magic == b"\x93NUMPY":
+            raise DataError(
+                f"{path!r} is a .npy file holding one array, not an .npz archive of named arrays; "
+                "save the features and labels together with np.savez(path, x=x, y=y)",
+                key="path",
+            )
+        if not magic.startswith(b"PK"):
+            raise DataError(
+                f"{path!r} is not an .npz archive (a zip of named arrays, as np.savez writes)", key="path"
+            )
+        f.seek(0)
+        try:
+            with zipfile.ZipFile(f) as archive:
+                infos = _members(archive, path, file_size(f), (("x_key", x_key), ("y_key", y_key)))
+                arrays = []
+                for key_name, info in infos.items():
+                    if mmap and key_name == "x_key":
+                        arrays.append(_npz_member_on_disk(path, x_key, info))
+                        continue
+                    with archive.open(info) as member:
+                        arrays.append(np.lib.format.read_array(member, allow_pickle=False))
+                return arrays[0], arrays[1]
+        except DataError:
+            raise
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+            raise DataError(f"cannot read {path!r} as an .npz archive: {e}", key="path") from e
+
+
+def _members(
+    archive: zipfile.ZipFile, path: str, length: int, keys: tuple[tuple[str, str], ...]
+) -> dict[str, zipfile.ZipInfo]:
+    """The zip entries of the arrays ``keys`` names, each checked before a byte of it is read: its
+    sizes against the file's length, its ``.npy`` header against its size, no Python objects;
+    and the arrays claim one sample count."""
+    by_name = {info.filename.removesuffix(".npy"): info for info in archive.infolist()}
+    if sum(info.compress_size for info in by_name.values()) > length:
+        raise DataError(f"{path!r}: its zip directory declares more bytes than the file holds", key="path")
+    infos, shapes = {}, {}
+    for key_name, key in keys:
+        info = by_name.get(key)
+        if info is None:
+            raise DataError(
+                f"{path!r} has no array {key!r}; it holds: {', '.join(sorted(by_name)) or 'nothing'}",
+                key=key_name,
+            )
+        stored = info.compress_type == zipfile.ZIP_STORED
+        if info.file_size > (info.compress_size if stored else info.compress_size * _DEFLATE_MAX_RATIO):
+            raise DataError(
+                f"{path!r}: the array {key!r} declares {info.file_size} bytes, more than its "
+                f"{info.compress_size} bytes in the file can hold",
+                key="path",
+            )
+        with archive.open(info) as member:
+            try:
+                shapes[key] = npy_header(member, info.file_size, f"{path!r}: the array {key!r}")[0]
+            except FileRefused as e:
+                raise DataError(str(e), key=key_name) from None
+        infos[key_name] = info
+    x, y = (shapes[key] for _, key in keys)
+    if x and y and x[0] != y[0]:
         raise DataError(
-            f"{path!r} is a .npy file holding one array, not an .npz archive of named arrays; "
-            "save the features and labels together with np.savez(path, x=x, y=y)",
+            f"{path!r}: its headers declare {x[0]} samples of {keys[0][1]!r} but {y[0]} of {keys[1][1]!r}",
             key="path",
         )
-    if not magic.startswith(b"PK"):
-        raise DataError(
-            f"{path!r} is not an .npz archive (a zip of named arrays, as np.savez writes)", key="path"
-        )
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            names = sorted(archive.files)
-            arrays = []
-            for key_name, key in (("x_key", x_key), ("y_key", y_key)):
-                if key not in names:
-                    raise DataError(
-                        f"{path!r} has no array {key!r}; it holds: {', '.join(names) or 'nothing'}",
-                        key=key_name,
-                    )
-                try:
-                    if mmap and key_name == "x_key":
-                        arrays.append(_npz_member_on_disk(path, key))
-                        continue
-                    arrays.append(archive[key])
-                except ValueError as e:
-                    if "allow_pickle" not in str(e):
-                        raise
-                    raise DataError(
-                        f"{path!r}: the array {key!r} holds Python objects, which would need unpickling "
-                        "(never done: it can run code); store numbers",
-                        key=key_name,
-                    ) from e
-            return arrays[0], arrays[1]
-    except DataError:
-        raise
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise DataError(f"cannot read {path!r} as an .npz archive: {e}", key="path") from e
+    return infos
 
 
-def _npz_member_on_disk(path: str, name: str) -> Any:
+def _npz_member_on_disk(path: str, name: str, info: zipfile.ZipInfo) -> Any:
     """The archive's member ``name``, read on demand from where it lies in the zip file."""
     from tapefit.data.npy import on_disk_array
 
-    with zipfile.ZipFile(path) as archive:
-        info = archive.getinfo(f"{name}.npy")
     if info.compress_type != zipfile.ZIP_STORED:
         raise DataError(
             f"{path!r}: the array {name!r} is compressed (np.savez_compressed), so its rows cannot be read "
             "on demand; save it with np.savez, or set mmap: false",
             key="mmap",
         )
-    with open(path, "rb") as f:  # the member's data follows its local header (30 bytes, name, extra)
+    with open_data_file(path) as f:  # the member's data follows its local header (30 bytes, name, extra)
         f.seek(info.header_offset)
         local = f.read(30)
     name_length, extra_length = struct.unpack("<HH", local[26:30])
     try:
-        return on_disk_array(Path(path), info.header_offset + 30 + name_length + extra_length)
+        start = info.header_offset + 30 + name_length + extra_length
+        return on_disk_array(Path(path), start, info.file_size)
+    except DataError:
+        raise
     except ValueError as e:
         raise DataError(f"{path!r}: the array {name!r}: {e}", key="x_key") from None
 
@@ -148,7 +177,6 @@ def load_csv(
         DataError: If the file is missing, a field is not a number, rows differ in length, or
             ``label_column`` names no column.
     """
-    _check_file(path)
     if header not in (True, False, "auto"):
         raise DataError(f"header must be true, false or 'auto', got {header!r}", key="header")
     if label_dtype not in ("auto", "int", "float"):
@@ -156,7 +184,7 @@ def load_csv(
             f"label_dtype must be 'auto', 'int' or 'float', got {label_dtype!r}", key="label_dtype"
         )
     try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
+        with io.TextIOWrapper(open_data_file(path), newline="", encoding="utf-8-sig") as f:
             rows = ((i + 1, row) for i, row in enumerate(csv.reader(f, delimiter=delimiter)) if row)
             first = next(rows, None)
             if first is None:

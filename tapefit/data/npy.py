@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
+from tapefit.core.files import FileRefused, file_size, npy_header, open_untrusted
 from tapefit.data.arrays import DataError
 
 __all__ = ["NpyFile", "ShardedArray", "is_on_disk", "load_npy", "open_npy"]
@@ -102,48 +103,62 @@ class NpyFile(_OnDisk):
         return f"NpyFile({str(self.path)!r}, shape={self.shape}, dtype={self.dtype})"
 
 
-def _read_header(path: Path, start: int = 0) -> tuple[tuple[int, ...], np.dtype, bool, int]:
-    """Shape, dtype, Fortran order and data offset of the ``.npy`` that begins at ``start``."""
-    with open(path, "rb") as f:
-        f.seek(start)
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-        elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-        else:
-            raise ValueError(f".npy format version {version} is not read on demand; save it with np.save")
-        return shape, dtype, fortran, f.tell()
+def _checked_header(f: IO[bytes], path: Path, size: int) -> tuple[tuple[int, ...], np.dtype, bool, int]:
+    """``npy_header`` of the ``.npy`` at ``f``'s position, its problems as a ``DataError``."""
+    try:
+        return npy_header(f, size, f"data file {str(path)!r}")
+    except FileRefused as error:
+        raise DataError(str(error), key="path") from None
 
 
-def on_disk_array(path: Path, start: int = 0) -> NpyFile:
-    """The ``.npy`` beginning at byte ``start`` of ``path`` (an uncompressed ``.npz`` member too),
-    read on demand; ``ValueError`` when it cannot be."""
-    shape, dtype, fortran, offset = _read_header(path, start)
-    if dtype.hasobject:
-        raise ValueError("it holds Python objects, which are never loaded")
+def open_data_file(path: str | os.PathLike[str]) -> IO[bytes]:
+    """A data file opened for reading once ``open_regular`` found it a regular file; else a
+    ``DataError`` naming it (config key ``path``)."""
+    try:
+        return open_untrusted(path, "data file")
+    except FileRefused as error:
+        raise DataError(str(error), key="path") from None
+
+
+def _rows_on_disk(path: Path, shape: tuple[int, ...], fortran: bool, dtype: np.dtype, offset: int) -> NpyFile:
     if fortran and len(shape) > 1:
         raise ValueError("it is in Fortran order; rows are read on demand only from C order")
-    return NpyFile(path, tuple(shape), dtype, offset)
+    return NpyFile(path, shape, dtype, offset)
+
+
+def on_disk_array(path: Path, start: int = 0, size: int | None = None) -> NpyFile:
+    """The ``.npy`` beginning at byte ``start`` of ``path`` (an uncompressed ``.npz`` member too,
+    ``size`` bytes long; by default the rest of the file), read on demand.
+
+    Raises:
+        DataError: the file is not a regular file, or its header does not account for its size.
+        ValueError: the array cannot be read on demand.
+    """
+    with open_data_file(path) as f:
+        f.seek(start)
+        shape, dtype, fortran, header = _checked_header(
+            f, path, file_size(f) - start if size is None else size
+        )
+    return _rows_on_disk(path, shape, fortran, dtype, start + header)
 
 
 def _open_one(path: Path, on_disk: bool) -> Any:
-    try:
-        with open(path, "rb") as f:
-            head = f.read(len(_MAGIC))
-    except OSError as error:
-        raise DataError(f"cannot read {str(path)!r}: {error.strerror}", key="path") from None
-    if head != _MAGIC:
-        raise DataError(
-            f"{str(path)!r} is not a .npy file (it does not start with NumPy's header)", key="path"
-        )
-    try:
-        if not on_disk:
-            array = np.load(path, allow_pickle=False)
-        else:
-            array = on_disk_array(path)
-    except ValueError as error:
-        raise DataError(f"cannot read {str(path)!r}: {error}", key="path") from None
+    with open_data_file(path) as f:
+        if f.read(len(_MAGIC)) != _MAGIC:
+            raise DataError(
+                f"{str(path)!r} is not a .npy file (it does not start with NumPy's header)", key="path"
+            )
+        f.seek(0)
+        shape, dtype, fortran, header = _checked_header(f, path, file_size(f))  # before any data
+        array: Any
+        try:
+            if on_disk:
+                array = _rows_on_disk(path, shape, fortran, dtype, header)
+            else:
+                f.seek(0)
+                array = np.lib.format.read_array(f, allow_pickle=False)
+        except ValueError as error:
+            raise DataError(f"cannot read {str(path)!r}: {error}", key="path") from None
     if array.ndim == 0:
         raise DataError(f"{str(path)!r} holds a scalar; data needs a sample (first) axis", key="path")
     return array
@@ -240,7 +255,7 @@ def load_npy(path: str | os.PathLike[str], mmap: bool = True) -> tuple[Any, Any]
     parts = []
     for name in ("x", "y"):
         file, shards = folder / f"{name}.npy", folder / name
-        if file.is_file():
+        if file.exists() or file.is_symlink():  # whatever it is, open_npy says what is wrong with it
             parts.append(open_npy(file, mmap))
         elif shards.is_dir():
             parts.append(open_npy(shards, mmap))

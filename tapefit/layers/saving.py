@@ -7,18 +7,20 @@ pickle). The keys are the ``state_dict`` paths (``sequential/dense/kernel``).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tapefit.core.files import atomic_write
+from tapefit.core.files import FileRefused, atomic_write, file_size, open_untrusted
 
 if TYPE_CHECKING:
     from tapefit.layers.module import Module
 
 SUFFIX = ".safetensors"
+_MAX_HEADER_BYTES = 100_000_000  # safetensors' own limit
 
 
 def _safetensors_numpy() -> Any:
@@ -50,21 +52,57 @@ def save_weights(module: Module, path: str | os.PathLike[str]) -> Path:
 def read_weights(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """The arrays of a ``.safetensors`` file, by key.
 
+    What the file's header claims (its own length, and where the last array ends) is checked
+    against the file's length before the arrays are read.
+
     Raises:
         FileNotFoundError: there is no such file.
-        ValueError: the file is not a safetensors file (the message names it).
+        ValueError: the file is not a regular file, not a safetensors file, or its header claims
+            more or fewer bytes than the file holds (the message names it).
     """
     path = Path(path)
     st = _safetensors_numpy()
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"load_weights: no such file: '{path}'")
-    data = path.read_bytes()
+    try:
+        f = open_untrusted(path, "weights file")
+    except FileRefused as error:
+        raise ValueError(f"load_weights: {error}") from None
+    with f:
+        length = file_size(f)
+        prefix = f.read(8)
+        header_bytes = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1
+        if not 0 < header_bytes <= min(length - 8, _MAX_HEADER_BYTES):
+            raise ValueError(
+                f"load_weights: '{path}' is not a readable safetensors file (its first 8 bytes claim a "
+                f"header of {header_bytes} bytes; the file has {length})"
+            )
+        header = f.read(header_bytes)
+        data_bytes = _data_bytes(header)
+        declared = 8 + header_bytes + (data_bytes or 0)
+        if data_bytes is not None and declared != length:
+            raise ValueError(
+                f"load_weights: '{path}' is not a readable safetensors file (its header declares "
+                f"{declared} bytes, the file has {length})"
+            )
+        data = prefix + header + f.read()
     try:
         # From bytes rather than safetensors' memory map: the arrays then hold no open mapping
         # of the file, which could keep it from being replaced later (Windows).
         return dict(st.load(data))
     except Exception as error:  # safetensors raises its own SafetensorError, an Exception
         raise ValueError(f"load_weights: '{path}' is not a readable safetensors file ({error})") from None
+
+
+def _data_bytes(header: bytes) -> int | None:
+    """Where the last array of a safetensors header ends (its ``data_offsets``); ``None`` for a
+    header that is not one (``safetensors`` then says what is wrong with it)."""
+    try:
+        entries = json.loads(header)
+        ends = [entry["data_offsets"][1] for key, entry in entries.items() if key != "__metadata__"]
+        return max((int(end) for end in ends), default=0)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
+        return None
 
 
 def load_weights(module: Module, path: str | os.PathLike[str]) -> None:

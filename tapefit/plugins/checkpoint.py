@@ -27,6 +27,7 @@ from tapefit.checkpointing import (
     save_checkpoint,
     write_pointer,
 )
+from tapefit.checkpointing.validate import expect_mapping, expect_number
 from tapefit.plugins.hookspecs import hookimpl
 from tapefit.plugins.monitor import Monitor, infer_mode
 
@@ -175,8 +176,20 @@ class Checkpoint:
         """The files saved so far and the best monitored value."""
         return {"saved": list(self.saved), "best_value": self.best_value, "best_name": self.best_name}
 
+    def check_state_dict(self, state: Any, model: Any = None) -> None:
+        """Checks a saved state's types before a resume restores anything (``hookspecs``,
+        "Checkpoints"); which names are this plugin's own ``load_state_dict`` decides."""
+        state = expect_mapping(state, ())
+        saved = state.get("saved", [])
+        if not isinstance(saved, list) or not all(isinstance(name, str) for name in saved):
+            raise ValueError(f"saved: expected a list of file names, got {saved!r:.60}")
+        expect_number(state.get("best_value"), "best_value", optional=True)
+        best_name = state.get("best_name")
+        if best_name is not None and not isinstance(best_name, str):
+            raise ValueError(f"best_name: expected null or a file name, got {best_name!r:.60}")
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores what ``state_dict`` returned.
+        """Restores what ``state_dict`` returned (``check_state_dict`` checked its types).
 
         A checkpoint is untrusted input and ``keep_last`` deletes the files this list names:
         a name that is not a plain file name of this plugin's own pattern (``/home/x``,

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.checkpointing.validate import expect_count, expect_mapping, expect_number, expect_weights
 from tapefit.plugins.hookspecs import hookimpl
 from tapefit.plugins.monitor import Monitor
 
@@ -113,8 +114,19 @@ class EarlyStopping:
             "stopped_epoch": self.stopped_epoch,
         }
 
+    def check_state_dict(self, state: Any, model: Any = None) -> None:
+        """Checks a saved state before a resume restores anything (``hookspecs``, "Checkpoints"):
+        the counters are counts, ``best`` a number, and the best weights ``model``'s, finite."""
+        state = expect_mapping(state, ("wait", "best", "best_epoch", "best_weights", "stopped_epoch"))
+        expect_count(state["wait"], "wait")
+        expect_number(state["best"], "best", optional=True)
+        expect_count(state["best_epoch"], "best_epoch", optional=True)
+        expect_count(state["stopped_epoch"], "stopped_epoch", optional=True)
+        if state["best_weights"] is not None:
+            expect_weights(state["best_weights"], "best_weights", model)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores what ``state_dict`` returned."""
+        """Restores what ``state_dict`` returned (``check_state_dict`` checked it)."""
         self.wait = int(state["wait"])
         self.best = state["best"]
         self.best_epoch = state["best_epoch"]

@@ -260,6 +260,14 @@ def on_save_point(trainer: Any, after: str, logs: dict[str, float], last: bool) 
 #  * it implements the two hooks below and edits ``checkpoint["plugins"]`` itself, under its
 #    registered name: ``checkpoint["plugins"][trainer.plugins.get_name(self)] = {...}``
 #    (a resume warns about entries that name no registered plugin).
+# A checkpoint is untrusted input, plugin states included. A plugin that reads its state (in
+# ``load_state_dict`` or ``on_load_checkpoint``) also defines ``check_state_dict(state, model)``:
+# on every resume (``fit(resume_from=...)`` and ``train --resume``), before anything is restored
+# or trained, it gets its saved state and the model (built) and raises ``ValueError`` whose
+# message names the field and the problem (``"best_weights.dense/kernel: holds NaN or infinite
+# values"``); the resume is refused with one line naming the file and the plugin. It changes
+# nothing. ``tapefit.checkpointing.validate`` has the checks the built-in plugins use (``expect_mapping``,
+# ``expect_count``, ``expect_number``, ``expect_weights``). A plugin without it trusts its state.
 # States are nested dicts/lists of JSON values (str, int, float, bool, None) and
 # NumPy arrays; no pickle is ever written or read. The trainer takes the states before every
 # step and every epoch's end (an exception there saves the state from before it), copying

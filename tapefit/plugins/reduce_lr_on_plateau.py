@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from tapefit.checkpointing.validate import expect_count, expect_mapping, expect_number
 from tapefit.plugins.hookspecs import hookimpl
 from tapefit.plugins.monitor import Monitor
 
@@ -103,8 +104,15 @@ class ReduceLROnPlateau:
         """The counters and the best value."""
         return {"wait": self.wait, "cooldown_counter": self.cooldown_counter, "best": self.best}
 
+    def check_state_dict(self, state: Any, model: Any = None) -> None:
+        """Checks a saved state before a resume restores anything (``hookspecs``, "Checkpoints")."""
+        state = expect_mapping(state, ("wait", "cooldown_counter", "best"))
+        expect_count(state["wait"], "wait")
+        expect_count(state["cooldown_counter"], "cooldown_counter")
+        expect_number(state["best"], "best", optional=True)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores what ``state_dict`` returned."""
+        """Restores what ``state_dict`` returned (``check_state_dict`` checked it)."""
         self.wait = int(state["wait"])
         self.cooldown_counter = int(state["cooldown_counter"])
         self.best = state["best"]

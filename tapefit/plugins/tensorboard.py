@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.checkpointing.validate import expect_mapping, expect_number
 from tapefit.core.files import naming
 from tapefit.plugins.hookspecs import hookimpl
 
@@ -456,8 +457,14 @@ class TensorBoard:
         """What a resumed fit needs: the run's start time and its configured learning rate."""
         return {"start_time": self._start_time, "learning_rate": self._configured_learning_rate}
 
+    def check_state_dict(self, state: Any, model: Any = None) -> None:
+        """Checks a saved state before a resume restores anything (``hookspecs``, "Checkpoints")."""
+        state = expect_mapping(state, ())
+        expect_number(state.get("start_time"), "start_time", optional=True, finite=True)
+        expect_number(state.get("learning_rate"), "learning_rate", optional=True, finite=True)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores ``state_dict``."""
+        """Restores ``state_dict`` (``check_state_dict`` checked it)."""
         start, rate = state.get("start_time"), state.get("learning_rate")
         self._start_time = None if start is None else float(start)
         self._configured_learning_rate = None if rate is None else float(rate)

@@ -1258,7 +1258,13 @@ class Trainer:
         if not all(getattr(module, "built", True) for module in modules):
             self._call(_to_tensors(_first_batch(loader)[0]), training=False)
         num_samples = loader.num_samples if isinstance(loader, BatchLoader) else None
-        check_checkpoint(checkpoint, model=self.model, num_samples=num_samples, source=source)
+        check_checkpoint(
+            checkpoint,
+            model=self.model,
+            num_samples=num_samples,
+            plugins=self.plugins.list_name_plugin(),
+            source=source,
+        )
         self.model.load_state_dict(checkpoint["model"])
         self.optimizer.set_state(checkpoint["optimizer"])
         state = TrainState.from_dict(checkpoint)

@@ -180,7 +180,7 @@ def test_open_regular_refuses_links_fifos_and_folders(tmp_path):
     for mode in ("r", "w", "a"):
         with pytest.raises(OSError, match=r"link\.csv is a symbolic link"):
             open_regular(tmp_path / "link.csv", mode)
-        with pytest.raises(OSError, match=r"fifo\.csv is a FIFO, not a regular file"):
+        with pytest.raises(OSError, match=r"fifo\.csv is a named pipe \(FIFO\), not a regular file"):
             open_regular(tmp_path / "fifo.csv", mode)
     assert (tmp_path / "real.csv").read_text() == "epoch\n"
     with open_regular(tmp_path / "real.csv", "a") as f:

@@ -179,3 +179,107 @@ def test_a_refused_save_is_warned_about_once(tmp_path, caplog):
         trainer.fit(x, y, epochs=2, batch_size=8, verbose=0)
     refusals = [r.getMessage() for r in caplog.records if "not saving" in r.getMessage()]
     assert len(refusals) == len(set(refusals)) == 2  # one per epoch end; the fit's end adds none
+
+
+def stateful_plugins(folder: Path) -> list:
+    return [
+        Checkpoint(dirpath=str(folder)),
+        tp.plugins.EarlyStopping(monitor="loss", patience=9, restore_best_weights=True),
+        tp.plugins.ReduceLROnPlateau(monitor="loss", patience=9),
+    ]
+
+
+def set_all(weights: dict, value: float) -> None:
+    for array in weights.values():
+        array.fill(value)
+
+
+PLUGIN_EDITS = {
+    # early stopping's best weights: NaN would be restored at the fit's end and exported
+    "early_stopping: best_weights.sequential/dense/bias: holds NaN": lambda p: set_all(
+        p["early_stopping"]["best_weights"], np.nan
+    ),
+    "early_stopping: best_weights.sequential/dense/kernel: the model's variable has shape": lambda p: p[
+        "early_stopping"
+    ]["best_weights"].update({"sequential/dense/kernel": np.zeros((2, 2), np.float32)}),
+    "early_stopping: best_weights: the checkpoint holds another model": lambda p: p["early_stopping"][
+        "best_weights"
+    ].pop("sequential/dense/kernel"),
+    "early_stopping: wait: expected a non-negative integer, got 'x'": lambda p: p["early_stopping"].update(
+        wait="x"
+    ),
+    "early_stopping: best: expected null or a number, got 'abc'": lambda p: p["early_stopping"].update(
+        best="abc"
+    ),
+    "early_stopping: stopped_epoch: expected null or a non-negative integer": lambda p: p[
+        "early_stopping"
+    ].update(stopped_epoch=-1),
+    "early_stopping: best_epoch: missing": lambda p: p["early_stopping"].pop("best_epoch"),
+    "reduce_lr_on_plateau: expected a mapping, got [1, 2]": lambda p: p.update(reduce_lr_on_plateau=[1, 2]),
+    "reduce_lr_on_plateau: cooldown_counter: expected a non-negative integer": lambda p: p[
+        "reduce_lr_on_plateau"
+    ].update(cooldown_counter=1.5),
+    "reduce_lr_on_plateau: best: expected null or a number, got nan": lambda p: p[
+        "reduce_lr_on_plateau"
+    ].update(best=float("nan")),
+    "checkpoint: best_value: expected null or a number, got 'x'": lambda p: p["checkpoint"].update(
+        best_value="x"
+    ),
+    "checkpoint: saved: expected a list of file names": lambda p: p["checkpoint"].update(saved="all"),
+}
+
+
+@pytest.mark.parametrize("problem", sorted(PLUGIN_EDITS))
+def test_each_bad_plugin_state_is_refused_by_its_plugin_before_training(tmp_path, problem):
+    folder = tmp_path / "ck"
+    x, y = make_data()
+    make_trainer(stateful_plugins(folder)).fit(x, y, epochs=2, batch_size=8)
+    edited = corrupt(
+        tmp_path, folder / "epoch0001-step00000006.npz", lambda c: PLUGIN_EDITS[problem](c["plugins"])
+    )
+    trainer = make_trainer(stateful_plugins(folder))
+    trainer.fit(x, y, epochs=1, batch_size=8)  # builds the model
+    before = trainer.model.state_dict()
+    with pytest.raises(CheckpointError) as caught:
+        trainer.fit(x, y, epochs=4, batch_size=8, resume_from=edited)
+    message = str(caught.value)
+    assert message.startswith(f"{edited}: plugins.{problem}"), message
+    assert "\n" not in message
+    after = trainer.model.state_dict()
+    assert all(np.array_equal(before[k], after[k]) for k in before)  # nothing restored, nothing trained
+
+
+def test_good_plugin_states_pass_their_checks_and_resume(tmp_path):
+    folder = tmp_path / "ck"
+    x, y = make_data()
+    make_trainer(stateful_plugins(folder)).fit(x, y, epochs=2, batch_size=8)
+    history = make_trainer(stateful_plugins(folder)).fit(x, y, epochs=3, batch_size=8, resume_from=folder)
+    assert history.epoch == [0, 1, 2]
+
+
+def test_a_plugin_that_keeps_its_state_by_hooks_checks_it_the_same_way(tmp_path):
+    class Counter:
+        """Keeps ``seen`` through the checkpoint hooks, not state_dict."""
+
+        plugin_name = "counter"
+
+        @tp.hookimpl
+        def on_save_checkpoint(self, trainer, checkpoint):
+            checkpoint["plugins"][trainer.plugins.get_name(self)] = {"seen": 3}
+
+        def check_state_dict(self, state, model):
+            if not isinstance(state.get("seen"), int):
+                raise ValueError(f"seen: expected an integer, got {state.get('seen')!r}")
+
+    folder = tmp_path / "ck"
+    x, y = make_data()
+    make_trainer([Checkpoint(dirpath=str(folder)), Counter()]).fit(x, y, epochs=2, batch_size=8)
+    edited = corrupt(
+        tmp_path, folder / "epoch0001-step00000006.npz", lambda c: c["plugins"]["counter"].update(seen="3")
+    )
+    with pytest.raises(
+        CheckpointError, match=r"edited\.npz: plugins\.counter: seen: expected an integer, got '3'$"
+    ):
+        make_trainer([Checkpoint(dirpath=str(folder)), Counter()]).fit(
+            x, y, epochs=3, batch_size=8, resume_from=edited
+        )

@@ -1,0 +1,157 @@
+"""``tapefit.untrusted``: the one check of what a file is before any reader reads it, and the
+header claims each reader checks against the file's length."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+import tracemalloc
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tapefit as tp
+from tapefit.core.files import FileRefused, npy_header, open_untrusted
+from tapefit.data import DataError, load_npz
+from tapefit.layers.saving import read_weights
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Every reader of a file, by the suffix of the file it reads: each must refuse what is not a regular file.
+READERS = {
+    ".yaml": "from tapefit.cli.config import load_config_file as read",
+    ".npz": "from tapefit.data import load_npz as read",
+    ".csv": "from tapefit.data import load_csv as read",
+    ".npy": "from tapefit.data import open_npy as read",
+    ".safetensors": "from tapefit.layers.saving import read_weights as read",
+    ".ckpt.npz": "from tapefit.checkpointing import load_checkpoint as read",
+}
+
+
+def errors_of_every_reader(folder: Path, make) -> dict[str, str]:
+    """Each reader's error on a file made by ``make(path)``, read in a subprocess with a deadline:
+    a reader that waits on a pipe or reads a device for ever fails the test instead of hanging it."""
+    errors = {}
+    for suffix, statement in READERS.items():
+        path = folder / f"f{suffix}"
+        make(path)
+        code = f"{statement}\ntry:\n    read({str(path)!r})\nexcept Exception as e:\n    print(e)\n"
+        result = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, cwd=REPO
+        )
+        errors[suffix] = result.stdout.strip()
+        path.unlink()
+    return errors
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_every_reader_refuses_a_fifo_with_the_one_check(tmp_path):
+    errors = errors_of_every_reader(tmp_path, os.mkfifo)
+    assert all("is a named pipe (FIFO), not a regular file" in error for error in errors.values()), errors
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero here")
+def test_every_reader_refuses_dev_zero_with_the_one_check(tmp_path):
+    errors = errors_of_every_reader(tmp_path, lambda path: path.symlink_to("/dev/zero"))
+    assert all("is a character device, not a regular file" in error for error in errors.values()), errors
+
+
+def test_open_regular_names_the_file_and_what_is_wrong(tmp_path):
+    with pytest.raises(FileRefused, match=r"^data file '.*nope' does not exist$"):
+        open_untrusted(tmp_path / "nope", "data file")
+    with pytest.raises(FileRefused, match=r"^config file '.*' is a folder, not a regular file$"):
+        open_untrusted(tmp_path, "config file")
+    big = tmp_path / "big.yaml"
+    big.write_bytes(bytes(101))
+    with pytest.raises(
+        FileRefused, match=r"^config file '.*big.yaml' is 101 bytes, more than the 100 a config"
+    ):
+        open_untrusted(big, "config file", max_bytes=100)
+    with open_untrusted(big, "config file", max_bytes=101) as f:
+        assert f.read() == bytes(101)
+
+
+def test_an_npy_header_must_account_for_the_bytes_exactly():
+    good = io.BytesIO()
+    np.save(good, np.arange(6, dtype=np.int32).reshape(2, 3))
+    size = len(good.getvalue())
+    good.seek(0)
+    assert npy_header(good, size, "x")[:2] == ((2, 3), np.dtype(np.int32))
+    for wrong in (size - 1, size + 1):
+        good.seek(0)
+        with pytest.raises(
+            FileRefused, match=rf"^x declares {size} bytes of int32 \(2, 3\), but holds {wrong}$"
+        ):
+            npy_header(good, wrong, "x")
+
+
+def header(dtype: str, shape: tuple[int, ...]) -> bytes:
+    out = io.BytesIO()
+    np.lib.format.write_array_header_1_0(out, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return out.getvalue()
+
+
+def test_an_npz_zip_bomb_whose_headers_disagree_is_refused_without_inflating_it(tmp_path):
+    path = tmp_path / "bomb.npz"
+    rows = 2**28 // 4
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        with zf.open("x.npy", "w", force_zip64=True) as member:
+            member.write(header("<f4", (rows,)))
+            for _ in range(2**28 // 2**24):
+                member.write(bytes(2**24))
+        zf.writestr("y.npy", header("<i8", (10,)) + bytes(80))
+    assert path.stat().st_size < 2**21  # 256 MB of zeros in about 260 kB
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError, match=rf"its headers declare {rows} samples of 'x' but 10 of 'y'"):
+            load_npz(str(path))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**22  # nothing near the member's claimed size was allocated
+
+
+def test_an_npz_member_claiming_more_than_its_stored_bytes_is_refused(tmp_path):
+    path = tmp_path / "d.npz"
+    np.savez(path, x=np.zeros((4, 3)), y=np.zeros(4))
+    raw = bytearray(path.read_bytes())
+    entry = raw.index(b"PK\x01\x02")  # x.npy's entry in the zip's central directory
+    raw[entry + 24 : entry + 28] = struct.pack("<I", 2**31)  # its uncompressed size
+    path.write_bytes(bytes(raw))
+    with pytest.raises(DataError, match=r"the array 'x' declares 2147483648 bytes, more than its 224 bytes"):
+        load_npz(str(path))
+
+
+def safetensors_file(path: Path, entries: dict, data: bytes) -> Path:
+    text = json.dumps(entries).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+    return path
+
+
+def test_a_safetensors_header_length_claiming_more_than_the_file_is_refused(tmp_path):
+    path = tmp_path / "w.safetensors"
+    path.write_bytes(struct.pack("<Q", 10**12) + b"{}")
+    with pytest.raises(
+        ValueError, match=r"its first 8 bytes claim a header of 1000000000000 bytes; the file has 10"
+    ):
+        read_weights(path)
+
+
+def test_safetensors_offsets_claiming_more_than_the_file_are_refused_before_reading(tmp_path):
+    entries = {"w": {"dtype": "F32", "shape": [10**9], "data_offsets": [0, 4 * 10**9]}}
+    path = safetensors_file(tmp_path / "w.safetensors", entries, bytes(16))
+    with pytest.raises(ValueError, match=r"its header declares 4000000\d+ bytes, the file has \d+\)$"):
+        read_weights(path)
+
+
+def test_a_weights_file_written_by_save_weights_still_loads(tmp_path):
+    model = tp.layers.Dense(3)
+    model(tp.constant(np.zeros((1, 2), np.float32)))
+    model.save_weights(tmp_path / "w.safetensors")
+    assert set(read_weights(tmp_path / "w.safetensors")) == set(model.state_dict())
