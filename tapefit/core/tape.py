@@ -93,10 +93,6 @@ class GradientTape:
         self._watched.add(v._id)
         self._variables.setdefault(v._id, v)
 
-    def _push(self, op: Op) -> None:
-        self._entries.append(op)
-        self._watched.update(op.output_ids)
-
     def watch(self, tensor: Any) -> None:
         """Watches a Tensor or Variable, or every one in a nested list/tuple/dict."""
         for i, t in enumerate(nest.flatten(tensor)):
