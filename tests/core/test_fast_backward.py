@@ -48,6 +48,15 @@ def _lstm(z: Any, c: Any) -> Any:
     return h * 1.5 + c2 * c2
 
 
+def _gru(xw: Any, hw: Any, h: Any) -> Any:
+    out, gates = tp.core.ops.recurrent.gru_cell(xw, hw, h)
+    return tp.reduce_sum(out * out) + tp.reduce_sum(gates * 0.5)
+
+
+def _rnn(xw: Any, h: Any, kernel: Any) -> Any:
+    return tp.square(tp.core.ops.recurrent.rnn_cell(xw, h, kernel))
+
+
 def _select(x: Any, y: Any) -> Any:
     return tp.where(x > 0, x, y * 2.0)
 
@@ -131,6 +140,8 @@ CASES: list[tuple[str, Callable[..., Any], list[np.ndarray]]] = [
         [_x(2, 4, 4, 2), _x(3, 3, 2, 3)],
     ),
     ("lstm", _lstm, [_x(2, 12), _x(2, 3)]),
+    ("gru", _gru, [_x(2, 9), _x(2, 9), _x(2, 3)]),
+    ("rnn", _rnn, [_x(2, 3), _x(2, 3), _x(3, 3)]),
     # second-order forwards: the backward ops of the first-order gradients are recorded
     (
         "grad_activations",
@@ -157,6 +168,8 @@ CASES: list[tuple[str, Callable[..., Any], list[np.ndarray]]] = [
         [_x(1, 4, 4, 1), _x(2, 2, 1, 2)],
     ),
     ("grad_lstm", _grad_of(_lstm), [_x(2, 8), _x(2, 2)]),
+    ("grad_gru", _grad_of(_gru), [_x(2, 6), _x(2, 6), _x(2, 2)]),
+    ("grad_rnn", _grad_of(_rnn), [_x(2, 2), _x(2, 2), _x(2, 2)]),
     ("grad_prod", _grad_of(lambda x: tp.reduce_prod(x, axis=0) ** 2.0), [_x(3, 2)]),
 ]
 
