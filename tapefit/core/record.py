@@ -203,9 +203,35 @@ def record_op(
     grad_fn: Callable[..., Any] | None = None,
 ) -> None:
     """Records one executed op on every active tape that watches one of its inputs."""
+    tapes = _state.tapes
+    if len(tapes) == 1 and len(outputs) == 1:  # the common case, with fewer steps
+        tape = tapes[0]
+        if tape._paused:
+            return
+        watched = tape._watched
+        if len(inputs) == 1:
+            x = inputs[0]
+            if not (getattr(x, "_tid", 0) in watched or (x._is_variable and tape._watches(x))):
+                return
+            needs: Any = (x._value.dtype.kind == "f",)
+        else:
+            needs = None
+            for i, t in enumerate(inputs):  # as in the loop below
+                if getattr(t, "_tid", 0) in watched or (t._is_variable and tape._watches(t)):
+                    if needs is None:
+                        needs = [False] * len(inputs)
+                    needs[i] = t._value.dtype.kind == "f"
+            if needs is None:
+                return
+            needs = tuple(needs)
+        out = outputs[0]
+        out._tid = tid = _next_id()
+        tape._entries.append(Op(name, inputs, outputs, attrs, save_inputs, save_outputs, needs, grad_fn))
+        watched.add(tid)
+        return
     hit: list[GradientTape] = []
     needs = None
-    for tape in _state.tapes:
+    for tape in tapes:
         if tape._paused:
             continue
         watched = tape._watched
