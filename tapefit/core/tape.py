@@ -351,8 +351,14 @@ class GradientTape:
         The fast walk skips the pass up from the targets: it runs an op only when one of its
         outputs has a gradient, which already confines it to the ops that lead to a target.
         """
-        if self._unrecorded():
-            return downstream(self._entries, {s._id for s in sources if _float(s)})[:2] + (stops,)
+        if self._unrecorded():  # graph.downstream without the cut ops' list
+            reach = {s._id for s in sources if _float(s)}
+            path = []
+            for op in self._entries:
+                if not reach.isdisjoint(op.input_ids):
+                    path.append(op)
+                    reach.update(op.output_ids)
+            return path, reach, stops
         back = upstream(self._entries, {t._id for t in targets if _float(t)}, stops, through_cuts=False)[0]
         path, reach, _ = downstream(back, {s._id for s in sources if _float(s)})
         return path, reach, stops

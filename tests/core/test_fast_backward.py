@@ -145,7 +145,15 @@ CASES: list[tuple[str, Callable[..., Any], list[np.ndarray]]] = [
     # second-order forwards: the backward ops of the first-order gradients are recorded
     (
         "grad_activations",
-        _grad_of(lambda x: tp.nn.relu(x) * x + tp.nn.leaky_relu(x) * x + tp.nn.elu(x) * x),
+        _grad_of(
+            lambda x: (
+                tp.nn.relu(x) * x
+                + tp.nn.leaky_relu(x) * x
+                + tp.nn.elu(x) * x
+                + tp.tanh(x) * x
+                + tp.sigmoid(x) * x
+            )
+        ),
         [_x(6)],
     ),
     ("grad_softmax", _grad_of(lambda x: tp.nn.softmax(x) * x), [_x(3, 4)]),
