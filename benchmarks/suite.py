@@ -431,6 +431,69 @@ def cnn_rows(pairs: int) -> list[Row]:
     return [row_from("CNN step (digits 8x8, batch 32)", times, [("function", "eager")])]
 
 
+GRU_SHAPE = (100, 40, 8)  # batch, steps, features
+GRU_UNITS = 6
+
+
+def gru_rows(pairs: int) -> list[Row]:
+    """A bidirectional GRU (6 units) over 40 steps, batch 100, and a Dense(1) on both final
+    states: one SGD training step on mean squared error, tapefit eager and ``tp.function``
+    against PyTorch's ``nn.GRU(bidirectional=True)``, alternating in one process."""
+    rng = np.random.default_rng(5)
+    x_np = rng.standard_normal(GRU_SHAPE, dtype=np.float32)
+    y_np = rng.standard_normal((GRU_SHAPE[0], 1), dtype=np.float32)
+    x, y = tp.constant(x_np), tp.constant(y_np)
+
+    def make(compiled: bool) -> Callable[[], object]:
+        tp.random.set_seed(0)
+        model = tp.layers.Sequential([tp.layers.Bidirectional(tp.layers.GRU(GRU_UNITS)), tp.layers.Dense(1)])
+        model(x)
+        loss_fn = tp.losses.MeanSquaredError()
+        optimizer = tp.optimizers.SGD(learning_rate=0.01)
+
+        def step(xb: Any, yb: Any) -> Any:
+            with tp.GradientTape() as tape:
+                loss = loss_fn(yb, model(xb))
+            variables = model.trainable_variables
+            optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+            return loss
+
+        fn = tp.function(step) if compiled else step
+        return lambda: fn(x, y)
+
+    fns: dict[str, Callable[[], object]] = {"eager": make(False), "function": make(True)}
+    if installed("torch"):
+        import torch
+
+        torch.manual_seed(0)
+        gru = torch.nn.GRU(GRU_SHAPE[2], GRU_UNITS, batch_first=True, bidirectional=True)
+        head = torch.nn.Linear(2 * GRU_UNITS, 1)
+        optimizer = torch.optim.SGD([*gru.parameters(), *head.parameters()], lr=0.01)
+        xt, yt = torch.from_numpy(x_np), torch.from_numpy(y_np)
+
+        def torch_step() -> Any:
+            optimizer.zero_grad(set_to_none=True)
+            _, h_n = gru(xt)  # (2, batch, units): the forward and the backward final states
+            loss = torch.nn.functional.mse_loss(head(torch.cat([h_n[0], h_n[1]], dim=-1)), yt)
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        fns["torch"] = torch_step
+    times = paired(fns, pairs)
+    name = f"bidirectional GRU step ({GRU_UNITS} units, {GRU_SHAPE[1]} steps, batch {GRU_SHAPE[0]})"
+    if "torch" not in times:
+        return [row_from(name, times, [("function", "eager")], note="torch not installed")]
+    row = row_from(
+        name,
+        times,
+        [("eager", "torch"), ("function", "torch"), ("function", "eager")],
+        target="eager/torch <= 1.5",
+    )
+    row.met = row.ratios["eager/torch"] <= 1.5
+    return [row]
+
+
 def adam_rows(pairs: int) -> list[Row]:
     params = init_params()
     rng = np.random.default_rng(1)
@@ -592,6 +655,7 @@ def run(quick: bool = False, rounds: int = 40) -> list[Row]:
     for batch in (32,) if quick else (32, 128, 1024):
         rows += mlp_rows(batch, pairs if batch < 1024 else max(2, pairs // 3))
     rows += cnn_rows(pairs)
+    rows += gru_rows(max(2, pairs // 4))
     rows += adam_rows(pairs)
     rows += fit_rows(2 if quick else 5, 512 if quick else 4096)
     if not quick:

@@ -116,20 +116,51 @@ class Op:
         grad_fn: Callable[..., Any] | None = None,
     ) -> None:
         self.type = type
-        self.input_ids, self.input_shapes, self.input_dtypes = _specs(inputs)
-        self.output_ids, self.output_shapes, self.output_dtypes = _specs(outputs)
-        if save_inputs is True:
-            self.inputs = tuple([_snapshot(t) if t._is_variable else t for t in inputs])
-        elif save_inputs:
-            self.inputs = tuple(
-                [
-                    (_snapshot(t) if t._is_variable else t) if i in save_inputs else None
-                    for i, t in enumerate(inputs)
-                ]
-            )
+        # Ids, shapes and dtypes inline for the common arities: this runs for every recorded op.
+        # Outputs got their ids from record_op; an input may not have one yet (``_id`` gives it).
+        if len(inputs) == 1:
+            x = inputs[0]
+            value = x._value
+            self.input_ids, self.input_shapes, self.input_dtypes = (x._id,), (value.shape,), (value.dtype,)
+            if save_inputs is True or (save_inputs and 0 in save_inputs):
+                self.inputs = (_snapshot(x),) if x._is_variable else inputs
+            else:
+                self.inputs = (None,)
         else:
-            self.inputs = (None,) * len(inputs)
-        self.outputs = outputs if save_outputs else (None,) * len(outputs)
+            if len(inputs) == 2:
+                x, y = inputs
+                value, other = x._value, y._value
+                self.input_ids = (x._id, y._id)
+                self.input_shapes, self.input_dtypes = (value.shape, other.shape), (value.dtype, other.dtype)
+            else:
+                self.input_ids, self.input_shapes, self.input_dtypes = _specs(inputs)
+            if save_inputs is True:
+                self.inputs = inputs
+                for t in inputs:
+                    if t._is_variable:
+                        self.inputs = tuple([_snapshot(t) if t._is_variable else t for t in inputs])
+                        break
+            elif save_inputs:
+                self.inputs = tuple(
+                    [
+                        (_snapshot(t) if t._is_variable else t) if i in save_inputs else None
+                        for i, t in enumerate(inputs)
+                    ]
+                )
+            else:
+                self.inputs = (None,) * len(inputs)
+        if len(outputs) == 1:
+            y = outputs[0]
+            value = y._value
+            self.output_ids, self.output_shapes, self.output_dtypes = (
+                (y._tid,),
+                (value.shape,),
+                (value.dtype,),
+            )
+            self.outputs = outputs if save_outputs else (None,)
+        else:
+            self.output_ids, self.output_shapes, self.output_dtypes = _specs(outputs)
+            self.outputs = outputs if save_outputs else (None,) * len(outputs)
         self.attrs = attrs
         self.needs_grad = needs_grad
         self.grad_fn = grad_fn
@@ -172,9 +203,35 @@ def record_op(
     grad_fn: Callable[..., Any] | None = None,
 ) -> None:
     """Records one executed op on every active tape that watches one of its inputs."""
+    tapes = _state.tapes
+    if len(tapes) == 1 and len(outputs) == 1:  # the common case, with fewer steps
+        tape = tapes[0]
+        if tape._paused:
+            return
+        watched = tape._watched
+        if len(inputs) == 1:
+            x = inputs[0]
+            if not (getattr(x, "_tid", 0) in watched or (x._is_variable and tape._watches(x))):
+                return
+            needs: Any = (x._value.dtype.kind == "f",)
+        else:
+            needs = None
+            for i, t in enumerate(inputs):  # as in the loop below
+                if getattr(t, "_tid", 0) in watched or (t._is_variable and tape._watches(t)):
+                    if needs is None:
+                        needs = [False] * len(inputs)
+                    needs[i] = t._value.dtype.kind == "f"
+            if needs is None:
+                return
+            needs = tuple(needs)
+        out = outputs[0]
+        out._tid = tid = _next_id()
+        tape._entries.append(Op(name, inputs, outputs, attrs, save_inputs, save_outputs, needs, grad_fn))
+        watched.add(tid)
+        return
     hit: list[GradientTape] = []
-    needs = [False] * len(inputs)
-    for tape in _state.tapes:
+    needs = None
+    for tape in tapes:
         if tape._paused:
             continue
         watched = tape._watched
@@ -185,12 +242,15 @@ def record_op(
             # Variable read here.
             if getattr(t, "_tid", 0) in watched or (t._is_variable and tape._watches(t)):
                 found = True
+                if needs is None:
+                    needs = [False] * len(inputs)
                 needs[i] = needs[i] or t._value.dtype.kind == "f"
         if found:
             hit.append(tape)
     if hit:
         for t in outputs:
             t._tid = _next_id()  # outputs are fresh: give their ids here, not through the property
-        op = Op(name, inputs, outputs, attrs, save_inputs, save_outputs, tuple(needs), grad_fn)
+        op = Op(name, inputs, outputs, attrs, save_inputs, save_outputs, tuple(needs), grad_fn)  # type: ignore[arg-type]
         for tape in hit:
-            tape._push(op)
+            tape._entries.append(op)
+            tape._watched.update(op.output_ids)

@@ -226,6 +226,8 @@ def binary(
     """
     opdef = OpDef(name, forward, save)
     save_inputs, save_outputs = opdef.save_inputs, opdef.save_outputs
+    if save_inputs == (0, 1):
+        save_inputs = True  # both: the record keeps the inputs' tuple as it is
     rejected = _BOOL if numeric else None
 
     def op(x: Any, y: Any) -> Tensor:

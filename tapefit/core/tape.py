@@ -1,7 +1,10 @@
 """``GradientTape``: records ops on watched tensors and runs them backwards.
 
 The backward pass is built from tapefit ops, so an outer tape that watches the
-same tensors records it: nested tapes give higher derivatives.
+same tensors records it: nested tapes give higher derivatives. When nothing can
+record it (the common case: no other tape recording, no ``tp.function`` trace),
+the same gradient functions run in a lean walk that keeps the gradients as
+ndarrays between ops and records nothing (``_run_fast``).
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from tapefit.core import nest
 from tapefit.core.explain import explain
 from tapefit.core.graph import Node, downstream, node_fields, upstream
 from tapefit.core.ops import add, ones_like, reduce_sum, reshape, stack, zeros, zeros_like
-from tapefit.core.record import Op, pop_tape, push_tape, recording
-from tapefit.core.registry import get_gradient
+from tapefit.core.record import Op, active_tapes, pop_tape, push_tape, recording
+from tapefit.core.registry import _GRADIENTS, get_gradient
 from tapefit.core.tensor import Tensor, Variable, _traces, _wrap
 
 logger = logging.getLogger("tapefit")
@@ -89,10 +92,6 @@ class GradientTape:
     def _watch_variable(self, v: Variable) -> None:
         self._watched.add(v._id)
         self._variables.setdefault(v._id, v)
-
-    def _push(self, op: Op) -> None:
-        self._entries.append(op)
-        self._watched.update(op.output_ids)
 
     def watch(self, tensor: Any) -> None:
         """Watches a Tensor or Variable, or every one in a nested list/tuple/dict."""
@@ -347,7 +346,19 @@ class GradientTape:
         self, targets: list[Tensor], sources: list[Tensor], stops: set[int]
     ) -> tuple[list[Op], set[int], set[int]]:
         """The recorded ops on a path from a source to a target, the ids downstream of a
-        source, and the ids of ``stop_gradients``."""
+        source, and the ids of ``stop_gradients``.
+
+        The fast walk skips the pass up from the targets: it runs an op only when one of its
+        outputs has a gradient, which already confines it to the ops that lead to a target.
+        """
+        if self._unrecorded():  # graph.downstream without the cut ops' list
+            reach = {s._id for s in sources if _float(s)}
+            path = []
+            for op in self._entries:
+                if not reach.isdisjoint(op.input_ids):
+                    path.append(op)
+                    reach.update(op.output_ids)
+            return path, reach, stops
         back = upstream(self._entries, {t._id for t in targets if _float(t)}, stops, through_cuts=False)[0]
         path, reach, _ = downstream(back, {s._id for s in sources if _float(s)})
         return path, reach, stops
@@ -359,6 +370,8 @@ class GradientTape:
         upstream: list[Tensor | None],
         sources: list[Tensor],
     ) -> list[Tensor | None]:
+        if self._unrecorded():
+            return self._run_fast(plan, targets, upstream, sources)
         path, reach, stops = plan
         keep = {s._id for s in sources}
         grads: dict[int, Tensor] = {}
@@ -405,6 +418,95 @@ class GradientTape:
         finally:
             self._paused = paused
         return [grads.get(s._id) if _float(s) else None for s in sources]
+
+    def _unrecorded(self) -> bool:
+        """Whether no tape can record this backward pass and no ``tp.function`` traces it.
+
+        This tape records its own backward only while persistent and recording (higher
+        derivatives from one tape); any other recording tape, in any thread, may watch a
+        value the gradient functions read, so it sends the walk the recorded way.
+        """
+        if _traces:
+            return False
+        for tape in active_tapes:
+            if not tape._paused and (tape is not self or self._persistent):
+                return False
+        return True
+
+    def _run_fast(
+        self,
+        plan: tuple[list[Op], set[int], set[int]],
+        targets: list[Tensor],
+        upstream: list[Tensor | None],
+        sources: list[Tensor],
+    ) -> list[Tensor | None]:
+        """``_run`` when nothing records: the same gradient functions, the same sums in the
+        same order (so the same bits), with the walk's bookkeeping on ndarrays.
+
+        Between ops a gradient is an ndarray, wrapped into a Tensor only to call a gradient
+        function. A sum of two contributions is a new array that only this walk holds, so
+        later contributions are added into it in place; no other array is ever written.
+        """
+        path, reach, stops = plan
+        keep = {s._id for s in sources}
+        grads: dict[int, np.ndarray] = {}
+        owned: set[int] = set()  # ids whose array this walk made by a sum
+        for t, g in zip(targets, upstream):
+            if _float(t):
+                _add_into(grads, owned, t._id, np.ones(t.shape, t.dtype) if g is None else g._value)
+        gradients = _GRADIENTS
+        tensor, new = Tensor, Tensor.__new__
+        paused = self._paused
+        self._paused = True
+        try:
+            for op in reversed(path):
+                oids = op.output_ids
+                if len(oids) == 1 and not stops:
+                    oid = oids[0]
+                    dy = grads.get(oid)
+                    if dy is None:
+                        continue
+                    if oid not in keep:
+                        del grads[oid]
+                    t = new(tensor)
+                    t._value = dy
+                    dys: list[Tensor] = [t]
+                else:
+                    arrays = _output_arrays(op, grads, keep, stops)
+                    if arrays is None:
+                        continue
+                    dys = [_wrap(a) for a in arrays]
+                grad_fn = op.grad_fn or gradients.get(op.type) or get_gradient(op.type)
+                if grad_fn is None:
+                    continue
+                input_grads = grad_fn(op, *dys)
+                if not isinstance(input_grads, (tuple, list)):
+                    input_grads = (input_grads,)
+                ids = op.input_ids
+                if len(input_grads) != len(ids):
+                    raise ValueError(
+                        f"the gradient function of '{op.type}' returned {len(input_grads)} gradients "
+                        f"for {len(ids)} inputs"
+                    )
+                needs = op.needs_grad
+                for i, g in enumerate(input_grads):
+                    if g is None or not needs[i] or ids[i] not in reach:
+                        continue
+                    value = g._value if g.__class__ is tensor else None
+                    if (
+                        value is None
+                        or value.shape != op.input_shapes[i]
+                        or value.dtype != op.input_dtypes[i]
+                    ):
+                        value = _fit_gradient(g, op, i)._value
+                    key = ids[i]
+                    if key in grads:
+                        _add_into(grads, owned, key, value)
+                    else:
+                        grads[key] = value
+        finally:
+            self._paused = paused
+        return [_wrap(grads[s._id]) if _float(s) and s._id in grads else None for s in sources]
 
     @staticmethod
     def _output_gradients(
@@ -466,6 +568,39 @@ def _single(value: Any, role: str, method: str) -> Any:
             f"call {method} once per {role} (or tp.stack them)"
         )
     return value
+
+
+def _add_into(grads: dict[int, np.ndarray], owned: set[int], key: int, value: np.ndarray) -> None:
+    """``grads[key] += value`` for the fast walk: in place only into an array the walk made.
+
+    The first sum makes a new array (``add``'s kernel, so the bits match the recorded
+    walk's ``add``); the arrays it started from may be held by Tensors, users or other keys.
+    """
+    total = grads.get(key)
+    if total is None:
+        grads[key] = value
+    elif key in owned:
+        np.add(total, value, out=total)
+    else:
+        total = np.add(total, value)
+        grads[key] = total if total.__class__ is np.ndarray else np.asarray(total)
+        owned.add(key)
+
+
+def _output_arrays(
+    op: Op, grads: dict[int, np.ndarray], keep: set[int], stops: set[int]
+) -> list[np.ndarray] | None:
+    """``_output_gradients`` on ndarrays, for the fast walk."""
+    oids = op.output_ids
+    dys = [None if oid in stops else grads.get(oid) for oid in oids]
+    if all(dy is None for dy in dys):
+        return None
+    for k, oid in enumerate(oids):
+        if dys[k] is None:
+            dys[k] = np.zeros(op.output_shapes[k], op.output_dtypes[k])
+        if oid not in keep:
+            grads.pop(oid, None)
+    return dys  # type: ignore[return-value]
 
 
 def _accumulate(grads: dict[int, Tensor], key: int, g: Tensor) -> Tensor:

@@ -463,6 +463,10 @@ def _pack(value: list | tuple) -> Tensor:
     return pack(value)
 
 
+_SCALARS: dict[tuple[Any, np.dtype], np.ndarray] = {}
+_MAX_SCALARS = 256
+
+
 def weak_operand(value: Any, like: Tensor, op_name: str) -> Tensor:
     """Converts the non-tensor side of a binary op.
 
@@ -474,6 +478,16 @@ def weak_operand(value: Any, like: Tensor, op_name: str) -> Tensor:
     if isinstance(value, Tensor):
         return value
     target = like._value.dtype
+    if (value.__class__ is float or value.__class__ is int) and target.kind == "f":
+        # Gradients and user code repeat the same few numbers (1 - out, 2 * x, x * 0.5): their
+        # read-only 0-d arrays are kept, so such an operand costs a dict lookup and a wrapper.
+        array = _SCALARS.get((value, target)) if value else None
+        if array is None:
+            array = np.array(value, target)
+            if value and len(_SCALARS) < _MAX_SCALARS:  # not 0: -0.0 == 0.0 as a key
+                array.flags.writeable = False
+                _SCALARS[value, target] = array
+        return _wrap(array)
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, np.ndarray):

@@ -18,7 +18,7 @@ from tapefit.core.ops import math as _math
 from tapefit.core.ops import nn as _nn
 from tapefit.core.ops import shape as _shape
 from tapefit.core.ops.linalg import matmul
-from tapefit.core.ops.recurrent import lstm_cell
+from tapefit.core.ops.recurrent import gru_cell, lstm_cell, rnn_cell
 from tapefit.core.tensor import Tensor, as_tensor
 from tapefit.layers import activations, initializers
 from tapefit.layers.module import Layer
@@ -229,7 +229,10 @@ class SimpleRNN(_RNN):
     def _cell(
         self, xw: Tensor, states: list[Tensor], h_in: Tensor, recurrent: Any
     ) -> tuple[Tensor, list[Tensor]]:
-        h = self.activation(xw + matmul(h_in, recurrent))
+        if self.activation in _TANH:  # the default: one fused op per step
+            h = rnn_cell(xw, h_in, recurrent)
+        else:
+            h = self.activation(xw + matmul(h_in, recurrent))
         return h, [h]
 
 
@@ -334,20 +337,23 @@ class GRU(_GatedRNN):
         return self.bias[0] if self.reset_after else self.bias
 
     def _recurrent_weights(self) -> Any:
-        if self.reset_after:
-            return self.recurrent_kernel
+        if self.reset_after:  # the recurrent bias taken out once, not at every step
+            return self.recurrent_kernel, None if self.bias is None else self.bias[1]
         return _shape.split(self.recurrent_kernel, [2 * self.units, self.units], axis=-1)
 
     def _cell(
         self, xw: Tensor, states: list[Tensor], h_in: Tensor, recurrent: Any
     ) -> tuple[Tensor, list[Tensor]]:
         (h,) = states
+        if self.reset_after:
+            kernel, bias = recurrent
+            hw = _nn.dense(h_in, kernel, bias)  # h @ recurrent_kernel (+ b_h): one op
+            if self.activation in _TANH and self.recurrent_activation in _SIGMOID:
+                h, _ = gru_cell(xw, hw, h)  # the default activations: one fused op per step
+                return h, [h]
         x_z, x_r, x_h = _shape.split(xw, 3, axis=-1)
         gate = self.recurrent_activation
         if self.reset_after:
-            hw = matmul(h_in, recurrent)
-            if self.bias is not None:
-                hw = hw + self.bias[1]
             h_z, h_r, h_h = _shape.split(hw, 3, axis=-1)
             z = gate(x_z + h_z)
             r = gate(x_r + h_r)

@@ -244,16 +244,55 @@ def _cos_grad(op: Op, dy: Tensor) -> Tensor:
     return -dy * sin(op.inputs[0])
 
 
+# TanhGrad and SigmoidGrad are their own ops (one recorded op, one wrapper call, instead of
+# three), each computing what ``dy * (1 - out * out)`` and ``dy * (out * (1 - out))`` compute,
+# step by step; their own gradients give the higher derivatives.
+
+
+def _tanh_backprop(dy: np.ndarray, out: np.ndarray) -> np.ndarray:
+    g = np.multiply(out, out, out=np.empty_like(out))  # an array also for 0-d inputs
+    np.subtract(1, g, out=g)
+    return np.multiply(dy, g, out=g)
+
+
+def _sigmoid_backprop(dy: np.ndarray, out: np.ndarray) -> np.ndarray:
+    g = np.subtract(1, out, out=np.empty_like(out))
+    np.multiply(out, g, out=g)
+    return np.multiply(dy, g, out=g)
+
+
+_TANH_GRAD = OpDef("TanhGrad", _tanh_backprop, save="x y")
+_SIGMOID_GRAD = OpDef("SigmoidGrad", _sigmoid_backprop, save="x y")
+
+
 @register_gradient("Tanh")
 def _tanh_grad(op: Op, dy: Tensor) -> Tensor:
-    out = op.outputs[0]
-    return dy * (1 - out * out)
+    return execute(_TANH_GRAD, (dy, op.outputs[0]))
+
+
+@register_gradient("TanhGrad")
+def _tanh_grad_grad(op: Op, ddx: Tensor) -> tuple[Any, Any]:
+    dy, out = op.inputs  # d/d dy: (1 - out^2); d/d out: -2 dy out
+    need = op.needs_grad
+    return (
+        execute(_TANH_GRAD, (ddx, out)) if need[0] else None,
+        ddx * (-2 * dy * out) if need[1] else None,
+    )
 
 
 @register_gradient("Sigmoid")
 def _sigmoid_grad(op: Op, dy: Tensor) -> Tensor:
-    out = op.outputs[0]
-    return dy * (out * (1 - out))
+    return execute(_SIGMOID_GRAD, (dy, op.outputs[0]))
+
+
+@register_gradient("SigmoidGrad")
+def _sigmoid_grad_grad(op: Op, ddx: Tensor) -> tuple[Any, Any]:
+    dy, out = op.inputs  # d/d dy: out (1 - out); d/d out: dy (1 - 2 out)
+    need = op.needs_grad
+    return (
+        execute(_SIGMOID_GRAD, (ddx, out)) if need[0] else None,
+        ddx * (dy * (1 - 2 * out)) if need[1] else None,
+    )
 
 
 @register_gradient("Identity")
