@@ -220,8 +220,9 @@ class TensorBoard:
 
     Files are flushed at each epoch end and closed at the end of the fit and on
     exceptions. A file that cannot be written (a full disk) ends the fit with an
-    ``OSError`` naming it, at the next write, flush or close after the failure. A resumed fit purges the events after the resumed step (tensorboardX's
-    ``purge_step``), so TensorBoard does not show the interrupted run's extra steps twice.
+    ``OSError`` naming it, at the next write, flush or close after the failure. A resumed
+    fit purges the events after the resumed step (tensorboardX's ``purge_step``), so
+    TensorBoard does not show the interrupted run's extra steps twice.
     """
 
     plugin_name = "tensorboard"
