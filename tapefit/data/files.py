@@ -10,6 +10,7 @@ import os
 import struct
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -286,17 +287,33 @@ class _Table:
             return
         block = np.asarray(self.rows, dtype=np.float32 if self.out is not None else np.float64)
         if self.out is not None:
-            self.out.write(block.tobytes())
+            with self._writing():
+                self.out.write(block.tobytes())
         else:
             self.blocks.append(block)
         self.rows = []
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A failed write of the float32 copy (a full disk) is said as such, naming the copy."""
+        try:
+            yield
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                self.out.close()
+            raise DataError(
+                f"{self.path!r}: cannot write its float32 copy {self.out_path} (a temporary file, in "
+                f"TMPDIR's folder): {e.strerror or e}",
+                key="mmap",
+            ) from e
 
     def finish(self) -> tuple[Any, np.ndarray]:
         self._flush()
         y = np.asarray(self.labels, dtype=np.float64)
         if self.out is None:
             return np.concatenate(self.blocks).reshape(len(y), self.width - 1), y
-        self.out.close()
+        with self._writing():
+            self.out.close()
         from tapefit.data.npy import NpyFile
 
         return NpyFile(Path(self.out_path), (len(y), self.width - 1), np.dtype(np.float32), 0), y

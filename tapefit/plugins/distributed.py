@@ -21,8 +21,10 @@ float32 rounding). It runs first among the ``transform_gradients`` implementatio
   cores (``tapefit.distributed.threads``), unless ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` is set.
 * A rank that does not reach a collective within ``timeout`` seconds makes the run abort
   naming that rank; an exception on any rank prints that rank's message once and aborts
-  every rank (``MPI_Abort``). A Ctrl-C reaches every rank through the launcher; the ranks
-  agree at the next step on stopping, so rank 0's interrupted checkpoint is consistent.
+  every rank (``MPI_Abort``). A Ctrl-C or SIGTERM reaches every rank through the launcher
+  (under ``train``, SIGTERM and SIGHUP sent to a single rank count too); the ranks agree at
+  the next step on stopping, and on the signal, so rank 0's interrupted checkpoint is
+  consistent.
 """
 
 from __future__ import annotations

@@ -294,13 +294,23 @@ class PluginManager(pluggy.PluginManager):
     def call_each(self, hook_name: str, **kwargs: Any) -> None:
         """Calls every implementation of a hook, even when one raises (logged, not re-raised).
 
-        Used for ``on_exception``: one plugin failing to clean up must not stop the others.
+        Used for ``on_exception``: one plugin failing to clean up must not stop the others. Each
+        failure is one line (with its traceback when debug logging is on): the exception that
+        ended the fit is the one the user needs to read.
         """
         for impl in reversed(getattr(self.hook, hook_name).get_hookimpls()):
             try:
                 impl.function(*[kwargs[arg] for arg in impl.argnames])
-            except Exception:
-                logger.exception("plugin %r raised in %s", impl.plugin_name, hook_name)
+            except Exception as error:
+                lines = str(error).strip().splitlines()
+                logger.error(
+                    "plugin %r raised in %s: %s%s",
+                    impl.plugin_name,
+                    hook_name,
+                    type(error).__name__,
+                    f": {lines[0]}" if lines else "",
+                    exc_info=logger.isEnabledFor(logging.DEBUG),
+                )
 
     def state_dicts(self) -> dict[str, Any]:
         """``{name: plugin.state_dict()}`` for every plugin that has a ``state_dict`` method."""

@@ -164,12 +164,15 @@ class _EventFile:
     def flush(self) -> Any:
         return self._guarded(self._events.flush)
 
-    def close(self) -> Any:
-        if self.error is not None:  # the file may hold unwritten bytes: close it without them
-            with contextlib.suppress(OSError):
-                self._events.close()
-            return None
-        return self._guarded(self._events.close)
+    def close(self) -> None:
+        if self.error is None:
+            self._guarded(self._events.close)
+            if self.error is None:
+                return
+        # The file holds bytes it cannot write: closing it raises once more, but closes it, so
+        # that it does not print the error again when it is collected.
+        with contextlib.suppress(OSError, AttributeError):
+            self._events._py_recordio_writer.close()
 
 
 def _guard(writer: Any) -> _EventFile | None:
@@ -218,8 +221,9 @@ class TensorBoard:
 
     Files are flushed at each epoch end and closed at the end of the fit and on
     exceptions. A file that cannot be written (a full disk) ends the fit with an
-    ``OSError`` naming it, at the next write, flush or close after the failure. A resumed fit purges the events after the resumed step (tensorboardX's
-    ``purge_step``), so TensorBoard does not show the interrupted run's extra steps twice.
+    ``OSError`` naming it, at the next write, flush or close after the failure. A resumed
+    fit purges the events after the resumed step (tensorboardX's ``purge_step``), so
+    TensorBoard does not show the interrupted run's extra steps twice.
     """
 
     plugin_name = "tensorboard"

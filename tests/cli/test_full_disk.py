@@ -132,3 +132,37 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_last_good_one(tmp_path, small
     assert last is not None and last.name.startswith("epoch")
     assert load_checkpoint(last)["trainer"]["epoch"] >= 0  # whole: its digest checks out
     assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]  # no half-written file
+
+
+def test_a_full_disk_under_the_csv_loaders_copy_is_one_line(tmp_path, small_disk):
+    # data: {type: csv, mmap: true} streams the table into a float32 file in TMPDIR.
+    rows = "\n".join(f"{i % 7}.5,{i % 3}.25,{i % 5}.75,{i % 2}" for i in range(100_000))  # 1.2 MB as float32
+    (tmp_path / "table.csv").write_text(rows + "\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        textwrap.dedent(CONFIG)
+        .replace(
+            "{type: spirals, n_samples: 400, n_classes: 2}",
+            f"{{type: csv, path: {tmp_path / 'table.csv'}, mmap: true}}",
+        )
+        .replace("[PLUGIN]", "[]")
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "TMPDIR": str(small_disk),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "tapefit", "train", "--config", str(config)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"python -m tapefit train: error: {config}: data.mmap: "), line
+    assert f"cannot write its float32 copy {small_disk}/tapefit-csv-" in line, line
+    assert line.endswith(": No space left on device"), line
+    assert not list(small_disk.iterdir())  # the partial copy is gone

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import types
 
 import pytest
@@ -273,3 +274,24 @@ def test_call_each_runs_every_implementation_even_when_one_raises(caplog):
     pm.call_each("on_exception", trainer=None, exception=error)
     assert log == [error]
     assert "cleanup failed" in caplog.text
+
+
+def test_a_failed_clean_up_is_one_line_and_its_traceback_is_for_debugging(caplog):
+    class Boom:
+        @tp.hookimpl
+        def on_exception(self):
+            raise OSError(28, "No space left on device", "runs/x/own.log")
+
+    pm = PluginManager()
+    pm.register_all([Boom()])
+    with caplog.at_level(logging.INFO, logger="tapefit"):
+        pm.call_each("on_exception", trainer=None, exception=ValueError("x"))
+    [record] = caplog.records
+    assert record.getMessage().endswith(
+        "raised in on_exception: OSError: [Errno 28] No space left on device: 'runs/x/own.log'"
+    )
+    assert not record.exc_info  # no page of traceback under the run's own error
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="tapefit"):
+        pm.call_each("on_exception", trainer=None, exception=ValueError("x"))
+    assert caplog.records[0].exc_info  # train --debug shows it
