@@ -179,17 +179,17 @@ def load_config_file(path: str) -> dict[str, Any]:
     try:
         with open_regular(path, "config file", max_bytes=MAX_BYTES) as f:
             raw = f.read(MAX_BYTES + 1)
-        if len(raw) > MAX_BYTES:  # grew since it was opened
-            raise FileRefused(f"config file {path!r} is more than the {MAX_BYTES} bytes a config may have")
     except FileRefused as e:
         raise ConfigError(str(e)) from None
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path!r}: {e.strerror or e}") from e
+    if len(raw) > MAX_BYTES:  # it grew after it was opened
+        raise ConfigError(f"config file {path!r} is more than the {MAX_BYTES} bytes a config file may have")
     try:
         if ext == ".toml":
             data = tomllib.loads(raw.decode("utf-8"))
         else:
             data = yaml.load(raw.decode("utf-8"), Loader=_Loader)  # a SafeLoader subclass: no code runs
-    except OSError as e:
-        raise ConfigError(f"cannot read config file {path!r}: {e.strerror or e}") from e
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from e
     except yaml.YAMLError as e:
