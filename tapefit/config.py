@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from tapefit.untrusted import FileRefused, open_regular
+from tapefit.untrusted import FileRefused, not_regular, open_regular
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -800,9 +800,11 @@ def _check_split(v: float) -> str | None:
 
 
 def _check_file(v: str) -> str | None:
-    if not os.path.exists(v):
+    try:
+        kind = not_regular(os.stat(v).st_mode)
+    except (OSError, ValueError):
         return f"file {v!r} does not exist"
-    return None if os.path.isfile(v) else f"{v!r} is not a file"
+    return None if kind is None else f"{v!r} is {kind}, not a regular file"
 
 
 def _check_verbose(v: Any) -> str | None:

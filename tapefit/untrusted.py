@@ -18,7 +18,7 @@ from typing import IO
 
 import numpy as np
 
-__all__ = ["FileRefused", "file_size", "npy_header", "open_regular"]
+__all__ = ["FileRefused", "file_size", "not_regular", "npy_header", "open_regular"]
 
 _KINDS = {
     stat.S_IFDIR: "a folder",
@@ -32,6 +32,14 @@ _KINDS = {
 class FileRefused(ValueError):
     """A file tapefit does not read: missing, not a regular file, larger than its kind may be,
     or claiming in a header what it does not hold. The message is one line naming the file."""
+
+
+def not_regular(mode: int) -> str | None:
+    """What a file of ``st_mode`` ``mode`` is when it is not a regular file (``"a named pipe
+    (FIFO)"``), else ``None``."""
+    if stat.S_ISREG(mode):
+        return None
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
 def open_regular(path: str | os.PathLike[str], what: str, *, max_bytes: int | None = None) -> IO[bytes]:
@@ -60,8 +68,8 @@ def open_regular(path: str | os.PathLike[str], what: str, *, max_bytes: int | No
         raise FileRefused(f"cannot read {what} {name!r}: {reason}") from None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
+        kind = not_regular(info.st_mode)
+        if kind is not None:
             raise FileRefused(f"{what} {name!r} is {kind}, not a regular file")
         if max_bytes is not None and info.st_size > max_bytes:
             raise FileRefused(

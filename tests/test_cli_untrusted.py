@@ -160,6 +160,14 @@ def test_a_config_larger_than_a_megabyte_is_refused_unread(tmp_path):
 
 
 @needs_fifo
+@pytest.mark.parametrize("kind", ["npz", "csv"])
+def test_a_data_path_that_is_a_fifo_is_named_by_the_config_check(tmp_path, kind):
+    os.mkfifo(tmp_path / f"d.{kind}")
+    result = train(tmp_path, "--config", config(tmp_path, f"{{type: {kind}, path: d.{kind}}}"))
+    refused(result, f"data.path: 'd.{kind}' is a named pipe (FIFO), not a regular file")
+
+
+@needs_fifo
 @pytest.mark.parametrize("mmap", ["true", "false"])
 def test_an_npy_shard_that_is_a_fifo_is_refused(tmp_path, mmap):
     data = npy_folder(tmp_path)
