@@ -3,7 +3,6 @@ tapefit reads is, claims and holds. Each is refused with one line and exit 2, be
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 
 from tapefit.checkpointing import load_checkpoint, save_checkpoint
+from tests.plugins.test_checkpoint_untrusted import npy_header
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 60  # a hang fails the test instead of the suite
@@ -112,12 +112,6 @@ def test_a_string_where_a_plugin_keeps_a_number_is_refused_before_training(tmp_p
 
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
 needs_dev_zero = pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero here")
-
-
-def npy_header(dtype: str, shape: tuple[int, ...]) -> bytes:
-    out = io.BytesIO()
-    np.lib.format.write_array_header_1_0(out, {"descr": dtype, "fortran_order": False, "shape": shape})
-    return out.getvalue()
 
 
 def npy_folder(folder: Path, x: bytes | None = None) -> Path:
