@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from tapefit.core.files import FileRefused, open_untrusted
+from tapefit.core.files import FileRefused, not_regular, open_untrusted
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -179,17 +179,17 @@ def load_config_file(path: str) -> dict[str, Any]:
     try:
         with open_untrusted(path, "config file", max_bytes=MAX_BYTES) as f:
             raw = f.read(MAX_BYTES + 1)
-        if len(raw) > MAX_BYTES:  # grew since it was opened
-            raise FileRefused(f"config file {path!r} is more than the {MAX_BYTES} bytes a config may have")
     except FileRefused as e:
         raise ConfigError(str(e)) from None
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path!r}: {e.strerror or e}") from e
+    if len(raw) > MAX_BYTES:  # it grew after it was opened
+        raise ConfigError(f"config file {path!r} is more than the {MAX_BYTES} bytes a config file may have")
     try:
         if ext == ".toml":
             data = tomllib.loads(raw.decode("utf-8"))
         else:
             data = yaml.load(raw.decode("utf-8"), Loader=_Loader)  # a SafeLoader subclass: no code runs
-    except OSError as e:
-        raise ConfigError(f"cannot read config file {path!r}: {e.strerror or e}") from e
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from e
     except yaml.YAMLError as e:
@@ -800,9 +800,11 @@ def _check_split(v: float) -> str | None:
 
 
 def _check_file(v: str) -> str | None:
-    if not os.path.exists(v):
+    try:
+        kind = not_regular(os.stat(v).st_mode)
+    except (OSError, ValueError):
         return f"file {v!r} does not exist"
-    return None if os.path.isfile(v) else f"{v!r} is not a file"
+    return None if kind is None else f"{v!r} is {kind}, not a regular file"
 
 
 def _check_verbose(v: Any) -> str | None:

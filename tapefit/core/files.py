@@ -122,6 +122,12 @@ def file_kind(mode: int) -> str:
     return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
+def not_regular(mode: int) -> str | None:
+    """What a file of ``st_mode`` ``mode`` is when it is not a regular file (``"a named pipe
+    (FIFO)"``), else ``None``."""
+    return None if stat.S_ISREG(mode) else file_kind(mode)
+
+
 def open_regular(path: str | os.PathLike[str], mode: str = "r") -> IO[str]:
     """Opens a text file (``"r"``, ``"w"`` or ``"a"``) that must be a regular file, never through a
     symbolic link: a file a run writes stays inside its folder, and a FIFO or device planted in
@@ -202,8 +208,9 @@ def open_untrusted(path: str | os.PathLike[str], what: str, *, max_bytes: int | 
         raise FileRefused(f"cannot read {what} {name!r}: {reason}") from None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise FileRefused(f"{what} {name!r} is {file_kind(info.st_mode)}, not a regular file")
+        kind = not_regular(info.st_mode)
+        if kind is not None:
+            raise FileRefused(f"{what} {name!r} is {kind}, not a regular file")
         if max_bytes is not None and info.st_size > max_bytes:
             raise FileRefused(
                 f"{what} {name!r} is {info.st_size} bytes, more than the {max_bytes} a {what} may have"

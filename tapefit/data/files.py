@@ -18,7 +18,7 @@ import numpy as np
 
 from tapefit.core.files import FileRefused, file_size, npy_header
 from tapefit.data.arrays import DataError
-from tapefit.data.npy import open_data_file
+from tapefit.data.npy import on_disk_array, open_data_file
 
 _DEFLATE_MAX_RATIO = 1032  # the most that deflate can expand a byte stream (RFC 1951: 258 bytes per 2 bits)
 
@@ -46,8 +46,8 @@ def load_npz(path: str, x_key: str = "x", y_key: str = "y", mmap: bool = False) 
             size, or a key is not in it.
     """
     with open_data_file(path) as f:
-        # np.load reads .npy files and (with pickles allowed) anything else too, so look at the
-        # file's first bytes to say what it is instead of passing on a misleading NumPy message.
+        # The file's first bytes say what it is (a lone .npy, or no zip at all), which a zipfile
+        # or NumPy message would not.
         magic = f.read(6)
         if magic == b"\x93NUMPY":
             raise DataError(
@@ -118,8 +118,6 @@ def _members(
 
 def _npz_member_on_disk(path: str, name: str, info: zipfile.ZipInfo) -> Any:
     """The archive's member ``name``, read on demand from where it lies in the zip file."""
-    from tapefit.data.npy import on_disk_array
-
     if info.compress_type != zipfile.ZIP_STORED:
         raise DataError(
             f"{path!r}: the array {name!r} is compressed (np.savez_compressed), so its rows cannot be read "

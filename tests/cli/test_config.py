@@ -520,4 +520,4 @@ def test_missing_data_file_is_reported_before_anything_runs(tmp_path):
     assert key == "data.path"
     assert message == f"data.path: file {str(tmp_path / 'nope.npz')!r} does not exist"
     message, _ = error_of(base(data={"type": "file", "path": str(tmp_path)}))
-    assert message == f"data.path: {str(tmp_path)!r} is not a file"
+    assert message == f"data.path: {str(tmp_path)!r} is a folder, not a regular file"

@@ -3,7 +3,6 @@ tapefit reads is, claims and holds. Each is refused with one line and exit 2, be
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 
 from tapefit.checkpointing import load_checkpoint, save_checkpoint
+from tests.plugins.test_checkpoint_untrusted import npy_header
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 60  # a hang fails the test instead of the suite
@@ -114,12 +114,6 @@ needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes a
 needs_dev_zero = pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero here")
 
 
-def npy_header(dtype: str, shape: tuple[int, ...]) -> bytes:
-    out = io.BytesIO()
-    np.lib.format.write_array_header_1_0(out, {"descr": dtype, "fortran_order": False, "shape": shape})
-    return out.getvalue()
-
-
 def npy_folder(folder: Path, x: bytes | None = None) -> Path:
     """A data folder of x.npy and y.npy (60 samples), with ``x.npy``'s bytes replaced by ``x``."""
     data = folder / "npy"
@@ -157,6 +151,14 @@ def test_a_config_larger_than_a_megabyte_is_refused_unread(tmp_path):
     cfg = config(tmp_path)
     cfg.write_text(cfg.read_text() + "# padding\n" * 2**17)  # a valid config of 1.3 MB
     refused(train(tmp_path, "--config", cfg), f"config file '{cfg}' is 1", "bytes, more than the 1048576")
+
+
+@needs_fifo
+@pytest.mark.parametrize("kind", ["npz", "csv"])
+def test_a_data_path_that_is_a_fifo_is_named_by_the_config_check(tmp_path, kind):
+    os.mkfifo(tmp_path / f"d.{kind}")
+    result = train(tmp_path, "--config", config(tmp_path, f"{{type: {kind}, path: d.{kind}}}"))
+    refused(result, f"data.path: 'd.{kind}' is a named pipe (FIFO), not a regular file")
 
 
 @needs_fifo

@@ -1,4 +1,4 @@
-"""``tapefit.untrusted``: the one check of what a file is before any reader reads it, and the
+"""``tapefit.core.files``: the one check of what a file is before any reader reads it, and the
 header claims each reader checks against the file's length."""
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ import os
 import struct
 import subprocess
 import sys
-import tracemalloc
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +18,8 @@ import tapefit as tp
 from tapefit.core.files import FileRefused, npy_header, open_untrusted
 from tapefit.data import DataError, load_npz
 from tapefit.layers.saving import read_weights
+from tests.plugins.test_checkpoint_untrusted import npy_header as npy_bytes
+from tests.plugins.test_checkpoint_untrusted import peak_allocated, zip_bomb
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -91,30 +91,16 @@ def test_an_npy_header_must_account_for_the_bytes_exactly():
             npy_header(good, wrong, "x")
 
 
-def header(dtype: str, shape: tuple[int, ...]) -> bytes:
-    out = io.BytesIO()
-    np.lib.format.write_array_header_1_0(out, {"descr": dtype, "fortran_order": False, "shape": shape})
-    return out.getvalue()
-
-
 def test_an_npz_zip_bomb_whose_headers_disagree_is_refused_without_inflating_it(tmp_path):
-    path = tmp_path / "bomb.npz"
-    rows = 2**28 // 4
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        with zf.open("x.npy", "w", force_zip64=True) as member:
-            member.write(header("<f4", (rows,)))
-            for _ in range(2**28 // 2**24):
-                member.write(bytes(2**24))
-        zf.writestr("y.npy", header("<i8", (10,)) + bytes(80))
-    assert path.stat().st_size < 2**21  # 256 MB of zeros in about 260 kB
-    tracemalloc.start()
-    try:
-        with pytest.raises(DataError, match=rf"its headers declare {rows} samples of 'x' but 10 of 'y'"):
-            load_npz(str(path))
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 2**22  # nothing near the member's claimed size was allocated
+    labels = npy_bytes("<i8", (10,)) + bytes(80)
+    bomb = zip_bomb(tmp_path / "bomb.npz", claimed=2**28, member="x", others={"y.npy": labels})
+    assert bomb.stat().st_size < 2**21  # 256 MB of zeros in about 260 kB
+
+    def load():
+        with pytest.raises(DataError, match=rf"its headers declare {2**28} samples of 'x' but 10 of 'y'"):
+            load_npz(str(bomb))
+
+    assert peak_allocated(load) < 2**22  # nothing near the member's claimed size was allocated
 
 
 def test_an_npz_member_claiming_more_than_its_stored_bytes_is_refused(tmp_path):
