@@ -372,12 +372,12 @@ class TensorBoard:
 
         # The one piece of the trainer this needs: an input batch to trace the model with.
         loader = getattr(trainer, "_loader", None)
-        if loader is None:
+        if loader is None or loader.stream:  # a stream's next batch is the training's to read
             logger.debug("tensorboard: no input batch to trace the model's graph with")
             return
         state = tp_random.get_state()
         try:
-            inputs = loader.batch(None, 0)[0]
+            inputs = loader.first_inputs()
             graph = to_graph_def(trace_graph(trainer.model, inputs))
         except Exception as error:  # the graph is a view: never the reason a fit fails
             logger.warning(

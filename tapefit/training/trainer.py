@@ -36,12 +36,21 @@ from tapefit.core.function import function
 from tapefit.core.ops import add_n
 from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor, Variable
-from tapefit.data.arrays import is_lazy
-from tapefit.data.loader import BatchLoader, _take
-from tapefit.data.npy import rows as _rows
-from tapefit.data.sources import as_source, fit_kind, is_batch_list, is_stream, split_batch
+from tapefit.data.adapters import (
+    Batches,
+    adapt,
+    batch_len,
+    float32_inputs,
+    in_batch,
+    require_targets,
+    stream_batch,
+    streamed,
+    take,
+)
+from tapefit.data.loader import BatchLoader
+from tapefit.data.sources import as_source
 from tapefit.distributed.threads import limited, resolve_threads
-from tapefit.distributed.world import World, shard_problem
+from tapefit.distributed.world import World
 from tapefit.plugins.manager import PluginManager, create_plugin
 from tapefit.training.state import TrainState
 
@@ -78,34 +87,12 @@ class History:
         return f"History(epochs={self.epoch}, keys={sorted(self.history)})"
 
 
-def _float32_inputs(data: Any) -> Any:
-    """float64 arrays become float32 (as Keras does); everything else is left as it is."""
-    if isinstance(data, dict):
-        return {k: _float32_inputs(v) for k, v in data.items()}
-    if isinstance(data, (list, tuple)) and data and isinstance(data[0], (np.ndarray, Tensor)):
-        return type(data)(_float32_inputs(v) for v in data)
-    if isinstance(data, Tensor):
-        data = data.numpy()
-    if is_lazy(data):
-        return data  # cast batch by batch: the whole array may not fit in memory
-    if isinstance(data, np.ndarray) and data.dtype == np.float64:
-        return data.astype(np.float32)
-    return data
-
-
 def _to_tensors(data: Any) -> Any:
     if isinstance(data, dict):
         return {k: _to_tensors(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
         return type(data)(_to_tensors(v) for v in data)
     return Tensor(data)
-
-
-def _batch_len(data: Any) -> int:
-    """The number of samples in a batch (the first leaf's first axis)."""
-    while isinstance(data, (dict, list, tuple)):
-        data = next(iter(data.values())) if isinstance(data, dict) else data[0]
-    return len(data)
 
 
 def _accepts_training(model: Any) -> bool:
@@ -294,55 +281,30 @@ def _agreed_signal(world: World, held: int) -> int:
     return next((s for s, flag in zip(_STOP_SIGNALS, flags) if flag), 0)
 
 
-def _as_batch(data: Any) -> Any:
-    """Arrays of a batch (a stream may yield lists or scalars per sample)."""
-    if isinstance(data, dict):
-        return {k: _as_batch(v) for k, v in data.items()}
-    if isinstance(data, (list, tuple)) and data and isinstance(data[0], (np.ndarray, Tensor, dict)):
-        return type(data)(_as_batch(v) for v in data)
-    return data if isinstance(data, (np.ndarray, Tensor)) else np.asarray(data)
-
-
-def _split_off_validation(x: Any, y: Any, sample_weight: Any, fraction: float) -> tuple[Any, Any, Any, Any]:
-    """Keras's ``validation_split``: the last ``fraction`` of the samples, before shuffling."""
-    n = _batch_len(y)
-    n_train = int(np.floor(n * (1.0 - fraction)))
-    if n_train == 0 or n_train == n:
-        raise ValueError(
-            f"validation_split {fraction} of {n} samples leaves "
-            f"{'no training' if n_train == 0 else 'no validation'} samples"
-        )
-    if sample_weight is not None:
-        sample_weight = np.asarray(sample_weight)[:n_train]
-    return (
-        _part(x, 0, n_train),
-        _part(y, 0, n_train),
-        sample_weight,
-        (_part(x, n_train, n), _part(y, n_train, n)),
-    )
-
-
-def _part(data: Any, start: int, stop: int) -> Any:
-    """Samples ``start:stop`` of arrays (a dict, list or tuple of them), read later when on disk."""
-    if isinstance(data, dict):
-        return {k: _part(v, start, stop) for k, v in data.items()}
-    if isinstance(data, (list, tuple)):
-        return type(data)(_part(v, start, stop) for v in data)
-    return _rows(data, start, stop)
-
-
-def _in_batch(error: Exception, where: str) -> Exception:
-    """``error`` of the same type with ``where`` before its message (itself if it cannot be made)."""
-    try:
-        return type(error)(f"{where} of the data: {error}")
-    except Exception:
-        return error
-
-
-def _streamed(x: Any, y: Any) -> bool:
-    """``x`` is read as a stream of batches: a data set, loader or iterable, or without ``y`` a
-    list of ``(x, y)`` batches."""
-    return is_stream(x) or (y is None and is_batch_list(x))
+def _check_fit_arguments(
+    epochs: Any,
+    verbose: Any,
+    initial_epoch: Any,
+    resume_from: Any,
+    steps_per_epoch: Any,
+    validation_steps: Any,
+) -> None:
+    """``fit``'s arguments that are not data, checked as Keras takes them."""
+    if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
+        raise ValueError(f"epochs must be a non-negative integer, got {epochs!r}")
+    if isinstance(verbose, bool) or verbose not in ("auto", 0, 1, 2):
+        raise ValueError(f"verbose must be 'auto', 0, 1 or 2 (as in Keras), got {verbose!r}")
+    if initial_epoch is not None:
+        if (
+            isinstance(initial_epoch, bool)
+            or not isinstance(initial_epoch, (int, np.integer))
+            or initial_epoch < 0
+        ):
+            raise ValueError(f"initial_epoch must be a non-negative integer, got {initial_epoch!r}")
+        if resume_from is not None:
+            raise ValueError("initial_epoch and resume_from both say where to start; give one of them")
+    _check_positive(steps_per_epoch, "steps_per_epoch")
+    _check_positive(validation_steps, "validation_steps")
 
 
 def _check_positive(value: Any, name: str) -> None:
@@ -350,68 +312,6 @@ def _check_positive(value: Any, name: str) -> None:
         isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1
     ):
         raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
-
-
-def _first_batch(loader: Any) -> Any:
-    """A batch to build the model with, leaving the source where it was."""
-    if isinstance(loader, BatchLoader):
-        return loader.batch(None, 0)
-    batch = loader.peek()
-    return split_batch(batch, 0)
-
-
-def _check_shards(loader: Any, world: World) -> None:
-    """Every global batch must give each process at least one sample."""
-    if not isinstance(loader, BatchLoader):
-        return  # a stream's batches are split as they come (or read per rank by the source)
-    problem = shard_problem(loader.num_samples, loader.batch_size, loader.drop_last, world.size)
-    if problem is not None:
-        raise ValueError(problem)
-
-
-def _sample_weights(y: Any, sample_weight: Any, class_weight: Any, loss: Any) -> np.ndarray | None:
-    """One float32 weight per sample from ``sample_weight`` and ``class_weight`` (Keras's rules), or ``None``."""
-    if sample_weight is None and class_weight is None:
-        return None
-    from tapefit.layers.losses import Loss
-
-    if not isinstance(loss, Loss):
-        raise TypeError(
-            f"sample_weight and class_weight need a tp.losses.Loss (it weights the per-sample losses), "
-            f"got the loss {loss!r}"
-        )
-    if not isinstance(y, (np.ndarray, Tensor)):
-        raise TypeError("sample_weight and class_weight need y as one array of targets")
-    labels = np.asarray(y)
-    n = labels.shape[0] if labels.ndim else 0
-    weights = np.ones(n, dtype=np.float64)
-    if sample_weight is not None:
-        given = np.asarray(sample_weight, dtype=np.float64)
-        if given.ndim == 2 and given.shape[1] == 1:
-            given = given[:, 0]
-        if given.shape != (n,):
-            raise ValueError(
-                f"sample_weight must have one weight per sample, shape ({n},), got {given.shape}"
-            )
-        if not np.all(np.isfinite(given)) or np.any(given < 0):
-            raise ValueError("sample_weight must be finite and non-negative")
-        weights *= given
-    if class_weight is not None:
-        if not isinstance(class_weight, dict) or not class_weight:
-            raise TypeError(f"class_weight must be a dict {{class index: weight}}, got {class_weight!r}")
-        classes = labels.argmax(axis=-1) if labels.ndim == 2 and labels.shape[1] > 1 else labels.reshape(n)
-        if classes.dtype.kind == "f" and not np.all(classes == np.round(classes)):
-            raise ValueError("class_weight needs class indices (or one-hot labels) as y")
-        classes = classes.astype(np.int64)
-        missing = sorted(set(np.unique(classes).tolist()) - set(class_weight))
-        if missing:
-            raise ValueError(f"class_weight has no weight for the classes {missing} of y")
-        table = np.zeros(int(classes.max()) + 1, dtype=np.float64)
-        for key, value in class_weight.items():
-            if 0 <= int(key) < table.size:
-                table[int(key)] = float(value)
-        weights *= table[classes]
-    return weights.astype(np.float32)
 
 
 @contextlib.contextmanager
@@ -442,12 +342,6 @@ def _fit_output(plugins: PluginManager, verbose: Any) -> Iterator[None]:
         if handler is not None:
             plugin_logger.removeHandler(handler)
             plugin_logger.setLevel(level)
-
-
-def _require_targets(y: Any, where: str) -> None:
-    # The loader takes y=None for inputs only; the loop would then unpack a batch of x as (x, y).
-    if y is None:
-        raise ValueError(f"{where}: y is None; the loss needs targets (predict(x) takes inputs alone)")
 
 
 def _copied(state: Any) -> Any:
@@ -551,10 +445,7 @@ class Trainer:
         self._compiled_gradients = function(self._loss_and_gradients) if self.compile else None
         self._pass_training = _accepts_training(model)
         self._has_losses: bool | None = None  # None: not known yet (see _total_loss)
-        self._loader: BatchLoader | None = None
-        self._weighted = False  # the loader's targets are (y, sample weights)
-        self._lazy = False  # the loader's arrays are memory-mapped
-        self._source_sharded = False  # each process reads its own part of the data
+        self._loader: Batches | None = None
         self._validation_steps: int | None = None
         # The last consistent boundary, while the trainer is past it: an exception there saves
         # the state from the boundary. An epoch's end (validation, on_epoch_end) keeps the whole
@@ -591,20 +482,19 @@ class Trainer:
         """The batches done in the epoch in progress."""
         return self.state.batch_in_epoch
 
-    def _shard(self, batch: tuple[Any, Any], own: bool = False) -> tuple[Any, Any]:
+    def _shard(self, x: Any, y: Any, weights: Any = None, own: bool = False) -> tuple[Any, Any, Any]:
         """This process's rows of a global batch (all of it in one process), or with ``own`` the
         batch this process read of its part of the data; sets ``batch_rows``."""
-        x, y = batch
-        n = _batch_len(y)
+        n = batch_len(y)
         if self.world.size == 1:
             self.batch_rows = (n, n)
-            return x, y
+            return x, y, weights
         if own:  # this process read its own batch, as large as every other's
             self.batch_rows = (n, n * self.world.size)
-            return x, y
+            return x, y, weights
         rows = self.world.shard(n)
         self.batch_rows = (rows.stop - rows.start, n)
-        return _take(x, rows), _take(y, rows)
+        return take(x, rows), take(y, rows), None if weights is None else take(weights, rows)
 
     def _average_moving_statistics(self) -> None:
         """Averages the floating non-trainable variables (BatchNormalization's moving
@@ -632,7 +522,7 @@ class Trainer:
         for i, (metric, state) in enumerate(zip(self.metrics, states)):
             metric.set_state({**state, "total": float(total[2 + 2 * i]), "count": float(total[3 + 2 * i])})
 
-    def _synchronize(self, loader: BatchLoader) -> None:
+    def _synchronize(self, loader: Batches) -> None:
         """Gives every process rank 0's variables, optimizer state, generators and position."""
         state = self.world.broadcast_object(
             {
@@ -662,23 +552,6 @@ class Trainer:
             "by": self.plugins.get_name(plugin) or type(plugin).__name__,
             "reason": str(reason),
         }
-
-    def _check_stream_fit(self, y: Any, sample_weight: Any, class_weight: Any) -> None:
-        if y is not None:
-            raise ValueError(
-                "fit: y must be None when x is a data set or a generator: its batches carry the targets"
-            )
-        if sample_weight is not None or class_weight is not None:
-            raise ValueError(
-                "sample_weight and class_weight need arrays; a stream's batches are (x, y) pairs"
-            )
-
-    def _stream_batch(self, batch: Any, index: int, targets: bool = True) -> Any:
-        """A stream's batch number ``index`` as ``(x, y)`` float32 arrays (``x`` alone without targets)."""
-        x, y = split_batch(batch, index, targets)
-        if not targets:
-            return _float32_inputs(_as_batch(x))
-        return _float32_inputs(_as_batch(x)), _float32_inputs(_as_batch(y))
 
     def _call(self, x: Any, training: bool) -> Any:
         if self._pass_training:
@@ -790,114 +663,29 @@ class Trainer:
         Returns:
             A ``History``.
         """
-        if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
-            raise ValueError(f"epochs must be a non-negative integer, got {epochs!r}")
-        if isinstance(verbose, bool) or verbose not in ("auto", 0, 1, 2):
-            raise ValueError(f"verbose must be 'auto', 0, 1 or 2 (as in Keras), got {verbose!r}")
-        if initial_epoch is not None:
-            if (
-                isinstance(initial_epoch, bool)
-                or not isinstance(initial_epoch, (int, np.integer))
-                or initial_epoch < 0
-            ):
-                raise ValueError(f"initial_epoch must be a non-negative integer, got {initial_epoch!r}")
-            if resume_from is not None:
-                raise ValueError("initial_epoch and resume_from both say where to start; give one of them")
-        _check_positive(steps_per_epoch, "steps_per_epoch")
-        _check_positive(validation_steps, "validation_steps")
-        stream = _streamed(x, y)
-        if validation_data is not None and is_stream(validation_data):
-            validation_data = (validation_data, None)
-        elif validation_data is not None and (
-            not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2
-        ):
-            raise ValueError("validation_data must be a tuple (x_val, y_val), or a data set or generator")
-        if isinstance(validation_split, bool) or not 0.0 <= float(validation_split) < 1.0:
-            raise ValueError(f"validation_split must be a fraction in [0, 1), got {validation_split!r}")
-        if validation_split and (stream or validation_data is not None):
-            raise ValueError(
-                "validation_split takes the last samples of arrays; with a data set or generator, or "
-                "with validation_data, give validation_data alone"
-            )
-        if stream:
-            self._check_stream_fit(y, sample_weight, class_weight)
-            loader: Any = as_source(x, steps_per_epoch)
-            self._weighted = self._lazy = False
-        else:
-            _require_targets(y, "fit")
-            if steps_per_epoch is not None:
-                raise ValueError(
-                    "steps_per_epoch is for data sets and generators; with arrays an epoch is one pass"
-                )
-            if validation_split:
-                x, y, sample_weight, validation_data = _split_off_validation(
-                    x, y, sample_weight, float(validation_split)
-                )
-            weights = _sample_weights(y, sample_weight, class_weight, self.loss)
-            self._weighted = weights is not None
-            self._lazy = any(is_lazy(leaf) for leaf in nest.flatten(x))
-            loader = BatchLoader(
-                _float32_inputs(x),
-                _float32_inputs(y) if weights is None else (_float32_inputs(y), weights),
-                batch_size=batch_size,
-                shuffle=shuffle,
-                drop_last=drop_last,
-            )
-        if validation_data is not None and not is_stream(validation_data[0]):
-            _require_targets(validation_data[1], "validation_data")
-            validation_data = (_float32_inputs(validation_data[0]), _float32_inputs(validation_data[1]))
-            try:  # checked now rather than after the first epoch's training
-                BatchLoader(*validation_data, batch_size=max(1, batch_size), shuffle=False)
-            except (TypeError, ValueError) as error:
-                raise type(error)(f"validation_data: {error}") from None
-        self._validation_steps = validation_steps
-        checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
-        self._loader = loader
-        workers = getattr(loader, "worker_processes", getattr(loader, "workers", 0))
-        if self._threads_setting in ("auto", None) and workers:  # the data's workers share the cores
-            self.threads = resolve_threads("auto", workers=workers)
-        elif self._threads_setting is None:
-            self.threads = None
-        continued = resume_from is None and self.step > 0
-        first_epoch = (
-            self.state.next_epoch if initial_epoch is None and continued else int(initial_epoch or 0)
+        _check_fit_arguments(epochs, verbose, initial_epoch, resume_from, steps_per_epoch, validation_steps)
+        source, validation_data = adapt(
+            x,
+            y,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            loss=self.loss,
+            sample_weight=sample_weight,
+            class_weight=class_weight,
+            validation_split=validation_split,
+            validation_data=validation_data,
+            steps_per_epoch=steps_per_epoch,
         )
-        end = first_epoch + int(epochs) if initial_epoch is None and resume_from is None else int(epochs)
-        self.epochs = end
-        self.batch_size = loader.batch_size if isinstance(loader, BatchLoader) else 0
-        self.steps_per_epoch = loader.num_batches
-        self.stop_training = False
-        self._has_losses = None
-        self.history = History()
-        self.history.params = {
-            "epochs": self.epochs,
-            "batch_size": self.batch_size,
-            "steps": self.steps_per_epoch,
-        }
-        self.continued = continued
-        self.state.start_fit(first_epoch, continued)
-        self.state.fit = {"epochs": self.epochs, **fit_kind(loader)}
-        self._before_epoch_end = self._before_step = None
-        self._plugins_save_by_hook = bool(self.plugins.hook.on_save_checkpoint.get_hookimpls())
-        self.resumed = checkpoint is not None
+        checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
+        self._start_fit(source, epochs, initial_epoch, resumed=checkpoint is not None)
+        self._validation_steps = validation_steps
         if checkpoint is not None:
-            self._restore(checkpoint, loader, resume_from)  # type: ignore[arg-type]
-        if checkpoint is not None and self.finished_by(checkpoint) is not None:
-            logger.info("%s; nothing to train", self.finished_by(checkpoint))
-            return self.history  # before any collective: every rank returns here alike
-        self.world = self.plugins.hook.configure_world(trainer=self) or World()
-        _check_shards(loader, self.world)
-        # A source that can read one process's part (a Pipeline, a Grain MapDataset) does; others
-        # are read whole on every process and their batches split by rows.
-        self._source_sharded = self.world.size > 1 and hasattr(loader, "shard")
-        if self._source_sharded:
-            loader.shard(self.world.rank, self.world.size)
-            self.steps_per_epoch = loader.num_batches
-        if not self.world.is_chief:  # only rank 0 writes and prints
-            for plugin in [p for p in self.plugins.get_plugins() if getattr(p, "chief_only", False) is True]:
-                self.plugins.unregister(plugin)
-        if self.world.size > 1:
-            self._synchronize(loader)
+            self._restore(checkpoint, source, resume_from)
+            if self.finished_by(checkpoint) is not None:
+                logger.info("%s; nothing to train", self.finished_by(checkpoint))
+                return self.history  # before any collective: every rank returns here alike
+        self._join_world(source)
         hooks = self.plugins.hook
         with (
             self._interrupts,
@@ -911,7 +699,7 @@ class Trainer:
                 if checkpoint is not None:
                     self.plugins.load_state_dicts(checkpoint.get("plugins", {}))
                     hooks.on_load_checkpoint(trainer=self, checkpoint=checkpoint)
-                self._fit_epochs(loader, validation_data)
+                self._fit_epochs(source, validation_data)
                 if self.world.size > 1:  # a fit stopped inside an epoch moved them since its end
                     self._average_moving_statistics()
                 hooks.on_fit_end(trainer=self)
@@ -921,7 +709,51 @@ class Trainer:
                 raise
         return self.history
 
-    def _fit_epochs(self, loader: BatchLoader, validation_data: tuple[Any, Any] | None) -> None:
+    def _start_fit(self, source: Batches, epochs: int, initial_epoch: int | None, resumed: bool) -> None:
+        """Sets the fit's counters, history and BLAS threads: a second fit continues the first."""
+        self._loader = source
+        if self._threads_setting in ("auto", None) and source.worker_processes:
+            self.threads = resolve_threads("auto", workers=source.worker_processes)  # workers share the cores
+        elif self._threads_setting is None:
+            self.threads = None
+        continued = not resumed and self.step > 0
+        first_epoch = (
+            self.state.next_epoch if initial_epoch is None and continued else int(initial_epoch or 0)
+        )
+        self.epochs = first_epoch + int(epochs) if initial_epoch is None and not resumed else int(epochs)
+        self.batch_size = source.batch_size
+        self.steps_per_epoch = source.num_batches
+        self.stop_training = False
+        self._has_losses = None
+        self.history = History()
+        self.history.params = {
+            "epochs": self.epochs,
+            "batch_size": self.batch_size,
+            "steps": self.steps_per_epoch,
+        }
+        self.continued = continued
+        self.state.start_fit(first_epoch, continued)
+        self.state.fit = {"epochs": self.epochs, **source.kind()}
+        self._before_epoch_end = self._before_step = None
+        self._plugins_save_by_hook = bool(self.plugins.hook.on_save_checkpoint.get_hookimpls())
+        self.resumed = resumed
+
+    def _join_world(self, source: Batches) -> None:
+        """Finds the processes training together (``configure_world``) and shares the data and
+        rank 0's state among them; only rank 0 keeps the plugins that write and print."""
+        self.world = self.plugins.hook.configure_world(trainer=self) or World()
+        source.check_shards(self.world.size)
+        # A source that can read one process's part (a Pipeline, a Grain MapDataset) does; others
+        # are read whole on every process and their batches split by rows.
+        if source.shard(self.world.rank, self.world.size):
+            self.steps_per_epoch = source.num_batches
+        if not self.world.is_chief:
+            for plugin in [p for p in self.plugins.get_plugins() if getattr(p, "chief_only", False) is True]:
+                self.plugins.unregister(plugin)
+        if self.world.size > 1:
+            self._synchronize(source)
+
+    def _fit_epochs(self, loader: Batches, validation_data: tuple[Any, Any] | None) -> None:
         hooks = self.plugins.hook
         batch_start, batch_end, save_point = (
             hooks.on_train_batch_start,
@@ -947,18 +779,13 @@ class Trainer:
                 # states from before its batch was read, so a resume runs the step again.
                 self._before_step = {"data": loader.get_state(), "plugins": self._step_plugin_states()}
                 try:
-                    batch = loader.next_batch()
+                    x, y, weights = loader.next_batch(state.batch_in_epoch)
                 except StopIteration:
                     self._before_step = None
                     complete = True
                     break
                 batch_start(trainer=self, step=step)
-                if not isinstance(loader, BatchLoader):
-                    batch = self._stream_batch(batch, state.batch_in_epoch)
-                elif self._lazy:  # memory-mapped rows: made arrays, float32, a batch at a time
-                    batch = self._stream_batch(batch, state.batch_in_epoch)
-                x, y = self._shard(batch, own=self._source_sharded)
-                y, weights = y if self._weighted else (y, None)
+                x, y, weights = self._shard(x, y, weights, own=loader.sharded)
                 # From the step's forward pass to the end of its on_train_batch_end hooks a Ctrl-C
                 # waits, so the interrupted checkpoint is the state before the step or after every
                 # plugin saw it. From the update on, an exception leaves no whole state
@@ -967,12 +794,10 @@ class Trainer:
                     try:
                         logs = self._train_step(x, y, step, weights)
                     except (ValueError, TypeError) as error:
-                        if isinstance(loader, BatchLoader):
+                        if not loader.stream:
                             raise
                         # A stream's batch may differ from the ones before it: say which one.
-                        raise _in_batch(
-                            error, f"batch {state.batch_in_epoch} of epoch {epoch + 1}"
-                        ) from error
+                        raise in_batch(error, f"batch {state.batch_in_epoch} of epoch {epoch + 1}") from error
                     batch_end(trainer=self, step=step, logs=logs)
                     self.update_in_progress = False
                 finally:
@@ -1039,7 +864,7 @@ class Trainer:
             pairs = self.plugins.transform_gradients(self, step, list(zip(grads, variables)), logs)
             self.update_in_progress = True  # until the step's on_train_batch_end hooks have run
             self.optimizer.apply_gradients(pairs)
-            self.state.end_step(loss_value, _batch_len(y))
+            self.state.end_step(loss_value, batch_len(y))
             self._before_step = None  # counted: the current state is the position now
             for metric in self.metrics:
                 metric.update_state(y, y_pred)
@@ -1088,7 +913,7 @@ class Trainer:
         """The batches of ``evaluate``/``predict``: of arrays in order, or of a stream (at most
         ``steps``)."""
         _check_positive(steps, "steps")
-        if _streamed(x, y):
+        if streamed(x, y):
             if y is not None:
                 raise ValueError(
                     "y must be None when x is a data set or a generator: its batches carry the targets"
@@ -1100,14 +925,14 @@ class Trainer:
                     batch = source.next_batch()
                 except StopIteration:
                     return
-                yield self._stream_batch(batch, index, targets)
+                yield stream_batch(batch, index, targets)
             return
         if targets:
-            _require_targets(y, "evaluate")
+            require_targets(y, "evaluate")
         if steps is not None:
             raise ValueError("steps is for data sets and generators; with arrays every sample is used")
         loader = BatchLoader(
-            _float32_inputs(x), _float32_inputs(y) if targets else None, batch_size=batch_size, shuffle=False
+            float32_inputs(x), float32_inputs(y) if targets else None, batch_size=batch_size, shuffle=False
         )
         for index in range(loader.num_batches):
             yield loader.batch(None, index)
@@ -1126,23 +951,23 @@ class Trainer:
         try:
             self._reset_epoch_metrics()
             self.state.loss_sum, self.state.loss_count = 0.0, 0
-            streamed = _streamed(x, y)
+            is_streamed = streamed(x, y)
             for index, batch in enumerate(self._batches(x, y, batch_size, steps, targets=True)):
-                xb, yb = self._shard(batch)
+                xb, yb, _ = self._shard(*batch)
                 if self.batch_rows[0] == 0:
                     continue  # a batch smaller than the processes: this one has no rows of it
                 try:
                     xb, yb = _to_tensors(xb), _to_tensors(yb)
                     y_pred = self._call(xb, training=False)
-                    n = _batch_len(yb)
+                    n = batch_len(yb)
                     self.state.loss_sum += float(self._total_loss(yb, y_pred)) * n
                     self.state.loss_count += n
                     for metric in self.metrics:
                         metric.update_state(yb, y_pred)
                 except (ValueError, TypeError) as error:
-                    if not streamed:
+                    if not is_streamed:
                         raise
-                    raise _in_batch(error, f"batch {index}") from error  # as fit names it
+                    raise in_batch(error, f"batch {index}") from error  # as fit names it
             if self.state.loss_count == 0 and self.world.size == 1:
                 raise ValueError("evaluate: the data gave no batch")
             return self._metric_logs()
@@ -1159,14 +984,14 @@ class Trainer:
         """
         structure: Any = None
         columns: list[list[np.ndarray]] = []
-        streamed = _streamed(x, None)
+        is_streamed = streamed(x, None)
         for index, batch in enumerate(self._batches(x, None, batch_size, steps, targets=False)):
             try:
                 outputs = self._call(_to_tensors(batch), training=False)
             except (ValueError, TypeError) as error:
-                if not streamed:
+                if not is_streamed:
                     raise
-                raise _in_batch(error, f"batch {index}") from error  # as fit names it
+                raise in_batch(error, f"batch {index}") from error  # as fit names it
             leaves = nest.flatten(outputs)
             if structure is None:
                 structure, columns = outputs, [[] for _ in leaves]
@@ -1250,18 +1075,17 @@ class Trainer:
         """Writes a checkpoint of the current state to ``path`` (atomically); only during ``fit``."""
         return save_checkpoint(path, self.checkpoint_contents())
 
-    def _restore(self, checkpoint: dict[str, Any], loader: BatchLoader, source: Any) -> None:
+    def _restore(self, checkpoint: dict[str, Any], loader: Batches, source: Any) -> None:
         check_checkpoint(checkpoint, source=source)  # the fields read below; the model's after it is built
-        check_fits(checkpoint, fit_kind(loader), source)
+        check_fits(checkpoint, loader.kind(), source)
         # One call builds the lazy layers; the model may have Variables of its own already.
         modules = [self.model, *getattr(self.model, "submodules", [])]
         if not all(getattr(module, "built", True) for module in modules):
-            self._call(_to_tensors(_first_batch(loader)[0]), training=False)
-        num_samples = loader.num_samples if isinstance(loader, BatchLoader) else None
+            self._call(_to_tensors(loader.first_inputs()), training=False)
         check_checkpoint(
             checkpoint,
             model=self.model,
-            num_samples=num_samples,
+            num_samples=loader.num_samples,
             plugins=self.plugins.list_name_plugin(),
             source=source,
         )

@@ -1,0 +1,325 @@
+"""Adapting what a user passes to ``fit`` into batches: one object the training loop reads.
+
+``adapt`` takes ``fit``'s data arguments (arrays or a stream, ``validation_split``,
+``sample_weight``, ``class_weight``, ``validation_data``) and returns ``Batches``, whose
+``next_batch`` gives ``(x, y, sample weights)`` of float32 arrays, ready for a step, whatever
+the input was: arrays in memory, memory-mapped arrays (cast a batch at a time), a generator, a
+list of batches, a ``tp.data.Pipeline`` or a Grain data set. ``Batches`` also holds what the
+loop asks of its data otherwise: its state for checkpoints, its length, a part for one process,
+a first batch to build a model with, and what a checkpoint's position means (``kind``). The loop
+never asks what kind of input it has; Keras's ``DataAdapter`` and ``EpochIterator`` play this
+part there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tapefit.core import nest
+from tapefit.core.tensor import Tensor
+from tapefit.data.arrays import is_lazy
+from tapefit.data.loader import BatchLoader, _take
+from tapefit.data.npy import rows as _rows
+from tapefit.data.sources import as_source, fit_kind, is_batch_list, is_stream, split_batch
+from tapefit.distributed.world import shard_problem
+
+__all__ = ["Batches", "adapt", "batch_len", "float32_inputs", "in_batch", "streamed", "take"]
+
+take = _take
+
+
+def float32_inputs(data: Any) -> Any:
+    """float64 arrays become float32 (as Keras does); everything else is left as it is."""
+    if isinstance(data, dict):
+        return {k: float32_inputs(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)) and data and isinstance(data[0], (np.ndarray, Tensor)):
+        return type(data)(float32_inputs(v) for v in data)
+    if isinstance(data, Tensor):
+        data = data.numpy()
+    if is_lazy(data):
+        return data  # cast batch by batch: the whole array may not fit in memory
+    if isinstance(data, np.ndarray) and data.dtype == np.float64:
+        return data.astype(np.float32)
+    return data
+
+
+def batch_len(data: Any) -> int:
+    """The number of samples in a batch (the first leaf's first axis)."""
+    while isinstance(data, (dict, list, tuple)):
+        data = next(iter(data.values())) if isinstance(data, dict) else data[0]
+    return len(data)
+
+
+def _as_batch(data: Any) -> Any:
+    """Arrays of a batch (a stream may yield lists or scalars per sample)."""
+    if isinstance(data, dict):
+        return {k: _as_batch(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)) and data and isinstance(data[0], (np.ndarray, Tensor, dict)):
+        return type(data)(_as_batch(v) for v in data)
+    return data if isinstance(data, (np.ndarray, Tensor)) else np.asarray(data)
+
+
+def stream_batch(batch: Any, index: int, targets: bool = True) -> Any:
+    """A stream's batch number ``index`` as ``(x, y)`` float32 arrays (``x`` alone without targets)."""
+    x, y = split_batch(batch, index, targets)
+    if not targets:
+        return float32_inputs(_as_batch(x))
+    return float32_inputs(_as_batch(x)), float32_inputs(_as_batch(y))
+
+
+def streamed(x: Any, y: Any) -> bool:
+    """``x`` is read as a stream of batches: a data set, loader or iterable, or without ``y`` a
+    list of ``(x, y)`` batches."""
+    return is_stream(x) or (y is None and is_batch_list(x))
+
+
+def in_batch(error: Exception, where: str) -> Exception:
+    """``error`` of the same type with ``where`` before its message (itself if it cannot be made)."""
+    try:
+        return type(error)(f"{where} of the data: {error}")
+    except Exception:
+        return error
+
+
+def require_targets(y: Any, where: str) -> None:
+    # The loader takes y=None for inputs only; the loop would then unpack a batch of x as (x, y).
+    if y is None:
+        raise ValueError(f"{where}: y is None; the loss needs targets (predict(x) takes inputs alone)")
+
+
+def _part(data: Any, start: int, stop: int) -> Any:
+    """Samples ``start:stop`` of arrays (a dict, list or tuple of them), read later when on disk."""
+    if isinstance(data, dict):
+        return {k: _part(v, start, stop) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(_part(v, start, stop) for v in data)
+    return _rows(data, start, stop)
+
+
+def _split_off_validation(x: Any, y: Any, sample_weight: Any, fraction: float) -> tuple[Any, Any, Any, Any]:
+    """Keras's ``validation_split``: the last ``fraction`` of the samples, before shuffling."""
+    n = batch_len(y)
+    n_train = int(np.floor(n * (1.0 - fraction)))
+    if n_train == 0 or n_train == n:
+        raise ValueError(
+            f"validation_split {fraction} of {n} samples leaves "
+            f"{'no training' if n_train == 0 else 'no validation'} samples"
+        )
+    if sample_weight is not None:
+        sample_weight = np.asarray(sample_weight)[:n_train]
+    return (
+        _part(x, 0, n_train),
+        _part(y, 0, n_train),
+        sample_weight,
+        (_part(x, n_train, n), _part(y, n_train, n)),
+    )
+
+
+def sample_weights(y: Any, sample_weight: Any, class_weight: Any, loss: Any) -> np.ndarray | None:
+    """One float32 weight per sample from ``sample_weight`` and ``class_weight`` (Keras's rules), or ``None``."""
+    if sample_weight is None and class_weight is None:
+        return None
+    from tapefit.layers.losses import Loss
+
+    if not isinstance(loss, Loss):
+        raise TypeError(
+            f"sample_weight and class_weight need a tp.losses.Loss (it weights the per-sample losses), "
+            f"got the loss {loss!r}"
+        )
+    if not isinstance(y, (np.ndarray, Tensor)):
+        raise TypeError("sample_weight and class_weight need y as one array of targets")
+    labels = np.asarray(y)
+    n = labels.shape[0] if labels.ndim else 0
+    weights = np.ones(n, dtype=np.float64)
+    if sample_weight is not None:
+        given = np.asarray(sample_weight, dtype=np.float64)
+        if given.ndim == 2 and given.shape[1] == 1:
+            given = given[:, 0]
+        if given.shape != (n,):
+            raise ValueError(
+                f"sample_weight must have one weight per sample, shape ({n},), got {given.shape}"
+            )
+        if not np.all(np.isfinite(given)) or np.any(given < 0):
+            raise ValueError("sample_weight must be finite and non-negative")
+        weights *= given
+    if class_weight is not None:
+        if not isinstance(class_weight, dict) or not class_weight:
+            raise TypeError(f"class_weight must be a dict {{class index: weight}}, got {class_weight!r}")
+        classes = labels.argmax(axis=-1) if labels.ndim == 2 and labels.shape[1] > 1 else labels.reshape(n)
+        if classes.dtype.kind == "f" and not np.all(classes == np.round(classes)):
+            raise ValueError("class_weight needs class indices (or one-hot labels) as y")
+        classes = classes.astype(np.int64)
+        missing = sorted(set(np.unique(classes).tolist()) - set(class_weight))
+        if missing:
+            raise ValueError(f"class_weight has no weight for the classes {missing} of y")
+        table = np.zeros(int(classes.max()) + 1, dtype=np.float64)
+        for key, value in class_weight.items():
+            if 0 <= int(key) < table.size:
+                table[int(key)] = float(value)
+        weights *= table[classes]
+    return weights.astype(np.float32)
+
+
+class Batches:
+    """The batches ``fit`` trains on, as ``(x, y, sample weights or None)`` float32 arrays.
+
+    Attributes:
+        source: the batch source underneath (a ``BatchLoader`` for arrays, or a stream's
+            source; ``tapefit.data.sources`` documents the protocol).
+        stream: whether the input is a stream (its batches may differ from each other, so an
+            error in a step names the batch).
+        num_batches: batches per epoch (``None``: until the stream ends).
+        batch_size: samples per batch of arrays (0 for a stream, whose batches are its own).
+        num_samples: training samples of arrays (``None`` for a stream).
+        sharded: ``shard`` made this process read only its own part of the data.
+    """
+
+    def __init__(self, source: Any, *, weighted: bool = False, lazy: bool = False) -> None:
+        self.source = source
+        self.stream = not isinstance(source, BatchLoader)
+        self.batch_size = 0 if self.stream else source.batch_size
+        self.num_samples = None if self.stream else source.num_samples
+        self.sharded = False
+        self._weighted = weighted  # the loader's targets are (y, sample weights)
+        self._lazy = lazy  # memory-mapped arrays: made arrays, float32, a batch at a time
+
+    # -- the source protocol, passed through -----------------------------------
+
+    @property
+    def num_batches(self) -> int | None:
+        return self.source.num_batches
+
+    @property
+    def checkpointable(self) -> bool:
+        return bool(self.source.checkpointable)
+
+    @property
+    def worker_processes(self) -> int:
+        """Processes reading the data ahead (a Pipeline's or Grain's workers), 0 without."""
+        return int(getattr(self.source, "worker_processes", getattr(self.source, "workers", 0)) or 0)
+
+    def start_epoch(self) -> None:
+        self.source.start_epoch()
+
+    def get_state(self) -> dict[str, Any]:
+        return self.source.get_state()
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.source.set_state(state)
+
+    def kind(self) -> dict[str, Any]:
+        """What a checkpoint's position means only for a fit of the same kind (``check_fits``)."""
+        return fit_kind(self.source)
+
+    # -- batches ---------------------------------------------------------------
+
+    def next_batch(self, index: int) -> tuple[Any, Any, Any]:
+        """The epoch's next ``(x, y, sample weights or None)``; ``StopIteration`` after its last.
+
+        Args:
+            index: the batch's number in its epoch, which an error in a stream's batch names.
+        """
+        batch = self.source.next_batch()
+        if self.stream or self._lazy:
+            batch = stream_batch(batch, index)
+        x, y = batch
+        y, weights = y if self._weighted else (y, None)
+        return x, y, weights
+
+    def first_inputs(self) -> Any:
+        """The inputs of a first batch, to build a model with, leaving the source where it was."""
+        if not self.stream:
+            return self.source.batch(None, 0)[0]
+        return split_batch(self.source.peek(), 0)[0]
+
+    def shard(self, rank: int, size: int) -> bool:
+        """Makes this process read only its part, when the source can (a Pipeline, a Grain
+        ``MapDataset``); ``False``: every process reads it whole and splits each batch by rows."""
+        if size <= 1 or not hasattr(self.source, "shard"):
+            return False
+        self.source.shard(rank, size)
+        self.sharded = True
+        return True
+
+    def check_shards(self, size: int) -> None:
+        """Every global batch of arrays must give each of ``size`` processes at least one sample."""
+        if self.stream:
+            return  # a stream's batches are split as they come (or read per rank by the source)
+        problem = shard_problem(self.source.num_samples, self.source.batch_size, self.source.drop_last, size)
+        if problem is not None:
+            raise ValueError(problem)
+
+
+def adapt(
+    x: Any,
+    y: Any,
+    *,
+    batch_size: int,
+    shuffle: bool,
+    drop_last: bool,
+    loss: Any,
+    sample_weight: Any = None,
+    class_weight: Any = None,
+    validation_split: float = 0.0,
+    validation_data: Any = None,
+    steps_per_epoch: int | None = None,
+) -> tuple[Batches, Any]:
+    """``fit``'s data arguments as ``(Batches, validation data or None)``, checked with Keras's rules.
+
+    Raises:
+        ValueError, TypeError: an argument that does not fit the others, named.
+    """
+    stream = streamed(x, y)
+    if validation_data is not None and is_stream(validation_data):
+        validation_data = (validation_data, None)
+    elif validation_data is not None and (
+        not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2
+    ):
+        raise ValueError("validation_data must be a tuple (x_val, y_val), or a data set or generator")
+    if isinstance(validation_split, bool) or not 0.0 <= float(validation_split) < 1.0:
+        raise ValueError(f"validation_split must be a fraction in [0, 1), got {validation_split!r}")
+    if validation_split and (stream or validation_data is not None):
+        raise ValueError(
+            "validation_split takes the last samples of arrays; with a data set or generator, or "
+            "with validation_data, give validation_data alone"
+        )
+    if stream:
+        if y is not None:
+            raise ValueError(
+                "fit: y must be None when x is a data set or a generator: its batches carry the targets"
+            )
+        if sample_weight is not None or class_weight is not None:
+            raise ValueError(
+                "sample_weight and class_weight need arrays; a stream's batches are (x, y) pairs"
+            )
+        batches = Batches(as_source(x, steps_per_epoch))
+    else:
+        require_targets(y, "fit")
+        if steps_per_epoch is not None:
+            raise ValueError(
+                "steps_per_epoch is for data sets and generators; with arrays an epoch is one pass"
+            )
+        if validation_split:
+            x, y, sample_weight, validation_data = _split_off_validation(
+                x, y, sample_weight, float(validation_split)
+            )
+        weights = sample_weights(y, sample_weight, class_weight, loss)
+        loader = BatchLoader(
+            float32_inputs(x),
+            float32_inputs(y) if weights is None else (float32_inputs(y), weights),
+            batch_size=batch_size,
+            shuffle=shuffle,
+            drop_last=drop_last,
+        )
+        lazy = any(is_lazy(leaf) for leaf in nest.flatten(x))
+        batches = Batches(loader, weighted=weights is not None, lazy=lazy)
+    if validation_data is not None and not is_stream(validation_data[0]):
+        require_targets(validation_data[1], "validation_data")
+        validation_data = (float32_inputs(validation_data[0]), float32_inputs(validation_data[1]))
+        try:  # checked now rather than after the first epoch's training
+            BatchLoader(*validation_data, batch_size=max(1, batch_size), shuffle=False)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"validation_data: {error}") from None
+    return batches, validation_data
