@@ -39,7 +39,7 @@ from tapefit.cli.run_folder import RunFolderError, RunLock
 from tapefit.core import random as _random
 from tapefit.distributed.world import MPIWorld, launcher_rank, launcher_world_size, shard_problem
 from tapefit.plugins.hookspecs import hookimpl
-from tapefit.training.trainer import raise_terminated
+from tapefit.training.boundary import raise_terminated
 
 _STOP_SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)

@@ -19,9 +19,7 @@ import inspect
 import itertools
 import logging
 import os
-import signal
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,11 +50,12 @@ from tapefit.data.sources import as_source
 from tapefit.distributed.threads import limited, resolve_threads
 from tapefit.distributed.world import World
 from tapefit.plugins.manager import PluginManager, create_plugin
+from tapefit.training.boundary import Boundary
 from tapefit.training.state import TrainState
 
 logger = logging.getLogger("tapefit")
 
-__all__ = ["History", "Terminated", "Trainer", "raise_terminated"]
+__all__ = ["History", "Trainer"]
 
 
 class History:
@@ -180,105 +179,6 @@ def _load_metric_state(metric: Any, state: dict[str, Any]) -> None:
         state = {"state": {**source["attributes"], "kind": chosen["class"] if chosen else None}}
     if state.get("state") is not None:
         metric.set_state(state["state"])
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP (``signum``), raised where Ctrl-C raises ``KeyboardInterrupt``, so that
-    a run they end stops as a Ctrl-C stops it: at the next safe point, with an interrupted
-    checkpoint. ``train`` installs ``raise_terminated`` for them; ``fit`` then holds them as
-    it holds Ctrl-C."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = int(signum)
-
-
-def raise_terminated(signum: int, frame: Any) -> None:
-    """A signal handler that raises ``Terminated(signum)``."""
-    raise Terminated(signum)
-
-
-def _interruption(signum: int) -> KeyboardInterrupt:
-    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
-
-
-# The signals that stop a fit at its next safe point, in the order processes agree on one.
-_STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, name)
-)
-
-
-class _InterruptGuard:
-    """During ``fit``, holds back a Ctrl-C (SIGINT), SIGTERM or SIGHUP that arrives inside a
-    critical section.
-
-    Installed for a whole fit, and only over Python's own SIGINT handler and ``train``'s
-    ``raise_terminated`` in the main thread (a program with its own handler keeps it, and
-    SIGTERM's default, which ends the process, stays outside ``train``). Outside ``hold`` it
-    raises at once (``KeyboardInterrupt``, or ``Terminated``), as those handlers do; inside,
-    the interrupt waits for ``release``, and a second one raises at once (a step that never
-    ends can still be stopped). Setting a flag per step costs nothing next to swapping
-    handlers per step.
-    """
-
-    def __init__(self) -> None:
-        self.hold = False
-        self.held = 0  # the signal held back, or 0
-        self.agree: Any = None  # with several processes: (signal held here) -> signal held on any, or 0
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _InterruptGuard:
-        if threading.current_thread() is not threading.main_thread():
-            return self
-        for signum in _STOP_SIGNALS:
-            ours = signal.default_int_handler if signum == signal.SIGINT else raise_terminated
-            if signal.getsignal(signum) is ours:
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        # With several processes every one is always holding: they stop together, at a
-        # release where all agree, so none is left waiting for the others at a collective.
-        if (self.hold or self.agree is not None) and not self.held:
-            self.held = signum
-            return
-        self.held = 0  # a second signal inside the section: raised now, not again at release
-        raise _interruption(signum)
-
-    def release(self) -> None:
-        """Ends a critical section; raises the interrupt that arrived inside it, if any.
-
-        With several processes (``agree`` set) the processes first agree whether any of them
-        was interrupted, and by which signal, and all raise or none; while an exception is on
-        its way out, no agreement is sought (the others may never get here).
-        """
-        self.hold = False
-        if self.agree is not None:
-            if sys.exc_info()[0] is None:
-                signum = self.agree(self.held)
-                if signum:
-                    self.held = 0
-                    raise _interruption(signum)
-            return
-        if self.held:
-            signum, self.held = self.held, 0
-            raise _interruption(signum)
-
-    def __exit__(self, kind: Any, value: Any, traceback: Any) -> None:
-        self.hold = False
-        self.held = 0
-        self.agree = None
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-        self._previous = {}
-
-
-def _agreed_signal(world: World, held: int) -> int:
-    """The signal that stops every process: of those held on any, the first of ``_STOP_SIGNALS``."""
-    flags = world.allreduce_sum(
-        np.array([held == s for s in _STOP_SIGNALS], np.float64), "interrupt agreement"
-    )
-    return next((s for s, flag in zip(_STOP_SIGNALS, flags) if flag), 0)
 
 
 def _check_fit_arguments(
@@ -438,7 +338,6 @@ class Trainer:
         self.continued = False
         self.world: World = World()
         self.batch_rows = (0, 0)
-        self.update_in_progress = False
         self.compile = bool(compile)
         self.threads = resolve_threads(threads)
         self._threads_setting = threads
@@ -451,9 +350,7 @@ class Trainer:
         # the state from the boundary. An epoch's end (validation, on_epoch_end) keeps the whole
         # checkpoint contents from before it; a step keeps the data's and the plugins' states
         # from before its batch was read (the step itself puts the model and generators back).
-        self._before_epoch_end: dict[str, Any] | None = None
-        self._before_step: dict[str, Any] | None = None
-        self._interrupts = _InterruptGuard()
+        self._boundary = Boundary(self._contents, self._step_plugin_states)
 
     # -- small helpers ---------------------------------------------------------
 
@@ -461,6 +358,12 @@ class Trainer:
     def learning_rate(self) -> float:
         """The learning rate of the optimizer's next step, as a float."""
         return float(self.optimizer.learning_rate)
+
+    @property
+    def update_in_progress(self) -> bool:
+        """From a step's optimizer update to the end of its ``on_train_batch_end`` hooks: no state
+        is whole, so a checkpoint is not taken (``tapefit.plugins.hookspecs``)."""
+        return self._boundary.update_in_progress
 
     @property
     def running_loss(self) -> float:
@@ -688,12 +591,10 @@ class Trainer:
         self._join_world(source)
         hooks = self.plugins.hook
         with (
-            self._interrupts,
+            self._boundary.guard(self.world),
             _fit_output(self.plugins, verbose if self.world.is_chief else 0),
             limited(self.threads),
         ):
-            if self.world.size > 1:
-                self._interrupts.agree = lambda held: _agreed_signal(self.world, held)
             try:
                 hooks.on_fit_start(trainer=self)
                 if checkpoint is not None:
@@ -705,7 +606,7 @@ class Trainer:
                 hooks.on_fit_end(trainer=self)
             except BaseException as exception:
                 self.plugins.call_each("on_exception", trainer=self, exception=exception)
-                self.update_in_progress = False
+                self._boundary.update_in_progress = False
                 raise
         return self.history
 
@@ -734,7 +635,7 @@ class Trainer:
         self.continued = continued
         self.state.start_fit(first_epoch, continued)
         self.state.fit = {"epochs": self.epochs, **source.kind()}
-        self._before_epoch_end = self._before_step = None
+        self._boundary.reset()
         self._plugins_save_by_hook = bool(self.plugins.hook.on_save_checkpoint.get_hookimpls())
         self.resumed = resumed
 
@@ -760,7 +661,7 @@ class Trainer:
             hooks.on_train_batch_end,
             hooks.on_save_point,
         )
-        state = self.state
+        state, boundary = self.state, self._boundary
         continuing = self.resumed and state.in_epoch
         for epoch in range(state.position()[0], self.epochs):
             if not continuing:
@@ -775,22 +676,16 @@ class Trainer:
                     complete = True  # also an epoch resumed after its last batch, before its end
                     break
                 step = self.step
-                # Until the step is counted, a checkpoint takes the data's and the plugins'
-                # states from before its batch was read, so a resume runs the step again.
-                self._before_step = {"data": loader.get_state(), "plugins": self._step_plugin_states()}
+                boundary.snapshot_step(loader)
                 try:
                     x, y, weights = loader.next_batch(state.batch_in_epoch)
                 except StopIteration:
-                    self._before_step = None
+                    boundary.no_step()
                     complete = True
                     break
                 batch_start(trainer=self, step=step)
                 x, y, weights = self._shard(x, y, weights, own=loader.sharded)
-                # From the step's forward pass to the end of its on_train_batch_end hooks a Ctrl-C
-                # waits, so the interrupted checkpoint is the state before the step or after every
-                # plugin saw it. From the update on, an exception leaves no whole state
-                # (``update_in_progress``): the plugins after the failing hook never see the step.
-                try:
+                with boundary.step():
                     try:
                         logs = self._train_step(x, y, step, weights)
                     except (ValueError, TypeError) as error:
@@ -799,9 +694,6 @@ class Trainer:
                         # A stream's batch may differ from the ones before it: say which one.
                         raise in_batch(error, f"batch {state.batch_in_epoch} of epoch {epoch + 1}") from error
                     batch_end(trainer=self, step=step, logs=logs)
-                    self.update_in_progress = False
-                finally:
-                    self._interrupts.release()
                 complete = loader.num_batches is not None and state.batch_in_epoch >= loader.num_batches
                 save_point(trainer=self, after="step", logs=logs, last=self.stop_training and not complete)
                 if complete:
@@ -814,25 +706,19 @@ class Trainer:
                 )
                 state.in_epoch = False
                 break
-            # From here to the end of the epoch hooks (validation, a plateau counted, a rate
-            # cut), a checkpoint is the state before them: resuming it runs them again.
-            self._before_epoch_end = self._contents()
-            logs = self._metric_logs()
-            if validation_data is not None:
-                val_logs = self.evaluate(
-                    *validation_data, batch_size=self.batch_size or 32, steps=self._validation_steps
-                )
-                val_logs = _prefixed(val_logs, "val_")
-                hooks.on_validation_end(trainer=self, epoch=epoch, logs=val_logs)
-                logs.update(val_logs)
-            self._interrupts.hold = True  # a Ctrl-C here waits for the epoch to end
-            try:
-                hooks.on_epoch_end(trainer=self, epoch=epoch, logs=logs)
-                state.end_epoch(logs, complete)
-                self.history._append(epoch, logs)
-                self._before_epoch_end = None
-            finally:
-                self._interrupts.release()
+            with boundary.epoch_end():
+                logs = self._metric_logs()
+                if validation_data is not None:
+                    val_logs = self.evaluate(
+                        *validation_data, batch_size=self.batch_size or 32, steps=self._validation_steps
+                    )
+                    val_logs = _prefixed(val_logs, "val_")
+                    hooks.on_validation_end(trainer=self, epoch=epoch, logs=val_logs)
+                    logs.update(val_logs)
+                with boundary.committing():
+                    hooks.on_epoch_end(trainer=self, epoch=epoch, logs=logs)
+                    state.end_epoch(logs, complete)
+                    self.history._append(epoch, logs)
             if complete:
                 last = self.stop_training or epoch + 1 >= self.epochs
                 save_point(trainer=self, after="epoch", logs=logs, last=last)
@@ -842,11 +728,6 @@ class Trainer:
     def _train_step(self, x: Any, y: Any, step: int, weights: Any = None) -> dict[str, float]:
         x, y = _to_tensors(x), _to_tensors(y)
         weights = None if weights is None else _to_tensors(weights)
-        # From the forward pass (dropout draws from the random generators, BatchNormalization
-        # moves its statistics) to the step's bookkeeping, the state is inconsistent: a Ctrl-C
-        # waits until it is whole again (_fit_epochs releases it), so the interrupted checkpoint
-        # can be saved.
-        self._interrupts.hold = True
         # What the forward pass moves before the update (dropout's generators,
         # BatchNormalization's statistics): put back if an exception ends the step before the
         # update, so that the interrupted checkpoint is the state before the step.
@@ -862,16 +743,16 @@ class Trainer:
             loss_value = float(loss)
             logs = {"loss": loss_value}
             pairs = self.plugins.transform_gradients(self, step, list(zip(grads, variables)), logs)
-            self.update_in_progress = True  # until the step's on_train_batch_end hooks have run
+            self._boundary.updating()
             self.optimizer.apply_gradients(pairs)
             self.state.end_step(loss_value, batch_len(y))
-            self._before_step = None  # counted: the current state is the position now
+            self._boundary.counted()
             for metric in self.metrics:
                 metric.update_state(y, y_pred)
         except BaseException:
             # A model that built its layers in this step drew their weights too: keep that.
             built_now = len(getattr(self.model, "variables", [])) != before_step[2]
-            if not self.update_in_progress and self.step == step and not built_now:
+            if not self._boundary.update_in_progress and self.step == step and not built_now:
                 self._set_moving_state(before_step)
             raise
         for metric in self.metrics:
@@ -1017,19 +898,15 @@ class Trainer:
 
     def position_key(self) -> tuple[int, int, int]:
         """``(epoch, batch in epoch, step)`` a checkpoint taken now would resume at."""
-        if self._before_epoch_end is not None:
-            return TrainState.from_dict(self._before_epoch_end).position()
-        return self.state.position()
+        return self._boundary.position(self.state.position())
 
     def train_state(self) -> TrainState:
         """A snapshot of the training state as a checkpoint takes it: the position, the running
         epoch statistics, the data's, the generators' and the metrics' states (copies)."""
         snapshot = copy.deepcopy(self.state)
         snapshot.stopped = self.state.stopped if self.stop_training else None
-        if self._before_step is not None:
-            snapshot.data = self._before_step["data"]
-        else:
-            snapshot.data = self._loader.get_state() if self._loader is not None else {}
+        loader = self._loader
+        snapshot.data = self._boundary.data_state(lambda: loader.get_state() if loader is not None else {})
         snapshot.random = _random.get_state()
         snapshot.metrics = self._metric_states()
         return snapshot
@@ -1064,12 +941,7 @@ class Trainer:
         """
         if self._loader is None:
             raise RuntimeError("checkpoint_contents is only available during fit")
-        if self._before_epoch_end is not None:
-            return {**self._before_epoch_end, "plugins": dict(self._before_epoch_end["plugins"])}
-        contents = self._contents()
-        if self._before_step is not None:
-            contents["plugins"] = self._before_step["plugins"]
-        return contents
+        return self._boundary.checkpoint_contents()
 
     def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
         """Writes a checkpoint of the current state to ``path`` (atomically); only during ``fit``."""

@@ -176,7 +176,7 @@ def test_sigterm_to_every_rank_stops_them_together_and_saves(tmp_path):
 
 
 def test_fit_holds_sigterm_only_where_train_asked_for_it():
-    from tapefit.training.trainer import Terminated, _InterruptGuard, raise_terminated
+    from tapefit.training.boundary import Terminated, _InterruptGuard, raise_terminated
 
     previous = signal.signal(signal.SIGTERM, raise_terminated)
     try:

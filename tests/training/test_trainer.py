@@ -443,7 +443,7 @@ def test_ctrl_c_during_the_epoch_end_hooks_waits_for_them_and_the_state_resumes_
 
 
 def test_a_second_ctrl_c_inside_a_step_raises_at_once():
-    from tapefit.training.trainer import _InterruptGuard
+    from tapefit.training.boundary import _InterruptGuard
 
     with _InterruptGuard() as guard:
         guard.hold = True
