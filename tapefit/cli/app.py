@@ -39,12 +39,7 @@ from tapefit.cli.run_folder import RunFolderError, RunLock
 from tapefit.core import random as _random
 from tapefit.distributed.world import MPIWorld, launcher_rank, launcher_world_size, shard_problem
 from tapefit.plugins.hookspecs import hookimpl
-from tapefit.training.boundary import raise_terminated
-
-_STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
-)
-"""Ctrl-C, a scheduler's SIGTERM and a closed terminal's SIGHUP: each stops a run the same way."""
+from tapefit.training.boundary import STOP_SIGNALS, raise_terminated
 
 CONFIG_FILE_NAME = "config.yaml"
 """The resolved config in the run folder."""
@@ -1410,7 +1405,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "train") -> int:
     chief = launcher_rank() == 0
     logger.setLevel((logging.DEBUG if args.debug else logging.INFO) if chief else logging.ERROR)
     in_main_thread = threading.current_thread() is threading.main_thread()
-    handlers = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS} if in_main_thread else {}
+    handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS} if in_main_thread else {}
     try:
         # SIGTERM (a scheduler's, docker stop's) and SIGHUP stop the run as Ctrl-C does.
         for signum in handlers:
@@ -1616,7 +1611,7 @@ def _ignore_interrupts() -> None:
     second one (within milliseconds, as an impatient double press) must not turn the exit into
     a traceback. ``main`` restores the handlers before it returns."""
     if threading.current_thread() is threading.main_thread():
-        for signum in _STOP_SIGNALS:
+        for signum in STOP_SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
 
 

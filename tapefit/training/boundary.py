@@ -27,12 +27,9 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
-
-from tapefit.distributed.world import World
 from tapefit.training.state import TrainState
 
-__all__ = ["Boundary", "Terminated", "raise_terminated"]
+__all__ = ["STOP_SIGNALS", "Boundary", "Terminated", "raise_terminated"]
 
 
 class Terminated(KeyboardInterrupt):
@@ -55,10 +52,11 @@ def _interruption(signum: int) -> KeyboardInterrupt:
     return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
-# The signals that stop a fit at its next safe point, in the order processes agree on one.
-_STOP_SIGNALS = tuple(
+STOP_SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, name)
 )
+"""A scheduler's SIGTERM, a closed terminal's SIGHUP and Ctrl-C: each stops a run at its next
+safe point, the same way; when processes were stopped by different ones, they agree on the first."""
 
 
 class _InterruptGuard:
@@ -83,7 +81,7 @@ class _InterruptGuard:
     def __enter__(self) -> _InterruptGuard:
         if threading.current_thread() is not threading.main_thread():
             return self
-        for signum in _STOP_SIGNALS:
+        for signum in STOP_SIGNALS:
             ours = signal.default_int_handler if signum == signal.SIGINT else raise_terminated
             if signal.getsignal(signum) is ours:
                 self._previous[signum] = signal.signal(signum, self._handle)
@@ -126,14 +124,6 @@ class _InterruptGuard:
         self._previous = {}
 
 
-def _agreed_signal(world: World, held: int) -> int:
-    """The signal that stops every process: of those held on any, the first of ``_STOP_SIGNALS``."""
-    flags = world.allreduce_sum(
-        np.array([held == s for s in _STOP_SIGNALS], np.float64), "interrupt agreement"
-    )
-    return next((s for s, flag in zip(_STOP_SIGNALS, flags) if flag), 0)
-
-
 class Boundary:
     """The last consistent state of a fit and the interrupt guard (see the module docstring).
 
@@ -158,9 +148,10 @@ class Boundary:
         self.before_step = self.before_epoch_end = None
         self.update_in_progress = False
 
-    def guard(self, world: World) -> _InterruptGuard:
-        """The interrupt guard for a fit on ``world``: several processes stop together."""
-        self.interrupts.agree = None if world.size == 1 else (lambda held: _agreed_signal(world, held))
+    def guard(self, agree: Callable[[int], int] | None = None) -> _InterruptGuard:
+        """The interrupt guard for a fit; ``agree`` (several processes) maps the signal held here
+        to the one held on any process, so that all stop together."""
+        self.interrupts.agree = agree
         return self.interrupts
 
     # -- a step ------------------------------------------------------------------

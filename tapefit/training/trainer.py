@@ -43,14 +43,14 @@ from tapefit.data.adapters import (
     require_targets,
     stream_batch,
     streamed,
-    take,
 )
 from tapefit.data.loader import BatchLoader
 from tapefit.data.sources import as_source
+from tapefit.distributed.data_parallel import DataParallel
 from tapefit.distributed.threads import limited, resolve_threads
 from tapefit.distributed.world import World
 from tapefit.plugins.manager import PluginManager, create_plugin
-from tapefit.training.boundary import Boundary
+from tapefit.training.boundary import STOP_SIGNALS, Boundary
 from tapefit.training.state import TrainState
 
 logger = logging.getLogger("tapefit")
@@ -336,8 +336,7 @@ class Trainer:
         self.batch_size = 0
         self.resumed = False
         self.continued = False
-        self.world: World = World()
-        self.batch_rows = (0, 0)
+        self._parallel = DataParallel()
         self.compile = bool(compile)
         self.threads = resolve_threads(threads)
         self._threads_setting = threads
@@ -358,6 +357,16 @@ class Trainer:
     def learning_rate(self) -> float:
         """The learning rate of the optimizer's next step, as a float."""
         return float(self.optimizer.learning_rate)
+
+    @property
+    def world(self) -> World:
+        """The processes training together (one ``World`` outside a launcher)."""
+        return self._parallel.world
+
+    @property
+    def batch_rows(self) -> tuple[int, int]:
+        """``(rows of this process, rows of all processes)`` in the last batch."""
+        return self._parallel.batch_rows
 
     @property
     def update_in_progress(self) -> bool:
@@ -384,63 +393,6 @@ class Trainer:
     def batch_in_epoch(self) -> int:
         """The batches done in the epoch in progress."""
         return self.state.batch_in_epoch
-
-    def _shard(self, x: Any, y: Any, weights: Any = None, own: bool = False) -> tuple[Any, Any, Any]:
-        """This process's rows of a global batch (all of it in one process), or with ``own`` the
-        batch this process read of its part of the data; sets ``batch_rows``."""
-        n = batch_len(y)
-        if self.world.size == 1:
-            self.batch_rows = (n, n)
-            return x, y, weights
-        if own:  # this process read its own batch, as large as every other's
-            self.batch_rows = (n, n * self.world.size)
-            return x, y, weights
-        rows = self.world.shard(n)
-        self.batch_rows = (rows.stop - rows.start, n)
-        return take(x, rows), take(y, rows), None if weights is None else take(weights, rows)
-
-    def _average_moving_statistics(self) -> None:
-        """Averages the floating non-trainable variables (BatchNormalization's moving
-        statistics) over the processes, which each moved with its own shard's batches."""
-        variables = getattr(self.model, "non_trainable_variables", [])
-        floating = [v for v in variables if np.dtype(v.dtype).kind == "f"]
-        if not floating:
-            return
-        flat = np.concatenate([np.asarray(v.numpy(), dtype=np.float64).reshape(-1) for v in floating])
-        mean = self.world.allreduce_sum(flat, "moving statistics Allreduce") / self.world.size
-        offset = 0
-        for v in floating:
-            size = int(np.prod(v.shape))
-            v.assign(mean[offset : offset + size].reshape(v.shape).astype(v.dtype))
-            offset += size
-
-    def _reduce_epoch_sums(self) -> None:
-        """Sums the loss and metric totals over the processes, so the logs are the global ones."""
-        states = [metric.get_state() for metric in self.metrics]
-        sums = [self.state.loss_sum, float(self.state.loss_count)]
-        for state in states:
-            sums += [state["total"], state["count"]]
-        total = self.world.allreduce_sum(np.asarray(sums, np.float64), "epoch statistics Allreduce")
-        self.state.loss_sum, self.state.loss_count = float(total[0]), round(float(total[1]))
-        for i, (metric, state) in enumerate(zip(self.metrics, states)):
-            metric.set_state({**state, "total": float(total[2 + 2 * i]), "count": float(total[3 + 2 * i])})
-
-    def _synchronize(self, loader: Batches) -> None:
-        """Gives every process rank 0's variables, optimizer state, generators and position."""
-        state = self.world.broadcast_object(
-            {
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.get_state(),
-                "random": _random.get_state(),
-                "loader": loader.get_state(),
-            },
-            "start-of-fit broadcast",
-        )
-        if state["model"]:
-            self.model.load_state_dict(state["model"])
-        self.optimizer.set_state(state["optimizer"])
-        _random.set_state(state["random"])
-        loader.set_state(state["loader"])
 
     def request_stop(self, plugin: Any, reason: str) -> None:
         """Ends the fit after the current batch (as ``stop_training = True``) and records which
@@ -478,9 +430,8 @@ class Trainer:
             metric.reset_state()
 
     def _metric_logs(self) -> dict[str, float]:
-        if self.world.size > 1:
-            self._reduce_epoch_sums()
-            self._average_moving_statistics()
+        self._parallel.reduce_epoch(self.state, self.metrics)
+        self._parallel.average_moving_statistics(self.model)
         logs = {"loss": self.state.running_loss}
         for metric in self.metrics:
             logs[metric.name] = float(metric.result())
@@ -591,7 +542,7 @@ class Trainer:
         self._join_world(source)
         hooks = self.plugins.hook
         with (
-            self._boundary.guard(self.world),
+            self._boundary.guard(self._parallel.agreement(STOP_SIGNALS)),
             _fit_output(self.plugins, verbose if self.world.is_chief else 0),
             limited(self.threads),
         ):
@@ -601,8 +552,8 @@ class Trainer:
                     self.plugins.load_state_dicts(checkpoint.get("plugins", {}))
                     hooks.on_load_checkpoint(trainer=self, checkpoint=checkpoint)
                 self._fit_epochs(source, validation_data)
-                if self.world.size > 1:  # a fit stopped inside an epoch moved them since its end
-                    self._average_moving_statistics()
+                # a fit stopped inside an epoch moved them since its end
+                self._parallel.average_moving_statistics(self.model)
                 hooks.on_fit_end(trainer=self)
             except BaseException as exception:
                 self.plugins.call_each("on_exception", trainer=self, exception=exception)
@@ -642,7 +593,7 @@ class Trainer:
     def _join_world(self, source: Batches) -> None:
         """Finds the processes training together (``configure_world``) and shares the data and
         rank 0's state among them; only rank 0 keeps the plugins that write and print."""
-        self.world = self.plugins.hook.configure_world(trainer=self) or World()
+        self._parallel = DataParallel(self.plugins.hook.configure_world(trainer=self))
         source.check_shards(self.world.size)
         # A source that can read one process's part (a Pipeline, a Grain MapDataset) does; others
         # are read whole on every process and their batches split by rows.
@@ -651,8 +602,7 @@ class Trainer:
         if not self.world.is_chief:
             for plugin in [p for p in self.plugins.get_plugins() if getattr(p, "chief_only", False) is True]:
                 self.plugins.unregister(plugin)
-        if self.world.size > 1:
-            self._synchronize(source)
+        self._parallel.synchronize(self.model, self.optimizer, source)
 
     def _fit_epochs(self, loader: Batches, validation_data: tuple[Any, Any] | None) -> None:
         hooks = self.plugins.hook
@@ -684,7 +634,7 @@ class Trainer:
                     complete = True
                     break
                 batch_start(trainer=self, step=step)
-                x, y, weights = self._shard(x, y, weights, own=loader.sharded)
+                x, y, weights = self._parallel.shard(x, y, weights, own=loader.sharded)
                 with boundary.step():
                     try:
                         logs = self._train_step(x, y, step, weights)
@@ -834,7 +784,7 @@ class Trainer:
             self.state.loss_sum, self.state.loss_count = 0.0, 0
             is_streamed = streamed(x, y)
             for index, batch in enumerate(self._batches(x, y, batch_size, steps, targets=True)):
-                xb, yb, _ = self._shard(*batch)
+                xb, yb, _ = self._parallel.shard(*batch)
                 if self.batch_rows[0] == 0:
                     continue  # a batch smaller than the processes: this one has no rows of it
                 try:
@@ -849,9 +799,10 @@ class Trainer:
                     if not is_streamed:
                         raise
                     raise in_batch(error, f"batch {index}") from error  # as fit names it
-            if self.state.loss_count == 0 and self.world.size == 1:
+            logs = self._metric_logs()  # with several processes, the sums of all of them
+            if self.state.loss_count == 0:
                 raise ValueError("evaluate: the data gave no batch")
-            return self._metric_logs()
+            return logs
         finally:
             self._set_metric_states(saved_states)
             self.state.loss_sum, self.state.loss_count = saved_loss
