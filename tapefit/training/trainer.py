@@ -605,13 +605,8 @@ class Trainer:
         self._parallel.synchronize(self.model, self.optimizer, source)
 
     def _fit_epochs(self, loader: Batches, validation_data: tuple[Any, Any] | None) -> None:
-        hooks = self.plugins.hook
-        batch_start, batch_end, save_point = (
-            hooks.on_train_batch_start,
-            hooks.on_train_batch_end,
-            hooks.on_save_point,
-        )
-        state, boundary = self.state, self._boundary
+        """The epochs of a fit: each runs its batches, then ends (validation, the epoch hooks)."""
+        state, hooks = self.state, self.plugins.hook
         continuing = self.resumed and state.in_epoch
         for epoch in range(state.position()[0], self.epochs):
             if not continuing:
@@ -620,34 +615,7 @@ class Trainer:
                 self._reset_epoch_metrics()
             continuing = False
             hooks.on_epoch_start(trainer=self, epoch=epoch)
-            complete = False
-            while not self.stop_training:
-                if loader.num_batches is not None and state.batch_in_epoch >= loader.num_batches:
-                    complete = True  # also an epoch resumed after its last batch, before its end
-                    break
-                step = self.step
-                boundary.snapshot_step(loader)
-                try:
-                    x, y, weights = loader.next_batch(state.batch_in_epoch)
-                except StopIteration:
-                    boundary.no_step()
-                    complete = True
-                    break
-                batch_start(trainer=self, step=step)
-                x, y, weights = self._parallel.shard(x, y, weights, own=loader.sharded)
-                with boundary.step():
-                    try:
-                        logs = self._train_step(x, y, step, weights)
-                    except (ValueError, TypeError) as error:
-                        if not loader.stream:
-                            raise
-                        # A stream's batch may differ from the ones before it: say which one.
-                        raise in_batch(error, f"batch {state.batch_in_epoch} of epoch {epoch + 1}") from error
-                    batch_end(trainer=self, step=step, logs=logs)
-                complete = loader.num_batches is not None and state.batch_in_epoch >= loader.num_batches
-                save_point(trainer=self, after="step", logs=logs, last=self.stop_training and not complete)
-                if complete:
-                    break
+            complete = self._run_batches(loader, epoch)
             if state.batch_in_epoch == 0 and complete:
                 logger.warning(
                     "epoch %d got no batch: the data ran out (a generator is spent after one pass: give "
@@ -656,24 +624,65 @@ class Trainer:
                 )
                 state.in_epoch = False
                 break
-            with boundary.epoch_end():
-                logs = self._metric_logs()
-                if validation_data is not None:
-                    val_logs = self.evaluate(
-                        *validation_data, batch_size=self.batch_size or 32, steps=self._validation_steps
-                    )
-                    val_logs = _prefixed(val_logs, "val_")
-                    hooks.on_validation_end(trainer=self, epoch=epoch, logs=val_logs)
-                    logs.update(val_logs)
-                with boundary.committing():
-                    hooks.on_epoch_end(trainer=self, epoch=epoch, logs=logs)
-                    state.end_epoch(logs, complete)
-                    self.history._append(epoch, logs)
+            logs = self._end_epoch(epoch, validation_data, complete)
             if complete:
                 last = self.stop_training or epoch + 1 >= self.epochs
-                save_point(trainer=self, after="epoch", logs=logs, last=last)
+                hooks.on_save_point(trainer=self, after="epoch", logs=logs, last=last)
             if self.stop_training:
                 break
+
+    def _run_batches(self, loader: Batches, epoch: int) -> bool:
+        """Trains on the epoch's batches until the data ends or a plugin stops the fit; returns
+        whether the epoch is complete."""
+        state, boundary, hooks = self.state, self._boundary, self.plugins.hook
+        while not self.stop_training:
+            if loader.num_batches is not None and state.batch_in_epoch >= loader.num_batches:
+                return True  # also an epoch resumed after its last batch, before its end
+            step = self.step
+            boundary.snapshot_step(loader)
+            try:
+                x, y, weights = loader.next_batch(state.batch_in_epoch)
+            except StopIteration:
+                boundary.no_step()
+                return True
+            hooks.on_train_batch_start(trainer=self, step=step)
+            x, y, weights = self._parallel.shard(x, y, weights, own=loader.sharded)
+            with boundary.step():
+                try:
+                    logs = self._train_step(x, y, step, weights)
+                except (ValueError, TypeError) as error:
+                    if not loader.stream:
+                        raise
+                    # A stream's batch may differ from the ones before it: say which one.
+                    raise in_batch(error, f"batch {state.batch_in_epoch} of epoch {epoch + 1}") from error
+                hooks.on_train_batch_end(trainer=self, step=step, logs=logs)
+            complete = loader.num_batches is not None and state.batch_in_epoch >= loader.num_batches
+            hooks.on_save_point(
+                trainer=self, after="step", logs=logs, last=self.stop_training and not complete
+            )
+            if complete:
+                return True
+        return False
+
+    def _end_epoch(
+        self, epoch: int, validation_data: tuple[Any, Any] | None, complete: bool
+    ) -> dict[str, float]:
+        """Validation and the epoch hooks; a checkpoint taken during them is the state before."""
+        hooks = self.plugins.hook
+        with self._boundary.epoch_end():
+            logs = self._metric_logs()
+            if validation_data is not None:
+                val_logs = self.evaluate(
+                    *validation_data, batch_size=self.batch_size or 32, steps=self._validation_steps
+                )
+                val_logs = _prefixed(val_logs, "val_")
+                hooks.on_validation_end(trainer=self, epoch=epoch, logs=val_logs)
+                logs.update(val_logs)
+            with self._boundary.committing():
+                hooks.on_epoch_end(trainer=self, epoch=epoch, logs=logs)
+                self.state.end_epoch(logs, complete)
+                self.history._append(epoch, logs)
+        return logs
 
     def _train_step(self, x: Any, y: Any, step: int, weights: Any = None) -> dict[str, float]:
         x, y = _to_tensors(x), _to_tensors(y)
