@@ -283,9 +283,7 @@ def default_schema() -> Schema:
         ),
         "plugin": Kind("plugin", _plugin_types, accepts=_plugin_like),
     }
-    trainer = dict(_config.TRAINER_PARAMS)
-    trainer["drop_last"] = _config.Param("drop_last", False, bool)
-    return Schema(kinds, trainer=trainer)
+    return Schema(kinds)
 
 
 # --------------------------------------------------------------------------- building the run

@@ -807,32 +807,47 @@ def _check_file(v: str) -> str | None:
     return None if kind is None else f"{v!r} is {kind}, not a regular file"
 
 
-def _check_verbose(v: Any) -> str | None:
-    return None if not isinstance(v, bool) and v in ("auto", 0, 1, 2) else "must be auto, 0, 1 or 2"
-
-
 def _check_threads(v: Any) -> str | None:
     if v is None or v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
         return None
     return "must be auto, null or a whole number >= 1"
 
 
-def _check_steps(v: Any) -> str | None:
-    return None if v is None or v >= 1 else "must be a whole number >= 1 or null"
+_NOT_TRAINER_KEYS = (
+    "self",
+    "x",
+    "y",
+    "validation_data",
+    "resume_from",
+    "initial_epoch",
+    "sample_weight",
+    "class_weight",
+    "validation_split",
+    "model",
+    "optimizer",
+    "loss",
+    "metrics",
+    "plugins",
+    "config",
+)
+"""``fit``'s and ``Trainer``'s arguments that other sections or the command itself give."""
 
 
-TRAINER_PARAMS: dict[str, Param] = {
-    "epochs": Param("epochs", 1, int, _at_least(1)),
-    "batch_size": Param("batch_size", 32, int, _at_least(1)),
-    "shuffle": Param("shuffle", True, bool),
-    "output_dir": Param("output_dir", None, str | None),
-    "verbose": Param("verbose", "auto", str | int, _check_verbose),
-    "threads": Param("threads", None, str | int | None, _check_threads),
-    "compile": Param("compile", False, bool),
-    "steps_per_epoch": Param("steps_per_epoch", None, int | None, _check_steps),
-    "validation_steps": Param("validation_steps", None, int | None, _check_steps),
-}
-"""The ``trainer`` section: ``Trainer.fit`` arguments and where the run's files go."""
+def trainer_params() -> dict[str, Param]:
+    """The ``trainer`` section, derived as every other section is: ``Trainer.fit``'s arguments
+    that are not data (``epochs``, ``batch_size``, ``shuffle``, ``drop_last``, ``verbose``,
+    ``steps_per_epoch``, ``validation_steps``) and ``Trainer``'s own (``output_dir``,
+    ``compile``, ``threads``), with their defaults, checked by the trainer's own rules."""
+    from tapefit.training.trainer import FIT_RULES, Trainer
+
+    fit, _ = signature_params(Trainer.fit, skip=_NOT_TRAINER_KEYS)
+    init, _ = signature_params(Trainer, skip=_NOT_TRAINER_KEYS)
+    params = {**fit, **init}
+    for name, param in params.items():
+        param.check = FIT_RULES.get(name, _check_threads if name == "threads" else None)
+    params["output_dir"].annotation = str | None  # a config names a folder by a string
+    return params
+
 
 DATA_COMMON: dict[str, Param] = {
     "validation_split": Param("validation_split", 0.2, float, _check_split),
@@ -858,7 +873,7 @@ class Schema:
     """
 
     kinds: dict[str, Kind]
-    trainer: dict[str, Param] = field(default_factory=lambda: dict(TRAINER_PARAMS))
+    trainer: dict[str, Param] = field(default_factory=trainer_params)
     default_optimizer: str = "rmsprop"
 
 

@@ -20,7 +20,7 @@ import itertools
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ from tapefit.training.state import TrainState
 
 logger = logging.getLogger("tapefit")
 
-__all__ = ["History", "Trainer"]
+__all__ = ["FIT_RULES", "History", "Trainer"]
 
 
 class History:
@@ -181,37 +181,50 @@ def _load_metric_state(metric: Any, state: dict[str, Any]) -> None:
         metric.set_state(state["state"])
 
 
-def _check_fit_arguments(
-    epochs: Any,
-    verbose: Any,
-    initial_epoch: Any,
-    resume_from: Any,
-    steps_per_epoch: Any,
-    validation_steps: Any,
-) -> None:
-    """``fit``'s arguments that are not data, checked as Keras takes them."""
-    if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
-        raise ValueError(f"epochs must be a non-negative integer, got {epochs!r}")
-    if isinstance(verbose, bool) or verbose not in ("auto", 0, 1, 2):
-        raise ValueError(f"verbose must be 'auto', 0, 1 or 2 (as in Keras), got {verbose!r}")
-    if initial_epoch is not None:
-        if (
-            isinstance(initial_epoch, bool)
-            or not isinstance(initial_epoch, (int, np.integer))
-            or initial_epoch < 0
-        ):
-            raise ValueError(f"initial_epoch must be a non-negative integer, got {initial_epoch!r}")
-        if resume_from is not None:
-            raise ValueError("initial_epoch and resume_from both say where to start; give one of them")
-    _check_positive(steps_per_epoch, "steps_per_epoch")
-    _check_positive(validation_steps, "validation_steps")
+def _whole(low: int, none: bool = False) -> Callable[[Any], str | None]:
+    """A rule: a whole number of at least ``low`` (or ``None`` with ``none``)."""
+    words = {0: "a non-negative integer", 1: "a positive integer"}[low] + (" or None" if none else "")
+
+    def rule(value: Any) -> str | None:
+        if none and value is None:
+            return None
+        whole = not isinstance(value, bool) and isinstance(value, (int, np.integer))
+        return None if whole and value >= low else f"must be {words}"
+
+    return rule
+
+
+def _verbose(value: Any) -> str | None:
+    return None if not isinstance(value, bool) and value in ("auto", 0, 1, 2) else "must be 'auto', 0, 1 or 2"
+
+
+FIT_RULES: dict[str, Callable[[Any], str | None]] = {
+    "epochs": _whole(0),
+    "batch_size": _whole(1),
+    "verbose": _verbose,
+    "initial_epoch": _whole(0, none=True),
+    "steps_per_epoch": _whole(1, none=True),
+    "validation_steps": _whole(1, none=True),
+}
+"""The rules of ``fit``'s arguments that are not data: each returns the problem in words, or
+``None``. ``fit`` applies them, and the ``train`` command checks its ``trainer`` section with
+the same ones before anything is built."""
+
+
+def _check_fit_arguments(arguments: dict[str, Any], resume_from: Any) -> None:
+    """``fit``'s arguments that are not data, checked by ``FIT_RULES`` as Keras takes them."""
+    for name, rule in FIT_RULES.items():
+        problem = rule(arguments[name])
+        if problem is not None:
+            raise ValueError(f"{name} {problem}, got {arguments[name]!r}")
+    if arguments["initial_epoch"] is not None and resume_from is not None:
+        raise ValueError("initial_epoch and resume_from both say where to start; give one of them")
 
 
 def _check_positive(value: Any, name: str) -> None:
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1
-    ):
-        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+    problem = _whole(1, none=True)(value)
+    if problem is not None:
+        raise ValueError(f"{name} {problem}, got {value!r}")
 
 
 @contextlib.contextmanager
@@ -517,7 +530,17 @@ class Trainer:
         Returns:
             A ``History``.
         """
-        _check_fit_arguments(epochs, verbose, initial_epoch, resume_from, steps_per_epoch, validation_steps)
+        _check_fit_arguments(
+            {
+                "epochs": epochs,
+                "batch_size": batch_size,
+                "verbose": verbose,
+                "initial_epoch": initial_epoch,
+                "steps_per_epoch": steps_per_epoch,
+                "validation_steps": validation_steps,
+            },
+            resume_from,
+        )
         source, validation_data = adapt(
             x,
             y,

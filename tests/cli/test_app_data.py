@@ -338,7 +338,7 @@ def test_steps_per_epoch_and_validation_steps_come_from_the_trainer_section(work
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
-        ("trainer.steps_per_epoch=0", "trainer.steps_per_epoch: must be a whole number >= 1 or null, got 0"),
+        ("trainer.steps_per_epoch=0", "trainer.steps_per_epoch: must be a positive integer or None, got 0"),
         ("trainer.validation_steps=two", "trainer.validation_steps: expected an integer or null, got 'two'"),
         (
             "trainer.steps_per_epoch=3",

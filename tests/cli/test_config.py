@@ -280,6 +280,7 @@ def test_resolved_config_fills_defaults_and_expands_shorthands():
         "epochs": 1,
         "batch_size": 32,
         "shuffle": True,
+        "drop_last": False,
         "output_dir": None,
         "compile": False,
         "verbose": "auto",
@@ -348,7 +349,7 @@ def test_kwargs_passed_to_a_base_class_are_known():
         ({"trainer": {"epochs": "ten"}}, "trainer.epochs: expected an integer, got 'ten' (a string)"),
         ({"trainer": {"epochs": 2.5}}, "trainer.epochs: expected an integer, got 2.5 (a float)"),
         ({"trainer": {"epochs": True}}, "trainer.epochs: expected an integer, got true (a boolean)"),
-        ({"trainer": {"epochs": 0}}, "trainer.epochs: must be at least 1, got 0"),
+        ({"trainer": {"epochs": -1}}, "trainer.epochs: must be a non-negative integer, got -1"),
         (
             {"trainer": {"shuffle": "yes please"}},
             "trainer.shuffle: expected true or false, got 'yes please' (a string)",
@@ -521,3 +522,40 @@ def test_missing_data_file_is_reported_before_anything_runs(tmp_path):
     assert message == f"data.path: file {str(tmp_path / 'nope.npz')!r} does not exist"
     message, _ = error_of(base(data={"type": "file", "path": str(tmp_path)}))
     assert message == f"data.path: {str(tmp_path)!r} is a folder, not a regular file"
+
+
+def test_the_trainer_section_is_fits_signature_and_fits_rules():
+    import inspect
+    import re
+
+    import numpy as np
+
+    import tapefit as tp
+    from tapefit.cli.config import trainer_params
+    from tapefit.training.trainer import FIT_RULES, Trainer
+
+    params = trainer_params()
+    fit = inspect.signature(Trainer.fit).parameters
+    for name in (
+        "epochs",
+        "batch_size",
+        "shuffle",
+        "drop_last",
+        "verbose",
+        "steps_per_epoch",
+        "validation_steps",
+    ):
+        assert params[name].default == fit[name].default, name
+    assert {"output_dir", "compile", "threads"} <= set(params)
+    assert not {"x", "y", "validation_data", "resume_from", "sample_weight"} & set(params)
+    # one rule, two callers: the config refuses what fit refuses, in the same words
+    for name, bad in (("epochs", -1), ("batch_size", 0), ("verbose", 3), ("steps_per_epoch", 0)):
+        assert params[name].check is FIT_RULES[name]
+        problem = FIT_RULES[name](bad)
+        with pytest.raises(ConfigError, match=rf"^trainer\.{name}: {re.escape(problem)}, got"):
+            cfg.resolve_config(base(trainer={name: bad}), SCHEMA)
+        with pytest.raises(ValueError, match=rf"^{name} {re.escape(problem)}, got"):
+            Trainer(tp.layers.Dense(1), "sgd", "mse").fit(
+                np.zeros((4, 2), np.float32), np.zeros((4, 1), np.float32), **{name: bad}
+            )
+    assert FIT_RULES["epochs"](0) is None  # epochs: 0 trains nothing, in a config as in fit
