@@ -881,7 +881,7 @@ class Trainer:
         self._plugins_save_by_hook = bool(self.plugins.hook.on_save_checkpoint.get_hookimpls())
         self.resumed = checkpoint is not None
         if checkpoint is not None:
-            self._restore(checkpoint, loader, resume_from)  # type: ignore[arg-type]
+            self._restore(checkpoint, loader, resume_from)
         if checkpoint is not None and self.finished_by(checkpoint) is not None:
             logger.info("%s; nothing to train", self.finished_by(checkpoint))
             return self.history  # before any collective: every rank returns here alike
