@@ -136,7 +136,7 @@ def _digest(metadata: bytes, arrays: dict[str, np.ndarray]) -> str:
     for name in sorted(arrays):
         array = arrays[name]
         h.update(f"\0{name}\0{array.dtype.str}\0{array.shape}\0".encode())
-        h.update(memoryview(np.ascontiguousarray(array)).cast("B"))
+        h.update(np.ascontiguousarray(array).data.cast("B"))
     return h.hexdigest()
 
 

@@ -337,8 +337,12 @@ def _fail_building(key: str, entry: Mapping[str, Any], error: Exception) -> NoRe
     """Fails for an entry that raised ``error`` when built, at the key path of the argument the
     error names (``optimizer.learning_rate``: see ``argument_error``), else at ``key``."""
     argument = getattr(error, "argument", None)
-    path = _argument_path(entry, argument.partition("[")[0]) if isinstance(argument, str) else None
-    where = f"{key}.{path}{argument[len(argument.partition('[')[0]) :]}" if path else key
+    where = key
+    if isinstance(argument, str):
+        name = argument.partition("[")[0]
+        path = _argument_path(entry, name)
+        if path:
+            where = f"{key}.{path}{argument[len(name) :]}"
     _fail(where, f"{entry['type']!r} could not be built: {_error_text(error)}")
 
 
@@ -555,6 +559,8 @@ def check_labels(loss_type: str, data: Data) -> None:
     reported here, not as a crash in the middle of training.
     """
     y = _labels(data)
+    low: float  # an int for class indices
+    high: float
     if loss_type == "sparse_categorical_crossentropy":
         need = f"{loss_type!r} needs class indices 0, 1, 2, ... as labels"
         if y.dtype.kind == "f":
@@ -713,6 +719,7 @@ def build_metrics(entries: list[dict[str, Any]], schema: Schema, loss: Any) -> l
         key = f"metrics[{i}]"
         target = _config.find_target(schema.kinds["metric"], entry["type"], f"{key}.type")
         kwargs = _kwargs(entry)
+        make: Callable[[], Any]  # one of three, each with its own defaults
         if target.obj is named_metric:
 
             def make(entry: dict[str, Any] = entry, kwargs: dict[str, Any] = kwargs) -> Any:

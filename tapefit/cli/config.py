@@ -299,7 +299,7 @@ def apply_overrides(config: Mapping[str, Any], overrides: Sequence[str]) -> dict
             if last:
                 node[part] = value
                 break
-            child = node[part] if isinstance(node, list) or part in node else None
+            child = node.get(part) if isinstance(node, dict) else node[part]
             if child is None:
                 child = [] if isinstance(parts[depth + 1], int) else {}
             elif isinstance(child, str) and not isinstance(parts[depth + 1], int):

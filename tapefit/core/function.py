@@ -24,6 +24,7 @@ import functools
 import linecache
 import os
 import sys
+import types
 import warnings
 from collections.abc import Callable
 from threading import get_ident
@@ -101,8 +102,8 @@ class _Trace:
             self.code.append((_READ, t, slot, None, None))
             return slot
         value = t._value
-        slot = self.slot_of.get(id(value))
-        return self.const(value) if slot is None else slot
+        known = self.slot_of.get(id(value))
+        return self.const(value) if known is None else known
 
     def array_ref(self, value: Any) -> int:
         slot = self.slot_of.get(id(value))
@@ -196,7 +197,7 @@ def host_call(fn: Callable[..., Any], *args: Any) -> Any:
 
 def _user_frame() -> tuple[str, int, str]:
     """The innermost frame outside ``tapefit/core``: the line that asked for the value."""
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_CORE_DIR):
         frame = frame.f_back
     if frame is None:
@@ -534,8 +535,10 @@ class Function:
         self._eager_reason = reason
         self._programs.clear()
         self._first_traces.clear()
+        # A callable without __name__ (a functools.partial) leaves update_wrapper nothing to copy.
+        name = getattr(self._python_function, "__name__", repr(self._python_function))
         warnings.warn(
-            f"tp.function {self.__name__!r}: {why}; it runs eagerly from now on (keep tensor values "
+            f"tp.function {name!r}: {why}; it runs eagerly from now on (keep tensor values "
             "in tapefit ops, e.g. tp.where instead of if)",
             RuntimeWarning,
             stacklevel=4,

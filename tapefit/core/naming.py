@@ -114,7 +114,9 @@ class Registry(Mapping[str, T], Generic[T]):
         """The first name registered for ``entry`` (the entry itself, by identity), else ``None``."""
         return next((name for name, e in self._entries.items() if e is entry), None)
 
-    def get(self, identifier: Any) -> Any:
+    # Keras's get(identifier) on purpose, not Mapping.get(key, default): the Keras-style
+    # functions (activations.get, losses.get, ...) are this method.
+    def get(self, identifier: Any) -> Any:  # type: ignore[override]
         """The object for ``identifier``: a name (its entry, called if ``instantiate``), a callable
         (returned as is) or ``None`` (where the registry was given what it means).
 

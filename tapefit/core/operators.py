@@ -58,7 +58,9 @@ for _name, _op in {
 }.items():
     setattr(Tensor, f"__{_name}__", _comparison(_op))
 
-Tensor.__neg__ = m.negative  # type: ignore[assignment]
-Tensor.__abs__ = m.abs  # type: ignore[assignment]
-Tensor.__invert__ = m.logical_not  # type: ignore[assignment]
-Tensor.__getitem__ = getitem  # type: ignore[attr-defined]
+# Tensor declares these for type checkers only (under TYPE_CHECKING), and mypy does not let a
+# method be assigned to; the ops' signatures are the declared ones.
+Tensor.__neg__ = m.negative  # type: ignore[method-assign]
+Tensor.__abs__ = m.abs  # type: ignore[method-assign]
+Tensor.__invert__ = m.logical_not  # type: ignore[method-assign]
+Tensor.__getitem__ = getitem  # type: ignore[method-assign]

@@ -10,6 +10,7 @@ import operator
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from tapefit.core import dtypes as _dt
 from tapefit.core.function import draw as _draw
@@ -96,7 +97,7 @@ def set_state(state: dict[str, Any]) -> None:
         _generators.by_op_seed[int(key)] = g
 
 
-def _param(value: Any, dtype: np.dtype, name: str, label: str) -> np.ndarray:
+def _param(value: Any, dtype: npt.DTypeLike, name: str, label: str) -> np.ndarray:
     """A distribution parameter (Python number, ndarray or Tensor) as a ``dtype`` array."""
     try:
         return np.asarray(value, dtype)
@@ -130,15 +131,15 @@ def normal(
     dtype = _float_dtype(dtype, "normal")
     shape = checked_shape(shape, "random.normal")
     work = np.float64 if dtype == _dt.float64 else np.float32
-    mean, stddev = _param(mean, work, "normal", "mean"), _param(stddev, work, "normal", "stddev")
+    mean_a, stddev_a = _param(mean, work, "normal", "mean"), _param(stddev, work, "normal", "stddev")
 
     def sample() -> np.ndarray:  # a tp.function replay draws again, from the generator as it is then
         draw = generator(seed).standard_normal(shape, dtype=work)
         try:
-            values = draw * stddev + mean
+            values = draw * stddev_a + mean_a
         except ValueError:
             raise ValueError(
-                f"random.normal: mean (shape {mean.shape}) and stddev (shape {stddev.shape}) do not "
+                f"random.normal: mean (shape {mean_a.shape}) and stddev (shape {stddev_a.shape}) do not "
                 f"broadcast to the requested shape {shape}"
             ) from None
         return _fitted(values, shape, "normal", "mean and stddev").astype(dtype, copy=False)
@@ -171,16 +172,16 @@ def uniform(
         return _wrap(_draw(lambda: generator(seed).integers(low, high, shape, dtype=dtype)))
     dtype = _float_dtype(dtype, "uniform")
     work = np.float64 if dtype == _dt.float64 else np.float32
-    low = _param(minval, work, "uniform", "minval")
-    high = _param(1.0 if maxval is None else maxval, work, "uniform", "maxval")
+    low_a = _param(minval, work, "uniform", "minval")
+    high_a = _param(1.0 if maxval is None else maxval, work, "uniform", "maxval")
 
     def sample() -> np.ndarray:  # a tp.function replay draws again, from the generator as it is then
         draw = generator(seed).random(shape, dtype=work)
         try:
-            values = draw * (high - low) + low
+            values = draw * (high_a - low_a) + low_a
         except ValueError:
             raise ValueError(
-                f"random.uniform: minval (shape {low.shape}) and maxval (shape {high.shape}) do not "
+                f"random.uniform: minval (shape {low_a.shape}) and maxval (shape {high_a.shape}) do not "
                 f"broadcast to the requested shape {shape}"
             ) from None
         return _fitted(values, shape, "uniform", "minval and maxval").astype(dtype, copy=False)

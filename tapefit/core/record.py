@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 from tapefit.core.tensor import Tensor, _next_id
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from tapefit.core.tape import GradientTape
 
 _NO_ATTRS: dict[str, Any] = {}
@@ -103,6 +105,22 @@ class Op:
         "grad_fn",
         "custom",
     )
+
+    type: str
+    # Tensors, with None where the op saves none: a gradient function reads only those its op
+    # saves, so the elements are Any rather than Tensor | None (no check in every gradient).
+    inputs: tuple[Any, ...]
+    outputs: tuple[Any, ...]
+    attrs: dict[str, Any]
+    input_ids: tuple[int, ...]
+    output_ids: tuple[int, ...]
+    input_shapes: tuple[tuple[int, ...], ...]
+    input_dtypes: tuple[np.dtype[Any], ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+    output_dtypes: tuple[np.dtype[Any], ...]
+    needs_grad: tuple[bool, ...]
+    grad_fn: Callable[..., Any] | None
+    custom: bool
 
     def __init__(
         self,
@@ -250,7 +268,7 @@ def record_op(
     if hit:
         for t in outputs:
             t._tid = _next_id()  # outputs are fresh: give their ids here, not through the property
-        op = Op(name, inputs, outputs, attrs, save_inputs, save_outputs, tuple(needs), grad_fn)  # type: ignore[arg-type]
+        op = Op(name, inputs, outputs, attrs, save_inputs, save_outputs, tuple(needs), grad_fn)
         for tape in hit:
             tape._entries.append(op)
             tape._watched.update(op.output_ids)

@@ -57,6 +57,8 @@ class GradientTape:
             context automatically.
     """
 
+    _paused: bool  # set by reset()
+
     def __init__(self, persistent: bool = False, watch_accessed_variables: bool = True) -> None:
         self._persistent = bool(persistent)
         self._watch_accessed = bool(watch_accessed_variables)
@@ -319,13 +321,13 @@ class GradientTape:
 
     def _check_output_gradients(
         self, output_gradients: Any, target: Any, targets: list[Tensor]
-    ) -> list[Tensor]:
+    ) -> list[Tensor | None]:
         flat = nest.flatten(output_gradients)
         if len(flat) != len(targets):
             raise ValueError(
                 f"output_gradients must have the structure of target: {len(targets)} tensors, got {len(flat)}"
             )
-        checked = []
+        checked: list[Tensor | None] = []
         for i, (g, t) in enumerate(zip(flat, targets)):
             if g is None:
                 checked.append(None)
@@ -523,12 +525,13 @@ class GradientTape:
             dys = [None if oid in stops else dy for oid, dy in zip(op.output_ids, dys)]
         if all(dy is None for dy in dys):
             return None
+        filled: list[Tensor] = []
         for k, oid in enumerate(op.output_ids):
-            if dys[k] is None:
-                dys[k] = zeros(op.output_shapes[k], op.output_dtypes[k])
+            dy = dys[k]
+            filled.append(zeros(op.output_shapes[k], op.output_dtypes[k]) if dy is None else dy)
             if oid not in keep:
                 grads.pop(oid, None)
-        return dys
+        return filled
 
     @staticmethod
     def _fill(

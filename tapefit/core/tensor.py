@@ -30,6 +30,8 @@ class Tensor:
     """
 
     __slots__ = ("_value", "_tid", "__weakref__")
+    _value: np.ndarray
+    _tid: int  # set on first use of _id
     # Higher than ndarray's, so NumPy calls our reflected operators.
     __array_priority__ = 100
     _is_variable = False
@@ -92,7 +94,7 @@ class Tensor:
         if not self._value.ndim:
             raise TypeError("iteration over a scalar tensor (shape ())")
         for i in range(len(self._value)):
-            yield self[i]  # type: ignore[index]
+            yield self[i]
 
     def _scalar(self, kind: str) -> Any:
         if _traces:

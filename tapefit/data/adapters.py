@@ -316,10 +316,11 @@ def adapt(
         lazy = any(is_lazy(leaf) for leaf in nest.flatten(x))
         batches = Batches(loader, weighted=weights is not None, lazy=lazy)
     if validation_data is not None and not is_stream(validation_data[0]):
-        require_targets(validation_data[1], "validation_data")
-        validation_data = (float32_inputs(validation_data[0]), float32_inputs(validation_data[1]))
+        x_val, y_val = validation_data
+        require_targets(y_val, "validation_data")
+        validation_data = (float32_inputs(x_val), float32_inputs(y_val))
         try:  # checked now rather than after the first epoch's training
-            BatchLoader(*validation_data, batch_size=max(1, batch_size), shuffle=False)
+            BatchLoader(validation_data[0], validation_data[1], batch_size=max(1, batch_size), shuffle=False)
         except (TypeError, ValueError) as error:
             raise type(error)(f"validation_data: {error}") from None
     return batches, validation_data

@@ -11,7 +11,7 @@ from tapefit.core.ops import math as _math
 from tapefit.core.ops import nn as _nn
 from tapefit.core.ops import shape as _shape
 from tapefit.core.ops.linalg import einsum
-from tapefit.core.tensor import Tensor, as_tensor
+from tapefit.core.tensor import Tensor, Variable, as_tensor
 from tapefit.layers import initializers
 from tapefit.layers.module import Layer
 
@@ -49,6 +49,16 @@ class MultiHeadAttention(Layer):
     keys ``<= t`` only. Returns ``(batch, T, output_dim)``, and with
     ``return_attention_scores`` also the weights ``(batch, num_heads, T, S)``.
     """
+
+    # Made by build (with setattr, one projection at a time).
+    query_kernel: Variable
+    query_bias: Variable | None
+    key_kernel: Variable
+    key_bias: Variable | None
+    value_kernel: Variable
+    value_bias: Variable | None
+    output_kernel: Variable
+    output_bias: Variable | None
 
     def __init__(
         self,

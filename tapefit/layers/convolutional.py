@@ -127,7 +127,8 @@ class Conv2D(_KernelLayer):
         """Applies the convolution."""
         x = self._cast_input(inputs)
         _check_images(x, f"Conv2D '{self.name}'")
-        channels = self.kernel.shape[2] * self.groups
+        kernel = self._built_kernel()
+        channels = kernel.shape[2] * self.groups
         if x.shape[-1] != channels:
             raise ValueError(
                 f"Conv2D '{self.name}' was built for {channels} input channels, got shape {x.shape}"
@@ -138,7 +139,7 @@ class Conv2D(_KernelLayer):
                 f"Conv2D '{self.name}': images of shape {x.shape} are smaller than the kernel "
                 f"{tuple(span)} with padding='valid'"
             )
-        y = _grouped_conv2d(x, self.kernel, self.groups, self.strides, self.padding, self.dilation_rate)
+        y = _grouped_conv2d(x, kernel, self.groups, self.strides, self.padding, self.dilation_rate)
         return self._bias_and_activation(y)
 
 
@@ -146,11 +147,14 @@ def _grouped_conv2d(
     x: Tensor, kernel: Any, groups: int, strides: Any, padding: str, dilations: Any
 ) -> Tensor:
     """``conv2d``; with ``groups`` > 1 each group of filters sees its own slice of the channels."""
-    options = {"strides": list(strides), "padding": padding.upper(), "dilations": list(dilations)}
+    strides, padding, dilations = list(strides), padding.upper(), list(dilations)
     if groups == 1:
-        return _nn.conv2d(x, kernel, **options)
+        return _nn.conv2d(x, kernel, strides=strides, padding=padding, dilations=dilations)
     pairs = zip(_shape.split(x, groups, axis=-1), _shape.split(kernel, groups, axis=-1))
-    return _shape.concat([_nn.conv2d(xg, kg, **options) for xg, kg in pairs], axis=-1)
+    return _shape.concat(
+        [_nn.conv2d(xg, kg, strides=strides, padding=padding, dilations=dilations) for xg, kg in pairs],
+        axis=-1,
+    )
 
 
 class _Pool2D(Layer):
@@ -289,7 +293,8 @@ class Conv1D(_KernelLayer):
     def call(self, inputs: Any) -> Tensor:
         """Applies the convolution."""
         x = self._cast_input(inputs)
-        channels = self.kernel.shape[1] * self.groups
+        kernel = self._built_kernel()
+        channels = kernel.shape[1] * self.groups
         if x.ndim != 3 or x.shape[-1] != channels:
             raise ValueError(
                 f"Conv1D '{self.name}' was built for sequences (batch, steps, {channels}), got shape {x.shape}"
@@ -304,9 +309,14 @@ class Conv1D(_KernelLayer):
                 f"Conv1D '{self.name}': sequences of shape {x.shape} are shorter than the kernel "
                 f"{span} with padding='valid'"
             )
-        kernel = _shape.expand_dims(self.kernel, 0)  # (1, k, in, out): a 2-D kernel of height 1
+        kernel_2d = _shape.expand_dims(kernel, 0)  # (1, k, in, out): a 2-D kernel of height 1
         y = _grouped_conv2d(
-            _shape.expand_dims(x, 1), kernel, self.groups, (1, self.strides), padding, (1, self.dilation_rate)
+            _shape.expand_dims(x, 1),
+            kernel_2d,
+            self.groups,
+            (1, self.strides),
+            padding,
+            (1, self.dilation_rate),
         )
         return self._bias_and_activation(_shape.squeeze(y, axis=1))
 

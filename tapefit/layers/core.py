@@ -15,7 +15,7 @@ from tapefit.core.ops import nn as _nn
 from tapefit.core.ops import shape as _shape
 from tapefit.core.ops.linalg import matmul
 from tapefit.core.ops.math import cast
-from tapefit.core.tensor import Tensor, as_tensor
+from tapefit.core.tensor import Tensor, Variable, as_tensor
 from tapefit.layers import activations, initializers
 from tapefit.layers.module import Layer, Module
 
@@ -29,6 +29,14 @@ def _positive_int(value: Any, what: str, layer: str) -> int:
 class _KernelLayer(Layer):
     """What Dense and Conv2D share: ``activation(op(inputs, kernel) + bias)``, with the weights'
     initializers and regularizers, and ``kernel``/``bias`` made by ``build``."""
+
+    kernel: Variable | None  # None until build
+    bias: Variable | None  # None until build, and without use_bias
+
+    def _built_kernel(self) -> Variable:
+        """``kernel``, for ``call``: the layer was built before it runs."""
+        assert self.kernel is not None, f"{type(self).__name__} '{self.name}' was called before build"
+        return self.kernel
 
     def _init_kernel(
         self,
@@ -115,21 +123,20 @@ class Dense(_KernelLayer):
     def call(self, inputs: Any) -> Tensor:
         """Applies the layer."""
         x = self._cast_input(inputs)
-        in_dim = self.kernel.shape[0]
+        kernel = self._built_kernel()
+        in_dim = kernel.shape[0]
         if x.ndim == 0 or x.shape[-1] != in_dim:
             raise ValueError(
                 f"Dense '{self.name}' was built for inputs with last dimension {in_dim}, got shape {x.shape}"
             )
-        if x.ndim == 2 and self.activation in _FUSED and x.dtype == self.kernel.dtype:
+        if x.ndim == 2 and self.activation in _FUSED and x.dtype == kernel.dtype:
             # One recorded op with a fused gradient (no broadcast to undo for the bias).
-            return _nn.dense(x, self.kernel, self.bias, relu=self.activation is activations.relu)
+            return _nn.dense(x, kernel, self.bias, relu=self.activation is activations.relu)
         if x.ndim == 2:
-            y = matmul(x, self.kernel)
+            y = matmul(x, kernel)
         else:
             # One matmul over all leading axes, then the leading axes back.
-            y = _shape.reshape(
-                matmul(_shape.reshape(x, (-1, in_dim)), self.kernel), x.shape[:-1] + (self.units,)
-            )
+            y = _shape.reshape(matmul(_shape.reshape(x, (-1, in_dim)), kernel), x.shape[:-1] + (self.units,))
         return self._bias_and_activation(y)
 
 
@@ -248,6 +255,10 @@ class Dropout(Layer):
     """
 
     supports_masking = True  # the steps' mask passes on to the next layer
+
+    rate: float
+    noise_shape: Any
+    seed: int | None
 
     def __init__(
         self,

@@ -260,7 +260,8 @@ class _Accuracy(Metric):
     def get_state(self) -> dict[str, Any]:
         """The chosen kind (or ``None``) and its ``total`` and ``count``."""
         kind = None if self.chosen is None else type(self.chosen).__name__
-        return {"kind": kind, **(self.chosen or super()).get_state()}
+        state = super().get_state() if self.chosen is None else self.chosen.get_state()
+        return {"kind": kind, **state}
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restores what ``get_state`` returned."""
@@ -282,6 +283,7 @@ def _mean_of_loss(loss_name: str) -> Callable[[str], Metric]:
 
     def make(name: str) -> Metric:
         loss_fn = _losses.get(loss_name)
+        assert isinstance(loss_fn, _losses.Loss)  # a registered name gives a new Loss
         loss_fn.reduction = "none"
         return MeanMetricWrapper(loss_fn, name)
 

@@ -217,6 +217,14 @@ class Module:
     same paths even though its default ``name`` (``dense_7``) differs.
     """
 
+    # Set by __new__ (not __init__), so declared here.
+    _name: str | None
+    _name_given: bool
+    _trainable: bool
+    _built: bool
+    _added_weights: list[Variable]
+    _output_shape: Any
+
     def __new__(cls, *args: Any, **kwargs: Any) -> Module:
         # State lives here, so a subclass that forgets super().__init__() still works.
         self = super().__new__(cls)
@@ -676,7 +684,7 @@ class Module:
         print_fn = print_fn or print
         entries, _, depths = self._walk()
         direct = [m for m, depth in depths if depth == 1]
-        rows: list[tuple[str, str, int]] = []
+        rows: list[tuple[str, str, str]] = []
         counted: set[int] = set()
         for module in direct:
             n = 0
@@ -789,10 +797,14 @@ def _awaits_build(module: Module) -> bool:
     return not module._built and type(module).build is not Module.build
 
 
-@functools.cache
 def _class_snake_name(cls: type) -> str:
-    """``to_snake_case`` of a class's name, worked out once per class (paths need it on every walk)."""
-    return to_snake_case(cls.__name__)
+    """``to_snake_case`` of a class's name, worked out once per name (paths need it on every walk)."""
+    return _snake_name(cls.__name__)
+
+
+@functools.cache
+def _snake_name(name: str) -> str:
+    return to_snake_case(name)
 
 
 def _format_shape(shape: Any, batch: bool = True) -> str:

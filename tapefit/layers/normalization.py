@@ -35,6 +35,8 @@ class _Normalization(Layer):
     gamma: Variable | None
     beta: Variable | None
     _broadcast_shape: tuple[int, ...]
+    scale: bool  # set by the subclasses' __init__
+    center: bool
 
     def _build_scale_and_shift(
         self, own: tuple[int, ...], gamma_initializer: Any, beta_initializer: Any
@@ -141,6 +143,9 @@ class BatchNormalization(_Normalization):
         trainable: whether ``gamma`` and ``beta`` are trainable.
     """
 
+    moving_mean: Variable | None  # None until build
+    moving_variance: Variable | None
+
     def __init__(
         self,
         axis: int = -1,
@@ -192,7 +197,9 @@ class BatchNormalization(_Normalization):
     def call(self, inputs: Any, training: bool | None = None) -> Tensor:
         """Normalizes the input; in training, also updates the moving statistics."""
         x = self._cast_input(inputs)
-        features = self.moving_mean.shape[0]
+        moving_mean, moving_variance = self.moving_mean, self.moving_variance
+        assert moving_mean is not None and moving_variance is not None, f"'{self.name}' called before build"
+        features = moving_mean.shape[0]
         if x.ndim != len(self._broadcast_shape) or x.shape[self._feature_axis] != features:
             raise ValueError(
                 f"BatchNormalization '{self.name}' was built for rank-{len(self._broadcast_shape)} inputs with "
@@ -206,11 +213,11 @@ class BatchNormalization(_Normalization):
             # moving <- moving * momentum + batch * (1 - momentum), as Keras; in tapefit ops, so
             # that tp.function replays the update with each batch's statistics
             m = self.momentum
-            self.moving_mean.assign(self.moving_mean * m + reshape(mean, (features,)) * (1 - m))
-            self.moving_variance.assign(self.moving_variance * m + reshape(variance, (features,)) * (1 - m))
+            moving_mean.assign(moving_mean * m + reshape(mean, (features,)) * (1 - m))
+            moving_variance.assign(moving_variance * m + reshape(variance, (features,)) * (1 - m))
         else:
-            centered = x - reshape(self.moving_mean, self._broadcast_shape)
-            variance = reshape(self.moving_variance, self._broadcast_shape)
+            centered = x - reshape(moving_mean, self._broadcast_shape)
+            variance = reshape(moving_variance, self._broadcast_shape)
         return self._scale_and_shift(centered / sqrt(variance + self.epsilon))
 
 

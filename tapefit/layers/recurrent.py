@@ -19,7 +19,7 @@ from tapefit.core.ops import nn as _nn
 from tapefit.core.ops import shape as _shape
 from tapefit.core.ops.linalg import matmul
 from tapefit.core.ops.recurrent import gru_cell, lstm_cell, rnn_cell
-from tapefit.core.tensor import Tensor, as_tensor
+from tapefit.core.tensor import Tensor, Variable, as_tensor
 from tapefit.layers import activations, initializers
 from tapefit.layers.module import Layer
 
@@ -32,6 +32,10 @@ class _RNN(Layer):
 
     _gates = 1
     _state_count = 1
+
+    kernel: Variable | None  # None until build
+    recurrent_kernel: Variable | None  # None until build
+    bias: Variable | None  # None until build, and without use_bias
 
     def __init__(
         self,
@@ -132,11 +136,13 @@ class _RNN(Layer):
     def call(self, inputs: Any, mask: Any = None, initial_state: Any = None, training: Any = None) -> Any:
         """Runs the layer over the time axis; see the class docstring for what it returns."""
         x = as_tensor(inputs)
-        if x.dtype != self.kernel.dtype:
-            x = _math.cast(x, self.kernel.dtype)
-        if x.ndim != 3 or x.shape[-1] != self.kernel.shape[0]:
+        kernel = self.kernel
+        assert kernel is not None, f"{type(self).__name__} '{self.name}' was called before build"
+        if x.dtype != kernel.dtype:
+            x = _math.cast(x, kernel.dtype)
+        if x.ndim != 3 or x.shape[-1] != kernel.shape[0]:
             raise ValueError(
-                f"{type(self).__name__} '{self.name}' was built for inputs (batch, time, {self.kernel.shape[0]}), "
+                f"{type(self).__name__} '{self.name}' was built for inputs (batch, time, {kernel.shape[0]}), "
                 f"got shape {x.shape}"
             )
         batch, steps, _ = x.shape
@@ -334,6 +340,7 @@ class GRU(_GatedRNN):
         return (2, 3 * self.units) if self.reset_after else (3 * self.units,)
 
     def _input_bias(self) -> Any:
+        assert self.bias is not None  # called only with use_bias
         return self.bias[0] if self.reset_after else self.bias
 
     def _recurrent_weights(self) -> Any:

@@ -356,12 +356,12 @@ class Optimizer:
             self._learning_rate = learning_rate
         initial = self.slot_initial_values()
         for position, slots in enumerate(self._slots):
-            arrays = by_position.get(position)
+            saved = by_position.get(position)
             for name, slot in slots.items():
-                if arrays is None:  # saved before this variable was first seen
+                if saved is None:  # saved before this variable was first seen
                     slot.assign(np.full(slot.shape, initial[name], slot.dtype))
                 else:
-                    slot.assign(np.asarray(arrays[name], slot.dtype))
+                    slot.assign(np.asarray(saved[name], slot.dtype))
         self._restored = restored
 
     # -- configs ---------------------------------------------------------------
@@ -370,11 +370,10 @@ class Optimizer:
         """The constructor's keyword arguments (a schedule in its config-dict form; a plain
         callable learning rate is returned as is, so such a config is not plain data)."""
         lr = self._learning_rate
-        if isinstance(lr, schedules.LearningRateSchedule):
-            lr = schedules.serialize(lr)
+        config_lr = schedules.serialize(lr) if isinstance(lr, schedules.LearningRateSchedule) else lr
         return {
             "name": self.name,
-            "learning_rate": lr,
+            "learning_rate": config_lr,
             "weight_decay": self.weight_decay,
             "clipnorm": self.clipnorm,
             "clipvalue": self.clipvalue,
@@ -395,7 +394,8 @@ class Optimizer:
         lr = self._learning_rate
         if isinstance(lr, float):
             return lr
-        value = lr(step) if _takes_step(lr) else lr()
+        fn: Callable[..., Any] = lr  # a schedule, or a callable of the step or of nothing
+        value = fn(step) if _takes_step(fn) else fn()
         return float(value)
 
     def _checked_pairs(

@@ -234,7 +234,7 @@ class PluginManager(pluggy.PluginManager):
             method = getattr(plugin, hook_name, None)
             if not callable(method) or self.parse_hookimpl_opts(plugin, hook_name) is None:
                 continue
-            opts = self.parse_hookimpl_opts(plugin, hook_name) or {}
+            opts: Mapping[str, object] = self.parse_hookimpl_opts(plugin, hook_name) or {}
             if hook_name == "transform_gradients" and (opts.get("wrapper") or opts.get("hookwrapper")):
                 # the chain calls each implementation itself, passing on what it returns
                 raise PluginValidationError(

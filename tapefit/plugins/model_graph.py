@@ -12,6 +12,7 @@ node's ``_output_shapes``, which TensorBoard shows on the edges.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -73,7 +74,8 @@ def trace_graph(model: Any, inputs: Any) -> list[GraphNode]:
 
     # Scope of each entry: the innermost module call in progress when it was recorded.
     entry_scopes: list[tuple[str, ...]] = []
-    mark_index, current = 0, ()
+    mark_index = 0
+    current: tuple[str, ...] = ()
     for i in range(len(entries)):
         while mark_index < len(marks) and marks[mark_index][0] <= i:
             current = marks[mark_index][1]
@@ -127,6 +129,7 @@ def _call(model: Any, inputs: Any) -> Any:
     # only if its signature has it.
     if isinstance(model, Module):
         return model(inputs, training=False)
+    parameters: Mapping[str, inspect.Parameter]
     try:
         parameters = inspect.signature(model).parameters
     except (TypeError, ValueError):

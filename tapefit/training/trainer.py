@@ -344,7 +344,7 @@ class Trainer:
         self.stop_training = False
         self.history = History()
         self.state = TrainState()
-        self.steps_per_epoch = 0
+        self.steps_per_epoch: int | None = 0  # None: a stream of unknown length
         self.epochs = 0
         self.batch_size = 0
         self.resumed = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import warnings
 
 import numpy as np
@@ -224,6 +225,18 @@ def test_a_tensor_value_used_in_python_falls_back_to_eager_with_a_warning_naming
         assert f(tp.constant([-1.0])).numpy() == -2.0  # eager: the other branch, correctly
         assert f(tp.constant([3.0])).numpy() == 6.0
     assert f.eager and len(calls) == 3
+
+
+def test_a_partial_without_a_name_falls_back_with_the_warning():
+    def scale(x, k):
+        if tp.reduce_sum(x) > 0:
+            return x * k
+        return x
+
+    f = tp.function(functools.partial(scale, k=2.0))  # a partial has no __name__ to copy
+    with pytest.warns(RuntimeWarning, match=r"tp\.function 'functools\.partial\(.*runs eagerly"):
+        assert f(tp.constant([1.0])).numpy() == 2.0
+    assert f.eager
 
 
 def test_float_of_a_loss_falls_back_and_keeps_eager_results():

@@ -215,7 +215,11 @@ def _elu_grad_grad(op: Op, ddx: Tensor) -> tuple[Any, Any]:
 
 def _interpolant(f: Any, lo: float, hi: float, degree: int) -> tuple[float, float, np.ndarray]:
     mid, half = (lo + hi) / 2, (hi - lo) / 2
-    coef = np.polynomial.chebyshev.chebinterpolate(lambda s: np.array([f(mid + half * v) for v in s]), degree)
+
+    def values(s: np.ndarray) -> Any:  # all the nodes at once (NumPy's stubs expect one scalar)
+        return np.array([f(mid + half * v) for v in s])
+
+    coef = np.polynomial.chebyshev.chebinterpolate(values, degree)
     return mid, half, np.polynomial.chebyshev.cheb2poly(coef)[::-1].copy()  # highest power first
 
 
@@ -684,9 +688,9 @@ def _hw(value: Any, fn: str, arg: str) -> tuple[int, int]:
     """TensorFlow's spatial argument: an int, or a list of 1, 2 or 4 ints (``[1, h, w, 1]``)."""
     if isinstance(value, Tensor):
         value = value.numpy().tolist()
-    items = [value] if isinstance(value, (int, np.integer)) else value
+    given = [value] if isinstance(value, (int, np.integer)) else value
     try:
-        items = [operator.index(v) for v in items]  # 1.5 is an error, never truncated to 1
+        items = [operator.index(v) for v in given]  # 1.5 is an error, never truncated to 1
     except (TypeError, ValueError):
         raise TypeError(f"{fn}: {arg} must be an int or a list of 1, 2 or 4 ints, got {value!r}") from None
     if len(items) == 4:
@@ -702,8 +706,8 @@ def _hw(value: Any, fn: str, arg: str) -> tuple[int, int]:
 
 def _window(
     fn: str,
-    in_hw: tuple[int, int],
-    k_hw: tuple[int, int],
+    in_hw: tuple[int, ...],  # (height, width)
+    k_hw: tuple[int, ...],
     strides: Any,
     padding: Any,
     dilations: Any = 1,

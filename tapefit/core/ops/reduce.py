@@ -255,11 +255,11 @@ def norm(tensor: Any, ord: Any = "euclidean", axis: Axis = None, keepdims: bool 
     if x.dtype.kind != "f":
         raise TypeError(f"norm needs a floating tensor, got {x.dtype.name}; use tp.cast(x, tp.float32)")
     axes = normalize_axes(axis, x.ndim)
-    pair = isinstance(axis, (list, tuple)) and len(axis) == 2
-    if pair and len(axes) != 2:
-        raise ValueError(f"norm: axis {list(axis)} must name two different axes of a rank-{x.ndim} tensor")
-    if pair and ord in (1, np.inf):
-        rows, cols = (int(a) % x.ndim for a in axis)
+    pair = list(axis) if isinstance(axis, (list, tuple)) and len(axis) == 2 else None
+    if pair is not None and len(axes) != 2:
+        raise ValueError(f"norm: axis {pair} must name two different axes of a rank-{x.ndim} tensor")
+    if pair is not None and ord in (1, np.inf):
+        rows, cols = (int(a) % x.ndim for a in pair)
         inner, outer = (rows, cols) if ord == 1 else (cols, rows)
         out = reduce_max(reduce_sum(abs(x), inner, keepdims=True), outer, keepdims=True)
     elif ord in ("euclidean", "fro", 2, 2.0):

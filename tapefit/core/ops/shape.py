@@ -346,7 +346,7 @@ def _constant_pad(x: np.ndarray, paddings: tuple[tuple[int, int], ...], value: n
 
 
 def _mirror_pad(x: np.ndarray, paddings: tuple[tuple[int, int], ...], mode: str) -> np.ndarray:
-    return np.pad(x, paddings, mode=mode.lower())
+    return np.pad(x, paddings, mode="reflect" if mode == "REFLECT" else "symmetric")
 
 
 def _mirror_pad_grad(dy: np.ndarray, paddings: tuple[tuple[int, int], ...], mode: str) -> np.ndarray:
