@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import importlib
 import inspect
 import os
 import re
@@ -26,10 +25,11 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
+from tapefit.core import naming
 from tapefit.core.files import FileRefused, not_regular, open_untrusted
 
 if sys.version_info >= (3, 11):
@@ -516,33 +516,22 @@ def signature_params(obj: Callable[..., Any], skip: Sequence[str] = ()) -> tuple
 
 
 def import_object(path: str, key: str) -> Callable[..., Any]:
-    """Imports ``package.module:Name`` (``Name`` may be dotted: ``Outer.Inner``).
-
-    The current directory is searched too, as ``python -m`` does, so a project's own
-    ``examples/`` or ``mypackage/`` is found when ``train`` runs from its root.
+    """``core.naming.import_object`` for a config's ``key``: the current directory is searched
+    too, as ``python -m`` does, so a project's own ``examples/`` or ``mypackage/`` is found when
+    ``train`` runs from its root; the object must be a class, a function or a module.
 
     Raises:
-        ConfigError: Naming ``key`` and the import error, if it does not import.
+        ConfigError: naming ``key`` and what is wrong.
     """
-    module_name, _, attr = path.partition(":")
-    if not module_name or not attr or not all(part.isidentifier() for part in module_name.split(".")):
-        raise ConfigError(f"{key}: {path!r} is not an import path of the form 'package.module:Name'", key)
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as e:  # any error while importing the user's module is theirs to see
-        detail = f"{type(e).__name__}: {e}".splitlines()[0]
-        raise ConfigError(f"{key}: {path!r} does not import: {detail}", key) from e
-    for name in attr.split("."):
-        if not hasattr(obj, name):
-            raise ConfigError(
-                f"{key}: {path!r} does not import: module {module_name!r} has no attribute {name!r}", key
-            )
-        obj = getattr(obj, name)
+        obj = naming.import_object(path)
+    except ValueError as e:
+        raise ConfigError(f"{key}: {e}", key) from e
     if not callable(obj) and not inspect.ismodule(obj):  # a module: a plugin's hooks may be functions
         raise ConfigError(f"{key}: {path!r} is {type(obj).__name__}, not a class or function", key)
-    return obj
+    return cast(Callable[..., Any], obj)
 
 
 # --------------------------------------------------------------------------- sections
@@ -641,8 +630,7 @@ def _what_is(obj: Any) -> str:
 
 def _canonical(name: str, known: Mapping[str, Any]) -> str:
     """The built-in short name that ``name`` spells (``"Adam"``, ``"CosineDecay"``), else ``name``."""
-    snake = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)).lower()
-    for candidate in (name, name.strip().lower(), snake):
+    for candidate in (name, name.strip().lower(), naming.to_snake_case(name)):
         if candidate in known:
             return candidate
     return name

@@ -26,21 +26,34 @@ def to_snake_case(name: str) -> str:
     return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
-def import_object(path: str, kind: str) -> Any:
-    """The object named by ``"package.module:Name"``.
+def import_object(path: str, kind: str = "") -> Any:
+    """The object named by ``"package.module:Name"`` (``Name`` may be dotted: ``Outer.Inner``).
+
+    The one import of objects by path, for registries (``optimizers.get("pkg.mod:MyAdam")``),
+    plugins and configs.
+
+    Args:
+        path: the import path.
+        kind: what the object is, to begin the message with (``"optimizer"``); none by default.
 
     Raises:
-        ValueError: the module does not import, or has no such attribute.
+        ValueError: ``path`` is not of that form, or does not import (any error while the
+            module imports is the module's own, named with its type), or lacks the name.
     """
+    what = f"{kind} {path!r}" if kind else repr(path)
     module_name, _, attr = path.partition(":")
+    if not module_name or not attr or not all(part.isidentifier() for part in module_name.split(".")):
+        raise ValueError(f"{what} is not an import path of the form 'package.module:Name'")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"{kind} {path!r}: cannot import module {module_name!r} ({error})") from None
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise ValueError(f"{kind} {path!r}: module {module_name!r} has no attribute {attr!r}") from None
+        obj: Any = importlib.import_module(module_name)
+    except Exception as error:
+        detail = f"{type(error).__name__}: {error}".splitlines()[0]
+        raise ValueError(f"{what} does not import: {detail}") from error
+    for name in attr.split("."):
+        if not hasattr(obj, name):
+            raise ValueError(f"{what} does not import: module {module_name!r} has no attribute {name!r}")
+        obj = getattr(obj, name)
+    return obj
 
 
 class Registry(Mapping[str, T], Generic[T]):

@@ -22,6 +22,7 @@ from typing import Any
 
 import pluggy
 
+from tapefit.core.naming import import_object
 from tapefit.plugins import hookspecs
 from tapefit.plugins.hookspecs import PROJECT_NAME, GradsAndVars
 
@@ -45,23 +46,6 @@ BUILTIN_PLUGINS: dict[str, str] = {
 PluginValidationError = pluggy.PluginValidationError
 
 
-def _import_object(path: str) -> Any:
-    """Imports ``"package.module:attribute"`` (the attribute may be dotted)."""
-    module_name, sep, attribute = path.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ValueError(f"plugin import path must look like 'package.module:ClassName', got {path!r}")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"cannot import plugin {path!r}: {error}") from error
-    for part in attribute.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ValueError(f"cannot import plugin {path!r}: {module_name} has no {attribute!r}") from None
-    return obj
-
-
 def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
     return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
@@ -83,7 +67,7 @@ def resolve_plugin(name: str) -> Any:
         ValueError: the name is unknown (the message lists the known names).
     """
     if name in BUILTIN_PLUGINS:
-        return _import_object(BUILTIN_PLUGINS[name])
+        return import_object(BUILTIN_PLUGINS[name], "plugin")
     entry_points = _entry_points()
     if name in entry_points:
         try:
@@ -91,7 +75,7 @@ def resolve_plugin(name: str) -> Any:
         except Exception as error:
             raise ValueError(f"cannot load plugin {name!r} from its entry point: {error}") from error
     if ":" in name:
-        return _import_object(name)
+        return import_object(name, "plugin")
     known = available_plugins()
     close = difflib.get_close_matches(name, known, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""

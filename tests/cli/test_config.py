@@ -559,3 +559,18 @@ def test_the_trainer_section_is_fits_signature_and_fits_rules():
                 np.zeros((4, 2), np.float32), np.zeros((4, 1), np.float32), **{name: bad}
             )
     assert FIT_RULES["epochs"](0) is None  # epochs: 0 trains nothing, in a config as in fit
+
+
+def test_one_import_and_one_snake_case_serve_configs_registries_and_plugins():
+    from tapefit.core.naming import to_snake_case
+    from tapefit.plugins.manager import resolve_plugin
+
+    # A class name spells a short name by the registries' snake_case ("Conv2D" is "conv2d").
+    assert cfg._canonical("Conv2D", {"conv2d": None}) == to_snake_case("Conv2D") == "conv2d"
+    # The same words whoever imports by path.
+    with pytest.raises(
+        ConfigError, match=r"^model\.type: 'tapefit:Nope' does not import: module 'tapefit' has no"
+    ):
+        cfg.import_object("tapefit:Nope", "model.type")
+    with pytest.raises(ValueError, match=r"^plugin 'tapefit:Nope' does not import: module 'tapefit' has no"):
+        resolve_plugin("tapefit:Nope")

@@ -128,7 +128,7 @@ def test_config_accepts_class_names_and_keras_form():
             {"type": "cosine_decay", "initial_learning_rate": 0.1, "decay_steps": 5, "warmup": 3},
             "'warmup'.*it accepts",
         ),
-        ({"type": "no.such.module:Thing"}, "cannot import module 'no.such.module'"),
+        ({"type": "no.such.module:Thing"}, "'no.such.module:Thing' does not import: ModuleNotFoundError"),
     ],
 )
 def test_config_errors(config, message):

@@ -165,7 +165,10 @@ def test_a_class_instead_of_an_instance_is_a_clear_error():
 def test_import_path_plugins():
     plugin = create_plugin("tapefit.plugins.terminate_on_nan:TerminateOnNaN")
     assert isinstance(plugin, TerminateOnNaN)
-    with pytest.raises(ValueError, match="has no 'Nope'"):
+    with pytest.raises(
+        ValueError,
+        match=r"does not import: module 'tapefit\.plugins\.terminate_on_nan' has no attribute 'Nope'",
+    ):
         create_plugin("tapefit.plugins.terminate_on_nan:Nope")
 
 
