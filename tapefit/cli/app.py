@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import difflib
-import inspect
 import json
 import logging
 import math
@@ -25,7 +23,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -34,8 +32,29 @@ import numpy as np
 
 from tapefit.cli import config as _config
 from tapefit.cli import run_folder as _run_folder
-from tapefit.cli.config import ConfigError, Kind, Schema
+from tapefit.cli.build import (
+    Data,
+    build_data,
+    build_loss,
+    build_metrics,
+    build_model,
+    build_optimizer,
+    build_plugins,
+    check_ends,
+    check_labels,
+    check_model_on_data,
+    check_monitors,
+    check_steps,
+    error_text,
+    fail,
+    grain_workers,
+    loss_kind,
+    mapped_batch,
+    pipeline,
+)
+from tapefit.cli.config import ConfigError, Schema
 from tapefit.cli.run_folder import RunFolderError, RunLock
+from tapefit.cli.schema import default_schema
 from tapefit.core import random as _random
 from tapefit.distributed.world import MPIWorld, launcher_rank, launcher_world_size, shard_problem
 from tapefit.plugins.hookspecs import hookimpl
@@ -70,241 +89,6 @@ logger = logging.getLogger("tapefit")
 # --------------------------------------------------------------------------- the schema of configs
 
 
-class _LazyTable(Mapping[str, Any]):
-    """Names known up front, objects imported only when looked up (tensorboardX is slow)."""
-
-    def __init__(self, names: Sequence[str], resolve: Callable[[str], Any]) -> None:
-        self._names = list(names)
-        self._resolve = resolve
-
-    def __getitem__(self, name: str) -> Any:
-        if name not in self._names:
-            raise KeyError(name)
-        return self._resolve(name)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._names  # without importing (Mapping's own would call __getitem__)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-
-def _data_types() -> dict[str, Callable[..., Any]]:
-    from tapefit import data
-
-    return {
-        "digits": data.load_digits,
-        "spirals": data.make_spirals,
-        "npz": data.load_npz,
-        "csv": data.load_csv,
-        "npy": data.load_npy,
-        "grain": grain_source,
-    }
-
-
-def grain_source(source: str, **kwargs: Any) -> Any:
-    """``data.type: grain``: calls the ``@tp.configurable`` factory ``source`` (``pkg.module:name``)
-    with the section's other keys; it returns a Grain data set or loader of ``(x, y)`` batches,
-    or a ``(train, validation)`` pair of them."""
-    factory = _config.import_object(source, "data.source")
-    if not _config.is_configurable(factory):
-        raise ConfigError(
-            f"data.source: {source!r} is not a function marked with @tp.configurable", "data.source"
-        )
-    return factory(**kwargs)
-
-
-def _model_types() -> dict[str, Callable[..., Any]]:
-    from tapefit.cli import models
-
-    return {"mlp": models.mlp, "cnn": models.cnn}
-
-
-def _loss_types() -> dict[str, Callable[..., Any]]:
-    from tapefit.layers import losses
-
-    return dict(losses.registry)
-
-
-class named_metric:  # lower case: it stands in the tables where functions stand
-    """Stands for a built-in metric name in configs: such a metric takes only ``name``.
-
-    A class, so the config's checks read ``name`` from its signature (a function in the
-    metric section is a user's ``(y_true, y_pred)`` and takes no keys).
-    """
-
-    def __init__(self, name: str | None = None) -> None:
-        self.name = name
-
-
-def _metric_types() -> dict[str, Callable[..., Any]]:
-    from tapefit.layers import metrics
-
-    return dict.fromkeys(metrics.registry.names(), named_metric)
-
-
-def _optimizer_types() -> dict[str, Callable[..., Any]]:
-    from tapefit import optimizers
-
-    return dict(optimizers.registry)
-
-
-def _schedule_types() -> dict[str, Callable[..., Any]]:
-    from tapefit.optimizers import schedules
-
-    return dict(schedules.registry)
-
-
-def _plugin_types() -> Mapping[str, Any]:
-    from tapefit.plugins import manager
-
-    return _LazyTable(manager.available_plugins(), manager.resolve_plugin)
-
-
-def _subclass_of(base: Callable[[], type], required: str) -> Callable[[Any], str | None]:
-    """Accepts a class deriving from ``base()`` (imported when first needed)."""
-
-    def accepts(obj: Any) -> str | None:
-        return None if isinstance(obj, type) and issubclass(obj, base()) else required
-
-    return accepts
-
-
-def _subclass_or_marked(base: Callable[[], type], required: str) -> Callable[[Any], str | None]:
-    """Accepts a class deriving from ``base()``, or a function marked ``@tp.configurable``."""
-    subclass = _subclass_of(base, required)
-
-    def accepts(obj: Any) -> str | None:
-        if not isinstance(obj, type) and _config.is_configurable(obj):
-            return None
-        return subclass(obj)
-
-    return accepts
-
-
-def _marked(obj: Any) -> str | None:
-    return None if _config.is_configurable(obj) else "a function or class marked with @tp.configurable"
-
-
-def _hook_implementations(obj: Any) -> list[str]:
-    """The names of ``obj``'s attributes that carry ``@tp.hookimpl`` marks, read without calling anything."""
-    from tapefit.plugins.hookspecs import PROJECT_NAME
-
-    mark = f"{PROJECT_NAME}_impl"
-    names = []
-    for name in dir(obj):
-        try:
-            value = inspect.getattr_static(obj, name)
-        except AttributeError:
-            continue
-        value = getattr(value, "__func__", value)  # staticmethod/classmethod
-        if callable(value) and getattr(value, mark, None) is not None:
-            names.append(name)
-    return names
-
-
-def _plugin_like(obj: Any) -> str | None:
-    if (isinstance(obj, type) or inspect.ismodule(obj)) and _hook_implementations(obj):
-        return None
-    return "a plugin class or module with @tp.hookimpl methods"
-
-
-def _module_class() -> type:
-    from tapefit.layers import Module
-
-    return Module
-
-
-def _loss_class() -> type:
-    from tapefit.layers.losses import Loss
-
-    return Loss
-
-
-def _metric_class() -> type:
-    from tapefit.layers.metrics import Metric
-
-    return Metric
-
-
-def _optimizer_class() -> type:
-    from tapefit.optimizers import Optimizer
-
-    return Optimizer
-
-
-def _schedule_class() -> type:
-    from tapefit.optimizers.schedules import LearningRateSchedule
-
-    return LearningRateSchedule
-
-
-def default_schema() -> Schema:
-    """The sections of a ``train`` config and their built-in types.
-
-    An import path is checked against its section before anything it names is called
-    (``Kind.accepts``): a model is a ``tp.Module`` subclass, an optimizer an ``Optimizer``
-    subclass, a schedule a ``LearningRateSchedule`` subclass, a loss a ``Loss`` subclass or
-    a ``@tp.configurable`` function, a metric a ``Metric`` subclass or a ``@tp.configurable``
-    function, a data type a ``@tp.configurable`` function or class, a plugin a class or
-    module with ``@tp.hookimpl`` methods.
-    """
-    kinds = {
-        "data": Kind("data", _data_types, common=dict(_config.DATA_COMMON), accepts=_marked),
-        "model": Kind("model", _model_types, accepts=_subclass_of(_module_class, "a tp.Module subclass")),
-        "loss": Kind(
-            "loss",
-            _loss_types,
-            call_functions=False,
-            accepts=_subclass_or_marked(_loss_class, "a Loss subclass or a @tp.configurable loss function"),
-        ),
-        "metric": Kind(
-            "metric",
-            _metric_types,
-            call_functions=False,
-            fill_defaults=False,
-            accepts=_subclass_or_marked(
-                _metric_class, "a Metric subclass or a @tp.configurable metric function"
-            ),
-        ),
-        "optimizer": Kind(
-            "optimizer",
-            _optimizer_types,
-            nested={"learning_rate": "schedule"},
-            accepts=_subclass_of(_optimizer_class, "an Optimizer subclass"),
-        ),
-        "schedule": Kind(
-            "schedule",
-            _schedule_types,
-            accepts=_subclass_of(_schedule_class, "a LearningRateSchedule subclass"),
-        ),
-        "plugin": Kind("plugin", _plugin_types, accepts=_plugin_like),
-    }
-    return Schema(kinds)
-
-
-# --------------------------------------------------------------------------- building the run
-
-
-@dataclass
-class Data:
-    """The prepared data of a run.
-
-    For a stream (``data.type: grain``, or ``data.workers``/``data.map`` on arrays), ``stream``
-    is what ``fit`` reads; ``x_train``/``y_train`` are then the arrays it was made of, or for
-    a grain source only its first batch, which the start-up checks run the model on.
-    """
-
-    x_train: np.ndarray
-    y_train: np.ndarray
-    validation: Any
-    description: str
-    stream: Any = None
-
-
 @dataclass
 class Run:
     """Everything ``train`` built from a config, ready to fit."""
@@ -322,529 +106,6 @@ class Run:
     resume_epoch: int = 0
     lock: RunLock | None = None
     resume_note: str | None = None
-
-
-def _fail(key: str, message: str) -> NoReturn:
-    raise ConfigError(f"{key}: {message}", key)
-
-
-def _error_text(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
-
-
-def _fail_building(key: str, entry: Mapping[str, Any], error: Exception) -> NoReturn:
-    """Fails for an entry that raised ``error`` when built, at the key path of the argument the
-    error names (``optimizer.learning_rate``: see ``argument_error``), else at ``key``."""
-    argument = getattr(error, "argument", None)
-    where = key
-    if isinstance(argument, str):
-        name = argument.partition("[")[0]
-        path = _argument_path(entry, name)
-        if path:
-            where = f"{key}.{path}{argument[len(name) :]}"
-    _fail(where, f"{entry['type']!r} could not be built: {_error_text(error)}")
-
-
-def _argument_path(entry: Mapping[str, Any], name: str) -> str | None:
-    """The key path of ``name`` in ``entry``, or in an entry nested in it (a schedule)."""
-    if name in entry and name != "type":
-        return name
-    for key, value in entry.items():
-        if isinstance(value, Mapping):
-            inner = _argument_path(value, name)
-            if inner is not None:
-                return f"{key}.{inner}"
-    return None
-
-
-def _kwargs(entry: Mapping[str, Any], skip: Sequence[str] = ()) -> dict[str, Any]:
-    return {k: v for k, v in entry.items() if k != "type" and k not in skip}
-
-
-def build_data(section: dict[str, Any], schema: Schema) -> Data:
-    """Loads the data of ``section`` (the resolved ``data`` config), splits and standardizes it."""
-    from tapefit import data as _data
-
-    target = _config.find_target(schema.kinds["data"], section["type"], "data.type")
-    uses_grain = section["type"] == "grain" or section["workers"] or section["map"] is not None
-    if uses_grain:  # imported before the user's modules import it, so quietly (require_grain)
-        from tapefit.data.pipeline import require_grain
-
-        try:
-            require_grain()
-        except ImportError as e:
-            key = "type" if section["type"] == "grain" else "workers" if section["workers"] else "map"
-            _fail(f"data.{key}", str(e))
-    kwargs = _kwargs(section, skip=list(_config.DATA_COMMON))
-    if "seed" in target.params:
-        kwargs["seed"] = section["seed"]
-    source = f"data.type {section['type']!r}"
-    if section["type"] == "grain":
-        return _grain_data(target, kwargs, section, source)
-    try:
-        x, y = target.obj(**kwargs)
-        x, y = _data.check_arrays(x, y, source)
-    except _data.DataError as e:
-        key = f"data.{e.key}" if e.key else "data"
-        _fail(key, str(e))
-    except Exception as e:  # a user loader's own error, or one that does not return (x, y)
-        _fail("data", f"{source} failed to load: {_error_text(e)}")
-    try:
-        (x_train, y_train), validation = _data.validation_split(
-            x, y, section["validation_split"], section["seed"]
-        )
-    except _data.DataError as e:
-        _fail("data.validation_split", str(e))
-    if section["standardize"] and _data.is_lazy(x):
-        _fail("data.standardize", "needs the features in memory; memory-mapped data is used as stored")
-    if section["standardize"]:
-        if validation is None:
-            (x_train,), _ = _data.standardize(x_train)
-        else:
-            (x_train, x_val), _ = _data.standardize(x_train, validation[0])
-            validation = (x_val, validation[1])
-    n_val = 0 if validation is None else len(validation[0])
-    description = f"{source}: {len(x_train)} training and {n_val} validation samples of shape {x.shape[1:]}"
-    return Data(x_train, y_train, validation, description)
-
-
-def _pipeline(data: Data, section: dict[str, Any], settings: dict[str, Any]) -> Any:
-    """The training arrays as a ``tp.data.Pipeline`` (``data.workers``, ``data.prefetch``, ``data.map``)."""
-    from tapefit import data as _data
-
-    fn = None
-    if section["map"] is not None:
-        fn = _config.import_object(section["map"], "data.map")
-        if not _config.is_configurable(fn):
-            _fail("data.map", f"{section['map']!r} is not a function marked with @tp.configurable")
-    try:
-        return _data.Pipeline(
-            data.x_train,
-            data.y_train,
-            batch_size=settings["batch_size"],
-            map=fn,
-            shuffle=settings["shuffle"],
-            drop_last=settings["drop_last"],
-            workers=section["workers"],
-            prefetch=section["prefetch"],
-            seed=section["seed"],
-        )
-    except ImportError as e:
-        _fail("data.workers", str(e))
-    except ValueError as e:
-        _fail("trainer.batch_size", str(e))
-
-
-def _check_steps(settings: dict[str, Any], data: Data) -> None:
-    """``trainer.steps_per_epoch`` needs a stream, ``trainer.validation_steps`` a streamed validation."""
-    from tapefit.data.sources import is_stream
-
-    if settings["steps_per_epoch"] is not None and data.stream is None:
-        _fail(
-            "trainer.steps_per_epoch",
-            "is for streamed data (data.type grain, data.workers or data.map); with arrays an epoch is one "
-            "pass over them",
-        )
-    if settings["validation_steps"] is not None and not is_stream(data.validation):
-        why = (
-            "this run has no validation data"
-            if data.validation is None
-            else "this run's validation samples are arrays, evaluated whole"
-        )
-        _fail(
-            "trainer.validation_steps",
-            f"is for a streamed validation (the second data set of a grain source); {why}",
-        )
-
-
-def _check_ends(settings: dict[str, Any], data: Data) -> None:
-    """A grain source that repeats without end needs ``trainer.steps_per_epoch`` to end its epochs."""
-    from tapefit.data.sources import endless
-
-    if settings["steps_per_epoch"] is None and endless(data.stream):
-        _fail(
-            "trainer.steps_per_epoch",
-            "data.source repeats without end (a MapDataset.repeat() of no count), so an epoch would never "
-            "end: set trainer.steps_per_epoch",
-        )
-
-
-def _mapped_batch(data: Data, section: dict[str, Any]) -> Data:
-    """The first batch of ``data.stream`` (a pipeline with ``data.map``), made in this process, as
-    the data the model is checked on; a map that fails or does not give ``(x, y)`` is a config error."""
-    from tapefit.data.sources import split_batch
-
-    try:
-        first = data.stream.peek()
-    except Exception as e:
-        _fail("data.map", f"{section['map']!r} failed on the first batch: {_error_text(e)}")
-    try:
-        x, y = split_batch(first, 0)
-        x, y = np.asarray(x), np.asarray(y)
-    except Exception as e:
-        _fail("data.map", f"{section['map']!r}: its first batch: {_error_text(e)}")
-    stored = tuple(np.shape(data.x_train)[1:])
-    if data.validation is not None and x.shape[1:] != stored:
-        _fail(
-            "data.map",
-            f"{section['map']!r} turns samples of shape {stored} into {x.shape[1:]}, but the validation "
-            "samples are used as stored (the map runs on training batches only): set data.validation_split: 0",
-        )
-    return Data(x, y, data.validation, data.description)
-
-
-def _grain_workers(stream: Any, section: dict[str, Any]) -> Any:
-    """A grain source read by ``data.workers`` processes (Grain's own ``mp_prefetch``)."""
-    from tapefit.data.sources import GrainSource
-
-    if section["map"] is not None:
-        _fail(
-            "data.map",
-            "a grain source's elements are batches, and data.map is a function of one sample: map the "
-            "samples in data.source's pipeline (dataset.map(fn) before .batch)",
-        )
-    if not section["workers"]:
-        return stream
-    try:
-        return GrainSource.of(stream, workers=section["workers"], prefetch=section["prefetch"])
-    except ValueError as e:
-        _fail("data.workers", str(e))
-
-
-def _grain_data(target: Any, kwargs: dict[str, Any], section: dict[str, Any], source: str) -> Data:
-    """``data.type: grain``: the data set(s) the ``source`` factory returns."""
-    from tapefit.data.sources import split_batch
-
-    if section["validation_split"]:
-        _fail(
-            "data.validation_split",
-            "a grain source is not split by train: set it to 0 and return (train, validation) data sets "
-            "from data.source for validation",
-        )
-    if section["standardize"]:
-        _fail("data.standardize", "a grain source is used as it comes: standardize in its pipeline")
-    try:
-        made = target.obj(**kwargs)
-    except ConfigError:
-        raise
-    except Exception as e:
-        _fail("data.source", f"{section['source']!r} failed: {_error_text(e)}")
-    train, validation = made if isinstance(made, tuple) and len(made) == 2 else (made, None)
-    try:
-        first = next(iter(train.to_iter_dataset() if hasattr(train, "to_iter_dataset") else train))
-        x, y = split_batch(first, 0)
-        x, y = np.asarray(x), np.asarray(y)
-    except StopIteration:
-        _fail("data.source", f"{section['source']!r} gave an empty data set")
-    except Exception as e:
-        _fail("data.source", f"{section['source']!r}: its first batch: {_error_text(e)}")
-    description = f"{source}: {section['source']}, batches of shape {x.shape}"
-    return Data(x, y, validation, description, stream=train)
-
-
-def _labels(data: Data) -> np.ndarray:
-    """The labels of the training and the validation part together (a grain source's first batch)."""
-    if data.validation is None or data.stream is not None:
-        return data.y_train
-    return np.concatenate([data.y_train, data.validation[1]])
-
-
-def check_labels(loss_type: str, data: Data) -> None:
-    """Checks that every label suits the loss, before a model is built for them.
-
-    Sparse categorical cross-entropy takes class indices (whole numbers from 0; float labels
-    that are whole numbers count, as in Keras); binary cross-entropy takes labels in [0, 1].
-    Every label is looked at, the validation part's too, so a bad one deep in a file is
-    reported here, not as a crash in the middle of training.
-    """
-    y = _labels(data)
-    low: float  # an int for class indices
-    high: float
-    if loss_type == "sparse_categorical_crossentropy":
-        need = f"{loss_type!r} needs class indices 0, 1, 2, ... as labels"
-        if y.dtype.kind == "f":
-            fractional = y[y != np.round(y)]
-            if fractional.size:
-                _fail("data", f"{need}, but some labels are not whole numbers ({fractional.flat[0]:g})")
-        low, high = int(y.min()), int(y.max())
-        if low < 0:
-            _fail("data", f"{need}, but the labels go from {low} to {high}")
-    elif loss_type == "binary_crossentropy":
-        low, high = float(y.min()), float(y.max())
-        if low < 0.0 or high > 1.0:
-            _fail(
-                "data",
-                f"{loss_type!r} needs labels between 0 and 1, but the labels go from {low:g} to {high:g} "
-                "(for class indices use sparse_categorical_crossentropy)",
-            )
-
-
-def loss_kind(section: dict[str, Any], schema: Schema) -> str:
-    """The config name of the built-in loss that ``section`` names, whether by that name or by
-    its class's import path, so that its labels are checked alike; else its ``type`` as written."""
-    if ":" not in section["type"]:  # a config name already
-        return str(section["type"])
-    target = _config.find_target(schema.kinds["loss"], section["type"], "loss.type")
-    return next((name for name, cls in _loss_types().items() if cls is target.obj), section["type"])
-
-
-_MANY_CLASSES = 2**16
-"""More classes than this, and than there are labels, is taken for a label column that holds
-something else (identifiers, measurements): refused unless ``model.output_units`` says so."""
-
-
-def _check_class_count(loss_type: str, units: int, data: Data) -> None:
-    """A built-in model's class count comes from the highest label; one far beyond the number of
-    labels would build an output layer of that size (memory without bound), so it is refused."""
-    labels = _labels(data).size
-    if loss_type == "sparse_categorical_crossentropy" and units > max(labels, _MANY_CLASSES):
-        _fail(
-            "data",
-            f"the highest label is {units - 1}, so the model would need {units} outputs for {labels} "
-            f"labels; check the label column, or set model.output_units: {units} if that is meant",
-        )
-
-
-def _output_defaults(loss: dict[str, Any], y: np.ndarray) -> tuple[int, str | None]:
-    """The output layer a built-in model needs for these labels and this loss.
-
-    Sparse categorical cross-entropy: one unit per class (labels 0..max), softmax.
-    Categorical cross-entropy: one unit per label column, softmax. Binary cross-entropy: one
-    unit per label column, sigmoid. With ``from_logits: true`` no activation. Any other loss
-    (regression): one unit per label column, no activation.
-    """
-    loss_type = loss["type"]
-    from_logits = bool(loss.get("from_logits", False))
-    width = 1 if y.ndim == 1 else int(np.prod(y.shape[1:]))
-    if loss_type == "sparse_categorical_crossentropy":  # check_labels made them whole numbers
-        return max(int(y.max()) + 1, 2), None if from_logits else "softmax"
-    if loss_type == "categorical_crossentropy":
-        return width, None if from_logits else "softmax"
-    if loss_type == "binary_crossentropy":
-        return width, None if from_logits else "sigmoid"
-    return width, None
-
-
-_PROBABILITIES = {
-    "sparse_categorical_crossentropy": "softmax",
-    "categorical_crossentropy": "softmax",
-    "binary_crossentropy": "sigmoid",
-}
-
-
-def _check_output_activation(activation: Any, loss: dict[str, Any]) -> None:
-    """A built-in model's output activation must agree with the cross-entropy's ``from_logits``."""
-    squash = _PROBABILITIES.get(loss["type"])
-    if squash is None:
-        return
-    from_logits = bool(loss.get("from_logits", False))
-    if from_logits and activation in ("softmax", "sigmoid"):
-        _fail(
-            "model.output_activation",
-            f"{activation!r} gives probabilities, but loss.from_logits is true, so the loss would apply "
-            f"{squash} a second time; leave output_activation out (or null)",
-        )
-    if not from_logits and activation in (None, "linear"):
-        _fail(
-            "model.output_activation",
-            f"{_config._show(activation)} gives logits, but loss.from_logits is false, so the loss would "
-            "read them as probabilities; set loss.from_logits: true, or leave output_activation out",
-        )
-
-
-def build_model(config: dict[str, Any], schema: Schema, data: Data) -> Any:
-    """Builds the model of ``config["model"]``; fills a built-in model's output layer from the data."""
-    from tapefit import layers
-
-    section = config["model"]
-    target = _config.find_target(schema.kinds["model"], section["type"], "model.type")
-    loss = {**config["loss"], "type": loss_kind(config["loss"], schema)}
-    if section["type"] in ("mlp", "cnn"):
-        units, activation = _output_defaults(loss, _labels(data))
-        if section.get("output_units") is None and config["data"]["type"] == "grain":
-            _fail(
-                "model.output_units",
-                "a grain source is not read before training, so the classes are not known: give output_units",
-            )
-        if section.get("output_units") is None:
-            _check_class_count(loss["type"], units, data)
-            section["output_units"] = units
-        if section.get("output_activation") == "auto":
-            section["output_activation"] = activation
-        _check_output_activation(section["output_activation"], loss)
-        if section["type"] == "cnn" and data.x_train.ndim != 4:
-            _fail(
-                "model.type",
-                f"'cnn' needs images of shape (samples, height, width, channels), but the data has shape "
-                f"{data.x_train.shape}"
-                + (" (set data.flatten: false)" if config["data"]["type"] == "digits" else ""),
-            )
-    try:
-        model = target.obj(**_kwargs(section))
-    except Exception as e:
-        _fail_building("model", section, e)
-    if not isinstance(model, layers.Module):
-        _fail(
-            "model.type",
-            f"{section['type']!r} made a {type(model).__name__}, not a tapefit Module (tp.Module)",
-        )
-    return model
-
-
-def _named(entry: dict[str, Any], key: str, build: Callable[[], Any]) -> Any:
-    try:
-        return build()
-    except ConfigError:
-        raise
-    except Exception as e:
-        _fail_building(key, entry, e)
-
-
-def build_loss(section: dict[str, Any], schema: Schema) -> Any:
-    """The loss object (or function) of the resolved ``loss`` entry."""
-    target = _config.find_target(schema.kinds["loss"], section["type"], "loss.type")
-    kwargs = _kwargs(section)
-    if not target.params and not target.open and not kwargs and not isinstance(target.obj, type):
-        return target.obj  # a user function (y_true, y_pred)
-    return _named(section, "loss", lambda: target.obj(**kwargs))
-
-
-def build_metrics(entries: list[dict[str, Any]], schema: Schema, loss: Any) -> list[Any]:
-    """The metric objects of the resolved ``metrics`` list (``accuracy`` follows the loss)."""
-    from tapefit.layers import metrics as _metrics
-
-    built = []
-    for i, entry in enumerate(entries):
-        key = f"metrics[{i}]"
-        target = _config.find_target(schema.kinds["metric"], entry["type"], f"{key}.type")
-        kwargs = _kwargs(entry)
-        make: Callable[[], Any]  # one of three, each with its own defaults
-        if target.obj is named_metric:
-
-            def make(entry: dict[str, Any] = entry, kwargs: dict[str, Any] = kwargs) -> Any:
-                metric = _metrics.get(entry["type"], loss=loss)
-                if kwargs.get("name"):
-                    metric.name = kwargs["name"]
-                return metric
-
-        elif isinstance(target.obj, type):
-
-            def make(target: _config.Target = target, kwargs: dict[str, Any] = kwargs) -> Any:
-                return target.obj(**kwargs)
-
-        else:
-
-            def make(target: _config.Target = target) -> Any:
-                return _metrics.get(target.obj)
-
-        built.append(_named(entry, key, make))
-    names = [getattr(m, "name", None) for m in built]
-    for i, name in enumerate(names):
-        if name == "loss" or names.index(name) != i:
-            _fail(f"metrics[{i}]", f"the metric name {name!r} is taken; give it another with name: ...")
-    return built
-
-
-def build_optimizer(section: dict[str, Any]) -> Any:
-    """The optimizer of the resolved ``optimizer`` entry (its schedule included)."""
-    from tapefit import optimizers
-
-    try:
-        return optimizers.get(section)
-    except Exception as e:
-        _fail_building("optimizer", section, e)
-
-
-def build_plugins(entries: list[dict[str, Any]]) -> list[Any]:
-    """The plugin objects of the resolved ``plugins`` list, in order."""
-    from tapefit.plugins import manager
-
-    built = []
-    for i, entry in enumerate(entries):
-        try:
-            plugin = manager.create_plugin(dict(entry))
-        except Exception as e:
-            _fail_building(f"plugins[{i}]", entry, e)
-        try:  # a misspelt or unmarked hook is found here, and named with its entry
-            manager.PluginManager().register(plugin)
-        except manager.PluginValidationError as e:
-            _fail(f"plugins[{i}]", str(e).strip().splitlines()[0])
-        built.append(plugin)
-    return built
-
-
-def check_monitors(plugins: list[Any], metrics: list[Any], data: Data) -> None:
-    """Checks that every plugin's ``monitor`` names a key the epoch logs will have.
-
-    The keys are ``loss``, the metrics' names, their ``val_`` twins when there is validation
-    data, and what each plugin's ``adds_log_keys`` lists (``learning_rate`` with
-    ``reduce_lr_on_plateau``). A plugin without ``adds_log_keys`` may add keys of its own, so
-    with one in the run a missing key stays a warning at the first epoch's end.
-    """
-    if not all(hasattr(plugin, "adds_log_keys") for plugin in plugins):
-        return  # a plugin that does not say which keys it adds may add the one monitored
-    keys = ["loss", *(m.name for m in metrics)]
-    if data.validation is not None:
-        keys += [f"val_{k}" for k in keys]
-    keys += [key for plugin in plugins for key in plugin.adds_log_keys if key not in keys]
-    for i, plugin in enumerate(plugins):
-        monitor = getattr(plugin, "monitor", None)
-        if not isinstance(monitor, str) or monitor in keys:
-            continue
-        why = ""
-        if monitor.startswith("val_") and data.validation is None:
-            why = " (there is no validation data: data.validation_split is 0)"
-        close = difflib.get_close_matches(monitor, keys, n=1, cutoff=0.5)
-        hint = f"; did you mean {close[0]!r}?" if close else "."
-        _fail(
-            f"plugins[{i}].monitor",
-            f"{monitor!r} is not a key of this run's epoch logs{why}{hint} The keys are: {', '.join(keys)}",
-        )
-
-
-def check_model_on_data(
-    model: Any, loss: Any, loss_type: str, data: Data, metrics: Sequence[Any] = ()
-) -> None:
-    """Runs the model, the loss and the metrics on two samples, so a mismatch is a config error, not a crash."""
-    from tapefit.core.tensor import as_tensor
-
-    x, y = data.x_train[:2], data.y_train[:2]
-    try:
-        out = model(as_tensor(x))
-    except Exception as e:
-        _fail("model", f"cannot run on the data (inputs of shape {x.shape[1:]} per sample): {_error_text(e)}")
-    shape = tuple(getattr(out, "shape", ()))
-    if loss_type == "sparse_categorical_crossentropy" and len(shape) >= 2:
-        labels = _labels(data)
-        low, high = int(labels.min()), int(labels.max())
-        if high >= shape[-1]:
-            _fail(
-                "model",
-                f"the model gives {shape[-1]} class scores per sample, but the labels go from {low} to {high}"
-                f" (the model needs {high + 1} outputs)",
-            )
-    try:
-        value = loss(as_tensor(y), out)
-        float(value)
-    except Exception as e:
-        _fail(
-            "loss",
-            f"{loss_type!r} cannot compare labels of shape {y.shape} with model outputs of shape {shape}: "
-            f"{_error_text(e)}",
-        )
-    for i, metric in enumerate(metrics):
-        try:
-            metric.update_state(y, out)
-            float(metric.result())
-        except Exception as e:
-            _fail(
-                f"metrics[{i}]",
-                f"{metric.name!r} cannot compare labels of shape {y.shape} with model outputs of shape {shape}: "
-                f"{_error_text(e)}",
-            )
-        finally:
-            metric.reset_state()  # the two samples must not count in the first epoch
 
 
 def _checkpoint_folder(plugins: list[Any], output_dir: Path) -> Path | None:
@@ -960,20 +221,20 @@ def prepare(args: argparse.Namespace) -> Run:
     settings = config["trainer"]
     checked = data  # what the model is checked on: a map's first batch when there is a map
     if config["data"]["type"] == "grain":
-        _check_ends(settings, data)
-        data.stream = _grain_workers(data.stream, config["data"])
+        check_ends(settings, data)
+        data.stream = grain_workers(data.stream, config["data"])
     elif config["data"]["workers"] or config["data"]["map"] is not None:
-        data.stream = _pipeline(data, config["data"], settings)
+        data.stream = pipeline(data, config["data"], settings)
         if config["data"]["map"] is not None:
-            checked = _mapped_batch(data, config["data"])
+            checked = mapped_batch(data, config["data"])
     check_model_on_data(model, loss, loss_kind(config["loss"], schema), checked, metrics)
-    _check_steps(settings, data)
+    check_steps(settings, data)
     if config["data"]["workers"] or config["data"]["map"] is not None:
         data.description += f", read by {config['data']['workers']} worker processes"
     if data.stream is not None and config["data"]["type"] == "grain":
         pass  # a grain source makes its own batches: nothing to check against batch_size
     elif settings["drop_last"] and settings["batch_size"] > len(data.x_train):
-        _fail(
+        fail(
             "trainer.batch_size",
             f"{settings['batch_size']} is more than the {len(data.x_train)} training samples, and "
             "trainer.drop_last is true, so there would be no batch",
@@ -982,11 +243,11 @@ def prepare(args: argparse.Namespace) -> Run:
         len(data.x_train), settings["batch_size"], settings["drop_last"], launcher_world_size()
     )
     if problem is not None and config["data"]["type"] != "grain":
-        _fail("trainer.batch_size", problem)
+        fail("trainer.batch_size", problem)
     output_dir = Path(config["trainer"]["output_dir"] or Path("runs") / config["name"])
     try:
         if output_dir.exists() and not output_dir.is_dir():
-            _fail("trainer.output_dir", f"{str(output_dir)!r} exists and is not a folder")
+            fail("trainer.output_dir", f"{str(output_dir)!r} exists and is not a folder")
     except (OSError, ValueError) as e:  # a name too long, a NUL byte: as the lock would say
         _cannot_use(output_dir, e)
     # Locked before a checkpoint is looked for or a folder judged, so that what is checked
@@ -1021,7 +282,7 @@ def prepare(args: argparse.Namespace) -> Run:
                 threads=config["trainer"].get("threads"),
             )
         except Exception as e:
-            raise ConfigError(f"plugins: {_error_text(e)}", "plugins") from e
+            raise ConfigError(f"plugins: {error_text(e)}", "plugins") from e
         if resume_from is not None:
             _check_plugin_states(resume_from, trainer)
     except RunFolderError as e:
@@ -1062,7 +323,7 @@ def _lock(output_dir: Path) -> RunLock:
 def _cannot_use(output_dir: Path, error: OSError | ValueError) -> NoReturn:
     reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
     shown = str(output_dir) if len(str(output_dir)) <= 80 else str(output_dir)[:77] + "..."
-    _fail("trainer.output_dir", f"cannot make or lock the run folder {shown!r}: {reason}")
+    fail("trainer.output_dir", f"cannot make or lock the run folder {shown!r}: {reason}")
 
 
 def _check_output_dir(output_dir: Path, args: argparse.Namespace) -> None:
@@ -1261,7 +522,7 @@ def export(run: Run, path: Path, out: Any) -> int:
             run.model.load_state_dict(load_checkpoint(run.resume_from)["model"])
             _export(run.model, path)
         except (OSError, ValueError) as e:
-            raise ConfigError(f"--export: {_error_text(e)}") from e
+            raise ConfigError(f"--export: {error_text(e)}") from e
     finally:
         if run.lock is not None:
             run.lock.release(undo=True)  # export writes nothing into the run folder
@@ -1493,9 +754,7 @@ def _main(args: argparse.Namespace, prog: str, out: Any) -> int:
     except Exception as e:
         if args.debug:
             traceback.print_exc()
-        print(
-            f"{prog}: error while training: {_error_text(e)} (--debug shows the traceback)", file=sys.stderr
-        )
+        print(f"{prog}: error while training: {error_text(e)} (--debug shows the traceback)", file=sys.stderr)
         return 1
     finally:
         if run.lock is not None:
