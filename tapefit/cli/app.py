@@ -103,9 +103,15 @@ class Run:
     output_dir: Path
     trainer: Any
     resume_from: Path | None
-    resume_epoch: int = 0
+    resume_contents: dict[str, Any] | None = None
     lock: RunLock | None = None
     resume_note: str | None = None
+
+    @property
+    def resume_epoch(self) -> int:
+        """The epochs the checkpoint resumed from has done (0 for a fresh run)."""
+        state = (self.resume_contents or {}).get("trainer", {})
+        return int(state.get("epoch", 0))
 
 
 def _checkpoint_folder(plugins: list[Any], output_dir: Path) -> Path | None:
@@ -135,16 +141,16 @@ def find_resume_point(resume: str, plugins: list[Any], output_dir: Path) -> tupl
                 f"--resume auto: {e}; not starting over on top of the run (repair the pointer, or start "
                 "afresh with --overwrite)"
             ) from e
-    try:
+    try:  # read and verified by _load_resume, right after
         path = _checkpoint.resolve_checkpoint(resume)
-        _checkpoint.load_checkpoint(path)  # verified now, so a bad file is a start-up error
     except (OSError, ValueError) as e:
         raise ConfigError(f"--resume: {e}") from e
     return path, None
 
 
-def _check_resume_fits(path: Path, model: Any, config: dict[str, Any], data: Data) -> int:
-    """Checks that the checkpoint at ``path`` can continue this config; returns its epoch."""
+def _load_resume(path: Path, model: Any, config: dict[str, Any], data: Data) -> dict[str, Any]:
+    """Reads the checkpoint at ``path`` once and checks that it can continue this config;
+    returns its contents (the run reads them from here on)."""
     from tapefit import checkpointing as _checkpoint
     from tapefit.checkpointing.validate import check_checkpoint, check_fits
     from tapefit.data.loader import BatchLoader
@@ -170,7 +176,6 @@ def _check_resume_fits(path: Path, model: Any, config: dict[str, Any], data: Dat
         check_fits(contents, fit_kind(source), path)
     except ValueError as e:
         raise ConfigError(f"--resume: {e}") from e
-    state = contents.get("trainer", {})
     scratch = build_optimizer(copy.deepcopy(config["optimizer"]))
     try:  # a fresh optimizer of the config's kind takes the saved state, or says why not
         scratch.set_state(contents.get("optimizer", {}))
@@ -179,17 +184,17 @@ def _check_resume_fits(path: Path, model: Any, config: dict[str, Any], data: Dat
             f"--resume: {path} holds the state of another optimizer than the config's "
             f"({str(e).strip().splitlines()[0]})"
         ) from e
-    return int(state.get("epoch", 0))
+    return contents
 
 
-def _check_plugin_states(path: Path, trainer: Any) -> None:
-    """Has each plugin of the run check its state in the checkpoint at ``path`` (by the names
-    the trainer registered them under), so that a bad one is refused before training."""
-    from tapefit import checkpointing as _checkpoint
+def _check_plugin_states(contents: dict[str, Any], path: Path, trainer: Any) -> None:
+    """Has each plugin of the run check its state in the checkpoint ``contents`` (read from
+    ``path``; by the names the trainer registered them under), so that a bad one is refused
+    before training."""
     from tapefit.checkpointing.validate import check_plugin_states
 
     try:
-        states = _checkpoint.load_checkpoint(path)["plugins"]
+        states = contents["plugins"]
         check_plugin_states(states, trainer.plugins.list_name_plugin(), model=trainer.model, source=path)
     except (OSError, ValueError) as e:
         raise ConfigError(f"--resume: {e}") from e
@@ -256,13 +261,13 @@ def prepare(args: argparse.Namespace) -> Run:
     chief = launcher_rank() == 0
     lock = _lock(output_dir) if chief else None
     try:
-        resume_from, resume_epoch, resume_note = None, 0, None
+        resume_from, resume_contents, resume_note = None, None, None
         if chief:
             _run_folder.check_no_links(output_dir)
         if args.resume is not None:
             resume_from, resume_note = find_resume_point(args.resume, plugins, output_dir)
             if resume_from is not None:
-                resume_epoch = _check_resume_fits(resume_from, model, config, data)
+                resume_contents = _load_resume(resume_from, model, config, data)
         if not chief:
             pass
         elif resume_from is None:
@@ -283,8 +288,8 @@ def prepare(args: argparse.Namespace) -> Run:
             )
         except Exception as e:
             raise ConfigError(f"plugins: {error_text(e)}", "plugins") from e
-        if resume_from is not None:
-            _check_plugin_states(resume_from, trainer)
+        if resume_from is not None and resume_contents is not None:
+            _check_plugin_states(resume_contents, resume_from, trainer)
     except RunFolderError as e:
         if lock is not None:
             lock.release(undo=True)
@@ -304,7 +309,7 @@ def prepare(args: argparse.Namespace) -> Run:
         output_dir,
         trainer,
         resume_from,
-        resume_epoch,
+        resume_contents,
         lock,
         resume_note,
     )
@@ -378,10 +383,8 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
     trainer = run.trainer
     settings = run.config["trainer"]
     print(f"train: {run.config['name']}: {run.data.description}", file=out)
-    if run.resume_from is not None:
-        from tapefit.checkpointing import load_checkpoint
-
-        contents = load_checkpoint(run.resume_from)
+    contents = run.resume_contents
+    if contents is not None:
         finished = trainer.finished_by(contents)
         if finished is not None:
             print(
@@ -402,7 +405,7 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
         _claim(run)
     if run.resume_note is not None:
         print(f"train: --resume auto: {run.resume_note}", file=out)
-    if run.resume_from is not None:
+    if contents is not None:
         _say_the_learning_rate_is_restored(contents, args, out)
     if run.resume_from is None and args.resume == "auto":
         folder = _checkpoint_folder(run.plugins, run.output_dir)
@@ -513,13 +516,11 @@ def _say_the_learning_rate_is_restored(
 
 def export(run: Run, path: Path, out: Any) -> int:
     """``train --export PATH``: the weights of the checkpoint ``--resume`` chose, as ``.safetensors``."""
-    from tapefit.checkpointing import load_checkpoint
-
     try:
-        if run.resume_from is None:
+        if run.resume_from is None or run.resume_contents is None:
             raise ConfigError("--export: there is no checkpoint to export (the run has not saved one yet)")
         try:
-            run.model.load_state_dict(load_checkpoint(run.resume_from)["model"])
+            run.model.load_state_dict(run.resume_contents["model"])
             _export(run.model, path)
         except (OSError, ValueError) as e:
             raise ConfigError(f"--export: {error_text(e)}") from e
