@@ -442,12 +442,16 @@ class Trainer:
         for metric in self.metrics:
             metric.reset_state()
 
-    def _metric_logs(self) -> dict[str, float]:
-        self._parallel.reduce_epoch(self.state, self.metrics)
+    def _metric_logs(self, needs_batches: str = "") -> dict[str, float]:
+        """The running loss and metrics, over every process; with ``needs_batches`` (who asks),
+        a ``ValueError`` if no process counted a batch."""
+        with self._parallel.global_epoch():
+            if needs_batches and self.state.loss_count == 0:
+                raise ValueError(f"{needs_batches}: the data gave no batch")
+            logs = {"loss": self.state.running_loss}
+            for metric in self.metrics:
+                logs[metric.name] = float(metric.result())
         self._parallel.average_moving_statistics(self.model)
-        logs = {"loss": self.state.running_loss}
-        for metric in self.metrics:
-            logs[metric.name] = float(metric.result())
         return logs
 
     def _metric_states(self) -> list[dict[str, Any]]:
@@ -616,7 +620,9 @@ class Trainer:
     def _join_world(self, source: Batches) -> None:
         """Finds the processes training together (``configure_world``) and shares the data and
         rank 0's state among them; only rank 0 keeps the plugins that write and print."""
-        self._parallel = DataParallel(self.plugins.hook.configure_world(trainer=self))
+        self._parallel = DataParallel(
+            self.plugins.hook.configure_world(trainer=self), epoch=lambda: (self.state, self.metrics)
+        )
         source.check_shards(self.world.size)
         # A source that can read one process's part (a Pipeline, a Grain MapDataset) does; others
         # are read whole on every process and their batches split by rows.
@@ -831,10 +837,7 @@ class Trainer:
                     if not is_streamed:
                         raise
                     raise in_batch(error, f"batch {index}") from error  # as fit names it
-            logs = self._metric_logs()  # with several processes, the sums of all of them
-            if self.state.loss_count == 0:
-                raise ValueError("evaluate: the data gave no batch")
-            return logs
+            return self._metric_logs(needs_batches="evaluate")
         finally:
             self._set_metric_states(saved_states)
             self.state.loss_sum, self.state.loss_count = saved_loss
@@ -892,6 +895,7 @@ class Trainer:
         snapshot.data = self._boundary.data_state(lambda: loader.get_state() if loader is not None else {})
         snapshot.random = _random.get_state()
         snapshot.metrics = self._metric_states()
+        self._parallel.as_global(snapshot)
         return snapshot
 
     def _contents(self) -> dict[str, Any]:

@@ -160,6 +160,37 @@ def test_a_checkpoint_resumes_on_other_rank_counts(tmp_path, first_on, resume_on
     assert_same_training(straight, resumed, history, resumed_history)
 
 
+STOP_MID_EPOCH = """
+class Stop:
+    # Every rank stops at the same step, inside an epoch: the fit ends there and the
+    # checkpoint plugin saves the state in the middle of the epoch.
+    @tp.hookimpl
+    def on_train_batch_end(self, trainer, step, logs):
+        if step == int(sys.argv[5]) and not trainer.resumed:
+            trainer.stop_training = True
+tp.random.set_seed(0)"""
+
+
+@pytest.mark.parametrize(("first_on", "resume_on"), [(2, 2), (3, 1), (1, 3)])
+def test_a_mid_epoch_checkpoint_holds_the_sums_of_every_rank(tmp_path, first_on, resume_on):
+    # 70 samples in batches of 16 are 5 steps an epoch; stopping after step 6 leaves epoch 2
+    # with 2 of its batches counted in every rank's partial loss and metric sums.
+    script = FIT.replace("    plugins=[", "    plugins=[Stop(), ").replace(
+        "tp.random.set_seed(0)", STOP_MID_EPOCH
+    )
+    straight, history, _ = fit_on(1, tmp_path, "straight", epochs=3)
+    for n, resume in ((first_on, None), (resume_on, str(tmp_path / "cut.ck"))):
+        args = ["cut", 3, 16, resume or "", 6]
+        result = mpirun(
+            n, script.replace("sys.argv[4] if", "sys.argv[4] or None if"), tmp_path, args=args, name="cut.py"
+        )
+        assert result.returncode == 0, result.stderr
+    resumed = dict(np.load(tmp_path / "cut.npz"))
+    with open(tmp_path / "cut.json") as f:
+        resumed_history = json.load(f)["history"]
+    assert_same_training(straight, resumed, history, resumed_history)
+
+
 def test_an_exception_on_one_rank_ends_every_rank_with_one_message(tmp_path):
     script = FIT.replace(
         "    plugins=[",
