@@ -52,9 +52,8 @@ from tapefit.cli.build import (
     mapped_batch,
     pipeline,
 )
-from tapefit.cli.config import ConfigError, Schema
+from tapefit.cli.config import ConfigError, Schema, default_schema
 from tapefit.cli.run_folder import RunFolderError, RunLock
-from tapefit.cli.schema import default_schema
 from tapefit.core import random as _random
 from tapefit.distributed.world import MPIWorld, launcher_rank, launcher_world_size, shard_problem
 from tapefit.plugins.hookspecs import hookimpl
@@ -784,7 +783,7 @@ def _agree_on_start(
     chief = world.broadcast_object(fingerprint, "start-up config check")
     difference = _first_difference(chief["config"], fingerprint["config"])
     if difference is None and chief["--resume"] != fingerprint["--resume"]:
-        difference = ("--resume", _config._show(chief["--resume"]), _config._show(fingerprint["--resume"]))
+        difference = ("--resume", _config.show(chief["--resume"]), _config.show(fingerprint["--resume"]))
     if difference is None and chief["data"] != fingerprint["data"]:
         difference = ("data", chief["data"], fingerprint["data"])
     flags = np.zeros(world.size, np.float64)
@@ -818,7 +817,7 @@ def fingerprint(run: Run) -> dict[str, Any]:
         f"labels {tuple(np.shape(y)[1:])} ({getattr(y, 'dtype', '?')})"
         for part, x, y in shapes
     )
-    config = json.loads(json.dumps(_config._plain(run.config), default=repr))
+    config = json.loads(json.dumps(_config.plain(run.config), default=repr))
     resume = None if run.resume_from is None else str(run.resume_from)
     return {"config": config, "--resume": resume, "data": described}
 
@@ -838,7 +837,7 @@ def _first_difference(chief: Any, mine: Any, key: str = "") -> tuple[str, str, s
             inner = f"{key}.{name}" if key else str(name)
             if name not in chief or name not in mine:
                 shown = [
-                    _config._show(side[name]) if name in side else "no such key" for side in (chief, mine)
+                    _config.show(side[name]) if name in side else "no such key" for side in (chief, mine)
                 ]
                 return inner, shown[0], shown[1]
             found = _first_difference(chief[name], mine[name], inner)
@@ -851,7 +850,7 @@ def _first_difference(chief: Any, mine: Any, key: str = "") -> tuple[str, str, s
             if found is not None:
                 return found
         return key, _entries(len(chief)), _entries(len(mine))
-    return key, _config._show(chief), _config._show(mine)
+    return key, _config.show(chief), _config.show(mine)
 
 
 def _entries(n: int) -> str:

@@ -17,8 +17,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from tapefit.cli import config as _config
-from tapefit.cli.config import ConfigError, Schema
-from tapefit.cli.schema import loss_types, named_metric
+from tapefit.cli.config import ConfigError, Schema, loss_types, named_metric
 
 
 @dataclass
@@ -361,7 +360,7 @@ def _check_output_activation(activation: Any, loss: dict[str, Any]) -> None:
     if not from_logits and activation in (None, "linear"):
         fail(
             "model.output_activation",
-            f"{_config._show(activation)} gives logits, but loss.from_logits is false, so the loss would "
+            f"{_config.show(activation)} gives logits, but loss.from_logits is false, so the loss would "
             "read them as probabilities; set loss.from_logits: true, or leave output_activation out",
         )
 

@@ -566,7 +566,7 @@ def test_one_import_and_one_snake_case_serve_configs_registries_and_plugins():
     from tapefit.plugins.manager import resolve_plugin
 
     # A class name spells a short name by the registries' snake_case ("Conv2D" is "conv2d").
-    assert cfg._canonical("Conv2D", {"conv2d": None}) == to_snake_case("Conv2D") == "conv2d"
+    assert cfg.checking._canonical("Conv2D", {"conv2d": None}) == to_snake_case("Conv2D") == "conv2d"
     # The same words whoever imports by path.
     with pytest.raises(
         ConfigError, match=r"^model\.type: 'tapefit:Nope' does not import: module 'tapefit' has no"

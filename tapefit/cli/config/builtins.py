@@ -4,7 +4,7 @@ Each typed section (data, model, loss, metric, optimizer, schedule, plugin) has 
 short names (tables read on first use, so ``train --help`` imports nothing heavy) and a rule for
 what an import path may name (a ``tp.Module`` subclass for a model, a plugin class or module,
 a ``@tp.configurable`` function...). ``default_schema`` puts them together for
-``cli.config.resolve_config``, with the ``trainer`` section derived from ``Trainer``.
+``resolve_config``, with the ``trainer`` section derived from ``Trainer``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from tapefit.cli import config as _config
-from tapefit.cli.config import ConfigError, Kind, Schema
+from tapefit.cli.config.checking import Kind, import_object
+from tapefit.cli.config.loading import ConfigError, is_configurable
+from tapefit.cli.config.schema import DATA_COMMON, Schema
 
 
 class _LazyTable(Mapping[str, Any]):
@@ -56,8 +57,8 @@ def grain_source(source: str, **kwargs: Any) -> Any:
     """``data.type: grain``: calls the ``@tp.configurable`` factory ``source`` (``pkg.module:name``)
     with the section's other keys; it returns a Grain data set or loader of ``(x, y)`` batches,
     or a ``(train, validation)`` pair of them."""
-    factory = _config.import_object(source, "data.source")
-    if not _config.is_configurable(factory):
+    factory = import_object(source, "data.source")
+    if not is_configurable(factory):
         raise ConfigError(
             f"data.source: {source!r} is not a function marked with @tp.configurable", "data.source"
         )
@@ -125,7 +126,7 @@ def _subclass_or_marked(base: Callable[[], type], required: str) -> Callable[[An
     subclass = _subclass_of(base, required)
 
     def accepts(obj: Any) -> str | None:
-        if not isinstance(obj, type) and _config.is_configurable(obj):
+        if not isinstance(obj, type) and is_configurable(obj):
             return None
         return subclass(obj)
 
@@ -133,7 +134,7 @@ def _subclass_or_marked(base: Callable[[], type], required: str) -> Callable[[An
 
 
 def _marked(obj: Any) -> str | None:
-    return None if _config.is_configurable(obj) else "a function or class marked with @tp.configurable"
+    return None if is_configurable(obj) else "a function or class marked with @tp.configurable"
 
 
 def _hook_implementations(obj: Any) -> list[str]:
@@ -200,7 +201,7 @@ def default_schema() -> Schema:
     module with ``@tp.hookimpl`` methods.
     """
     kinds = {
-        "data": Kind("data", _data_types, common=dict(_config.DATA_COMMON), accepts=_marked),
+        "data": Kind("data", _data_types, common=dict(DATA_COMMON), accepts=_marked),
         "model": Kind("model", _model_types, accepts=_subclass_of(_module_class, "a tp.Module subclass")),
         "loss": Kind(
             "loss",
@@ -231,6 +232,3 @@ def default_schema() -> Schema:
         "plugin": Kind("plugin", _plugin_types, accepts=_plugin_like),
     }
     return Schema(kinds)
-
-
-# --------------------------------------------------------------------------- building the run
