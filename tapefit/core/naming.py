@@ -10,7 +10,10 @@ and optimizers can both import it.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import importlib
+import inspect
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Generic, TypeVar
@@ -24,6 +27,36 @@ def to_snake_case(name: str) -> str:
     """``"BatchNormalization"`` -> ``"batch_normalization"``, ``"Conv2D"`` -> ``"conv2d"``."""
     name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
     return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+C = TypeVar("C", bound=type)
+
+
+def suggest_keywords(cls: C) -> C:
+    """Class decorator: a keyword argument ``cls()`` does not take raises a one-line
+    ``TypeError`` naming it, the closest argument it does take, and all of them, as a config's
+    unknown key does (Python before 3.12 says only "unexpected keyword argument")."""
+    init = cls.__init__  # type: ignore[misc]
+    parameters = inspect.signature(init).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return cls  # anything goes: checked further down
+    names = [
+        n for n, p in parameters.items() if n != "self" and p.kind is not inspect.Parameter.VAR_POSITIONAL
+    ]
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        for key in kwargs:
+            if key not in parameters:
+                close = difflib.get_close_matches(key, names, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise TypeError(
+                    f"{cls.__name__}: unknown argument {key!r}{hint}; it takes: {', '.join(names)}"
+                )
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__  # type: ignore[misc]
+    return cls
 
 
 def import_object(path: str, kind: str = "") -> Any:

@@ -13,6 +13,7 @@ part there.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,30 @@ def float32_inputs(data: Any) -> Any:
     if isinstance(data, np.ndarray) and data.dtype == np.float64:
         return data.astype(np.float32)
     return data
+
+
+def check_numeric(data: Any, name: str) -> None:
+    """Raises a one-line ``TypeError`` naming ``name`` (``"y"``, ``"x['image']"``) when an array
+    of ``data`` holds strings, objects or dates, which a model cannot take."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            check_numeric(value, f"{name}[{key!r}]")
+        return
+    if isinstance(data, (list, tuple)) and data and isinstance(data[0], (np.ndarray, Tensor, dict)):
+        for index, value in enumerate(data):
+            check_numeric(value, f"{name}[{index}]")
+        return
+    kind = getattr(data, "dtype", None) or np.asarray(data).dtype
+    if np.dtype(kind).kind in "biuf":
+        return
+    what = {"U": "strings", "S": "bytes", "O": "Python objects", "M": "dates", "m": "time spans"}
+    held = what.get(np.dtype(kind).kind, f"values of dtype {kind}")
+    fix = (
+        "encode the labels as integers, e.g. classes, y = np.unique(y, return_inverse=True)"
+        if name.startswith("y")
+        else "encode them as numbers first"
+    )
+    raise TypeError(f"{name} holds {held} (dtype {kind}), which a model cannot take: {fix}")
 
 
 def batch_len(data: Any) -> int:
@@ -109,12 +134,41 @@ def _split_off_validation(x: Any, y: Any, sample_weight: Any, fraction: float) -
         )
     if sample_weight is not None:
         sample_weight = np.asarray(sample_weight)[:n_train]
+    _warn_if_sorted_by_class(y, n_train, fraction)
     return (
         _part(x, 0, n_train),
         _part(y, 0, n_train),
         sample_weight,
         (_part(x, n_train, n), _part(y, n_train, n)),
     )
+
+
+def _class_labels(y: Any) -> np.ndarray | None:
+    """Class indices of in-memory labels (integers, or one-hot rows); ``None`` for others."""
+    if not isinstance(y, np.ndarray) or is_lazy(y):
+        return None
+    if y.dtype.kind in "iub" and (y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1)):
+        return y.reshape(-1)
+    if y.ndim == 2 and y.shape[1] > 1 and np.all((y == 0) | (y == 1)) and np.all(y.sum(axis=1) == 1):
+        return np.argmax(y, axis=1)
+    return None
+
+
+def _warn_if_sorted_by_class(y: Any, n_train: int, fraction: float) -> None:
+    """Warns when the rows ``validation_split`` holds out are of one class and the others are
+    not: the rows are sorted by class, and the validation would measure one class alone."""
+    labels = _class_labels(y)
+    if labels is None:
+        return
+    held, kept = np.unique(labels[n_train:]), np.unique(labels[:n_train])
+    if len(held) == 1 and (len(kept) > 1 or kept[0] != held[0]):
+        warnings.warn(
+            f"validation_split={fraction} holds out the last {len(labels) - n_train} rows, which are all "
+            f"of class {held[0]}: the rows look sorted by class, so the validation measures one class; "
+            "shuffle x and y together before fit (Keras also takes the last rows)",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def sample_weights(y: Any, sample_weight: Any, class_weight: Any, loss: Any) -> np.ndarray | None:
@@ -297,6 +351,8 @@ def adapt(
         batches = Batches(as_source(x, steps_per_epoch))
     else:
         require_targets(y, "fit")
+        check_numeric(x, "x")
+        check_numeric(y, "y")
         if steps_per_epoch is not None:
             raise ValueError(
                 "steps_per_epoch is for data sets and generators; with arrays an epoch is one pass"
@@ -318,6 +374,8 @@ def adapt(
     if validation_data is not None and not is_stream(validation_data[0]):
         x_val, y_val = validation_data
         require_targets(y_val, "validation_data")
+        check_numeric(x_val, "validation_data x")
+        check_numeric(y_val, "validation_data y")
         validation_data = (float32_inputs(x_val), float32_inputs(y_val))
         try:  # checked now rather than after the first epoch's training
             BatchLoader(validation_data[0], validation_data[1], batch_size=max(1, batch_size), shuffle=False)

@@ -28,6 +28,7 @@ from tapefit.checkpointing import (
     write_pointer,
 )
 from tapefit.checkpointing.validate import expect_mapping, expect_number
+from tapefit.core.naming import suggest_keywords
 from tapefit.plugins.hookspecs import hookimpl
 from tapefit.plugins.monitor import Monitor, infer_mode
 
@@ -81,6 +82,7 @@ def _all_finite(state: Any) -> bool:
     return all(np.isfinite(a).all() for a in arrays if a.dtype.kind == "f")
 
 
+@suggest_keywords
 class Checkpoint:
     """Saves checkpoints during ``fit`` (config name ``checkpoint``).
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tapefit.core.naming import suggest_keywords
 from tapefit.core.ops.clip import clip_by_global_norm, clip_by_norm
 from tapefit.core.ops.math import add_n, cast, clip_by_value, sqrt
 from tapefit.core.ops.reduce import reduce_sum
@@ -66,6 +67,7 @@ def _positive(name: str, value: Any) -> float | None:
     return float(value)
 
 
+@suggest_keywords
 class ClipGradients:
     """Clips the gradients before every optimizer step (config name ``clip_gradients``).
 

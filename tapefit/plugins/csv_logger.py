@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from tapefit.core.files import atomic_write, open_regular, writing
+from tapefit.core.naming import suggest_keywords
 from tapefit.plugins.hookspecs import hookimpl
 
 logger = logging.getLogger("tapefit.plugins.csv_logger")  # one logger per plugin: users may silence one
 
 
+@suggest_keywords
 class CSVLogger:
     """Writes the epoch logs to a CSV file, one row per epoch (config name ``csv_logger``).
 

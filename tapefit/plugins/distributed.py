@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.core.naming import suggest_keywords
 from tapefit.core.tensor import _wrap
 from tapefit.distributed.threads import blas_threads
 from tapefit.distributed.world import MPIWorld, World, abort, launcher_world_size
@@ -78,6 +79,7 @@ def blas_threads_per_rank(ranks_on_host: int, environ: Any = None) -> int | None
     return threads
 
 
+@suggest_keywords
 class Distributed:
     """Data-parallel training over MPI (config name ``distributed``).
 

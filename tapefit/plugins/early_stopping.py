@@ -8,12 +8,14 @@ from typing import Any
 import numpy as np
 
 from tapefit.checkpointing.validate import expect_count, expect_mapping, expect_number, expect_weights
+from tapefit.core.naming import suggest_keywords
 from tapefit.plugins.hookspecs import hookimpl
 from tapefit.plugins.monitor import Monitor
 
 logger = logging.getLogger("tapefit.plugins.early_stopping")  # one logger per plugin: users may silence one
 
 
+@suggest_keywords
 class EarlyStopping:
     """Stops ``fit`` when ``monitor`` has not improved for ``patience`` epochs (config name ``early_stopping``).
 

@@ -10,6 +10,7 @@ Plugins come from three places, all registered by the same mechanism:
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import importlib.metadata
@@ -17,7 +18,7 @@ import inspect
 import logging
 import re
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pluggy
@@ -198,6 +199,22 @@ class PluginManager(pluggy.PluginManager):
         for plugin, name in reversed(list(zip(created, names))):
             self.register(plugin, name)
         return names
+
+    @contextlib.contextmanager
+    def registered(self, plugins: Iterable[Any] | None) -> Iterator[list[str]]:
+        """Registers ``plugins`` as ``register_all`` does for the duration of the block (a
+        fit's ``callbacks``), then unregisters those still registered."""
+        if plugins is not None and not isinstance(plugins, (list, tuple)):
+            raise TypeError(
+                f"callbacks must be a list of plugins, got {type(plugins).__name__}; pass callbacks=[...]"
+            )
+        names = self.register_all(plugins or [])
+        try:
+            yield names
+        finally:
+            for name in names:
+                if self.get_plugin(name) is not None:
+                    self.unregister(name=name)
 
     def _unique_name(self, name: str) -> str:
         return _unique(name, set(self._name2plugin))

@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from tapefit.checkpointing.validate import expect_count, expect_mapping, expect_number
+from tapefit.core.naming import suggest_keywords
 from tapefit.plugins.hookspecs import hookimpl
 from tapefit.plugins.monitor import Monitor
 
@@ -14,6 +15,7 @@ logger = logging.getLogger(
 )  # one logger per plugin: users may silence one
 
 
+@suggest_keywords
 class ReduceLROnPlateau:
     """Multiplies the learning rate by ``factor`` after ``patience`` epochs without improvement.
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from tapefit.checkpointing.validate import expect_mapping, expect_number
 from tapefit.core.files import naming
+from tapefit.core.naming import suggest_keywords
 from tapefit.plugins.hookspecs import hookimpl
 
 logger = logging.getLogger("tapefit.plugins.tensorboard")  # one logger per plugin: users may silence one
@@ -196,6 +197,7 @@ def _raise_error(guard: _EventFile | None) -> None:
         raise guard.error
 
 
+@suggest_keywords
 class TensorBoard:
     """Writes TensorBoard event files during ``fit`` (config name ``tensorboard``).
 

@@ -6,11 +6,13 @@ import logging
 import math
 from typing import Any
 
+from tapefit.core.naming import suggest_keywords
 from tapefit.plugins.hookspecs import hookimpl
 
 logger = logging.getLogger("tapefit.plugins.terminate_on_nan")  # one logger per plugin: users may silence one
 
 
+@suggest_keywords
 class TerminateOnNaN:
     """Stops ``fit`` after the first batch whose loss is NaN or infinite (config name ``terminate_on_nan``).
 

@@ -485,6 +485,7 @@ class Trainer:
         validation_split: float = 0.0,
         steps_per_epoch: int | None = None,
         validation_steps: int | None = None,
+        callbacks: list[Any] | None = None,
     ) -> History:
         """Trains the model for ``epochs`` epochs.
 
@@ -530,63 +531,70 @@ class Trainer:
             steps_per_epoch: with a stream, end each epoch after this many batches (else
                 when the stream is exhausted).
             validation_steps: with a stream as validation data, evaluate this many batches.
+            callbacks: plugins for this fit only, as Keras's ``fit(callbacks=...)``: the
+                same objects as ``Trainer(plugins=...)`` (``tp.plugins.EarlyStopping``...),
+                registered when the fit starts and removed when it ends. Their hooks run in
+                list order, before the trainer's own plugins' (so a key they add to the
+                logs reaches those). A resume needs the same callbacks again: their states
+                are in the checkpoint.
 
         Returns:
             A ``History``.
         """
-        _check_fit_arguments(
-            {
-                "epochs": epochs,
-                "batch_size": batch_size,
-                "verbose": verbose,
-                "initial_epoch": initial_epoch,
-                "steps_per_epoch": steps_per_epoch,
-                "validation_steps": validation_steps,
-            },
-            resume_from,
-        )
-        source, validation_data = adapt(
-            x,
-            y,
-            batch_size=batch_size,
-            shuffle=shuffle,
-            drop_last=drop_last,
-            loss=self.loss,
-            sample_weight=sample_weight,
-            class_weight=class_weight,
-            validation_split=validation_split,
-            validation_data=validation_data,
-            steps_per_epoch=steps_per_epoch,
-        )
-        checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
-        self._start_fit(source, epochs, initial_epoch, resumed=checkpoint is not None)
-        self._validation_steps = validation_steps
-        if checkpoint is not None:
-            self._restore(checkpoint, source, resume_from)
-            if self.finished_by(checkpoint) is not None:
-                logger.info("%s; nothing to train", self.finished_by(checkpoint))
-                return self.history  # before any collective: every rank returns here alike
-        self._join_world(source)
-        hooks = self.plugins.hook
-        with (
-            self._boundary.guard(self._parallel.agreement(STOP_SIGNALS)),
-            _fit_output(self.plugins, verbose if self.world.is_chief else 0),
-            limited(self.threads),
-        ):
-            try:
-                hooks.on_fit_start(trainer=self)
-                if checkpoint is not None:
-                    self.plugins.load_state_dicts(checkpoint.get("plugins", {}))
-                    hooks.on_load_checkpoint(trainer=self, checkpoint=checkpoint)
-                self._fit_epochs(source, validation_data)
-                # a fit stopped inside an epoch moved them since its end
-                self._parallel.average_moving_statistics(self.model)
-                hooks.on_fit_end(trainer=self)
-            except BaseException as exception:
-                self.plugins.call_each("on_exception", trainer=self, exception=exception)
-                self._boundary.update_in_progress = False
-                raise
-        return self.history
+        with self.plugins.registered(callbacks):  # a Keras user's callbacks, for this fit
+            _check_fit_arguments(
+                {
+                    "epochs": epochs,
+                    "batch_size": batch_size,
+                    "verbose": verbose,
+                    "initial_epoch": initial_epoch,
+                    "steps_per_epoch": steps_per_epoch,
+                    "validation_steps": validation_steps,
+                },
+                resume_from,
+            )
+            source, validation_data = adapt(
+                x,
+                y,
+                batch_size=batch_size,
+                shuffle=shuffle,
+                drop_last=drop_last,
+                loss=self.loss,
+                sample_weight=sample_weight,
+                class_weight=class_weight,
+                validation_split=validation_split,
+                validation_data=validation_data,
+                steps_per_epoch=steps_per_epoch,
+            )
+            checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
+            self._start_fit(source, epochs, initial_epoch, resumed=checkpoint is not None)
+            self._validation_steps = validation_steps
+            if checkpoint is not None:
+                self._restore(checkpoint, source, resume_from)
+                if self.finished_by(checkpoint) is not None:
+                    logger.info("%s; nothing to train", self.finished_by(checkpoint))
+                    return self.history  # before any collective: every rank returns here alike
+            self._join_world(source)
+            hooks = self.plugins.hook
+            with (
+                self._boundary.guard(self._parallel.agreement(STOP_SIGNALS)),
+                _fit_output(self.plugins, verbose if self.world.is_chief else 0),
+                limited(self.threads),
+            ):
+                try:
+                    hooks.on_fit_start(trainer=self)
+                    if checkpoint is not None:
+                        self.plugins.load_state_dicts(checkpoint.get("plugins", {}))
+                        hooks.on_load_checkpoint(trainer=self, checkpoint=checkpoint)
+                    self._fit_epochs(source, validation_data)
+                    # a fit stopped inside an epoch moved them since its end
+                    self._parallel.average_moving_statistics(self.model)
+                    hooks.on_fit_end(trainer=self)
+                except BaseException as exception:
+                    self.plugins.call_each("on_exception", trainer=self, exception=exception)
+                    self._boundary.update_in_progress = False
+                    raise
+            return self.history
 
     def _start_fit(self, source: Batches, epochs: int, initial_epoch: int | None, resumed: bool) -> None:
         """Sets the fit's counters, history and BLAS threads: a second fit continues the first."""

@@ -65,6 +65,7 @@ _NOT_TRAINER_KEYS = (
     "metrics",
     "plugins",
     "config",
+    "callbacks",
 )
 """``fit``'s and ``Trainer``'s arguments that other sections or the command itself give."""
 
@@ -105,12 +106,21 @@ class Schema:
         kinds: The typed sections by label: ``data``, ``model``, ``loss``, ``metric``,
             ``optimizer``, ``schedule``, ``plugin``.
         trainer: The keys of the ``trainer`` section.
-        default_optimizer: The optimizer when the config has none.
+        default_optimizer: The optimizer when the config has none, or an ``optimizer`` section
+            with no ``type`` (``--set optimizer.learning_rate=...`` on a config without one).
     """
 
     kinds: dict[str, Kind]
     trainer: dict[str, Param] = field(default_factory=trainer_params)
     default_optimizer: str = "rmsprop"
+
+
+def _default_type(section: Any, default: str) -> Any:
+    if section is None:
+        return default
+    if isinstance(section, Mapping) and "type" not in section:
+        return {"type": default, **section}
+    return section
 
 
 def resolve_config(config: Mapping[str, Any], schema: Schema, default_name: str = "run") -> dict[str, Any]:
@@ -157,7 +167,10 @@ def resolve_config(config: Mapping[str, Any], schema: Schema, default_name: str 
     resolved["loss"] = check_typed(config["loss"], kinds["loss"], "loss", kinds)
     resolved["metrics"] = check_list(config.get("metrics"), kinds["metric"], "metrics", kinds)
     resolved["optimizer"] = check_typed(
-        config.get("optimizer", schema.default_optimizer), kinds["optimizer"], "optimizer", kinds
+        _default_type(config.get("optimizer"), schema.default_optimizer),
+        kinds["optimizer"],
+        "optimizer",
+        kinds,
     )
     resolved["trainer"] = check_mapping(config.get("trainer") or {}, schema.trainer, "trainer", "trainer")
     resolved["plugins"] = check_list(config.get("plugins"), kinds["plugin"], "plugins", kinds)
