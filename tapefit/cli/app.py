@@ -18,6 +18,8 @@ import json
 import logging
 import math
 import os
+import shlex
+import shutil
 import signal
 import sys
 import threading
@@ -79,7 +81,7 @@ examples:
 
 exit status: 0 done, 2 bad command line or config, 1 failure while training, 130 interrupted
   (Ctrl-C), 143 SIGTERM, 129 SIGHUP (each saves an interrupted checkpoint first)
-watch a run: tensorboard --logdir runs
+watch a run: tensorboard --logdir runs (TensorBoard itself: pip install tensorboard)
 """
 
 logger = logging.getLogger("tapefit")
@@ -202,6 +204,7 @@ def _check_plugin_states(contents: dict[str, Any], path: Path, trainer: Any) -> 
 def resolve(args: argparse.Namespace, schema: Schema) -> dict[str, Any]:
     """Reads the config file, applies ``--set`` and validates it; calls nothing the config names."""
     raw = _config.load_config_file(args.config)
+    _config.search_beside(args.config)
     raw = _config.apply_overrides(raw, args.set)
     stem = Path(args.config).stem.replace("_", "-")
     return _config.resolve_config(raw, schema, default_name=stem)
@@ -556,7 +559,7 @@ def _print_outputs(run: Run, out: Any) -> None:
     known = {
         CONFIG_FILE_NAME: "resolved config",
         MODEL_FILE_NAME: "the trained weights (Module.load_weights)",
-        "tensorboard": "TensorBoard (tensorboard --logdir runs)",
+        "tensorboard": _tensorboard_advice(folder.parent),
         "checkpoints": "checkpoints",
     }
     for entry in sorted(folder.iterdir()):
@@ -568,6 +571,14 @@ def _print_outputs(run: Run, out: Any) -> None:
     last = latest_checkpoint(checkpoints) if checkpoints is not None else None
     if last is not None:
         print(f"  last checkpoint {last} (continue with --resume auto)", file=out)
+
+
+def _tensorboard_advice(logdir: Path) -> str:
+    """How to watch the TensorBoard event files in ``logdir``, with what is installed here."""
+    command = f"tensorboard --logdir {shlex.quote(str(logdir))}"
+    if shutil.which("tensorboard") is not None:
+        return f"TensorBoard ({command})"
+    return f"TensorBoard (to watch: pip install tensorboard, then {command})"
 
 
 def _what_was_saved(run: Run) -> str:

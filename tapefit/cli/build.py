@@ -109,7 +109,12 @@ def build_data(section: dict[str, Any], schema: Schema) -> Data:
     except _data.DataError as e:
         fail("data.validation_split", str(e))
     if section["standardize"] and _data.is_lazy(x):
-        fail("data.standardize", "needs the features in memory; memory-mapped data is used as stored")
+        fix = "set data.mmap: false to load them" if section.get("mmap") else "load them into memory"
+        fail(
+            "data.standardize",
+            f"needs the features in memory, and they are memory-mapped: {fix}, or standardize them "
+            "once and save them",
+        )
     if section["standardize"]:
         if validation is None:
             (x_train,), _ = _data.standardize(x_train)

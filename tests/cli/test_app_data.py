@@ -158,7 +158,7 @@ def test_a_grain_source_trains_with_validation(workdir, capsys):
     ("data", "model", "message"),
     [
         (
-            "{type: grain, source: 'mydata:make_dataset'}",
+            "{type: grain, source: 'mydata:make_dataset', validation_split: 0.2}",
             "{type: mlp, output_units: 3}",
             "data.validation_split: a grain source is not split by train",
         ),
@@ -180,6 +180,18 @@ def test_grain_config_errors(workdir, capsys, data, model, message):
     assert status == 2 and out == "" and "Traceback" not in err, err
     assert message in err and len(err.strip().splitlines()) == 1
     sys.modules.pop("mydata", None)
+
+
+def test_a_grain_source_with_the_data_defaults_trains_quietly(workdir, capsys):
+    # validation_split's default (0.2 for arrays) is 0 for a grain source, which gives its own
+    # validation set; and Grain's import says nothing about JAX's profiler.
+    (workdir / "mydata.py").write_text(GRAIN_MODULE)
+    path = config(workdir, "{type: grain, source: 'mydata:make_dataset'}", "{type: mlp, output_units: 3}")
+    status, out, err = run(["--config", path], capsys)
+    assert status == 0, err
+    assert "absl" not in err and "profiler" not in err
+    status, out, _ = run(["--config", path, "--print-config"], capsys)
+    assert "validation_split: 0.0" in out
 
 
 def test_an_endless_grain_source_needs_steps_per_epoch(workdir, capsys):

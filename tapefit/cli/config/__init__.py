@@ -29,6 +29,7 @@ from tapefit.cli.config.checking import (
     check_typed,
     find_target,
     import_object,
+    search_beside,
     signature_params,
 )
 from tapefit.cli.config.loading import (
@@ -82,6 +83,7 @@ __all__ = [
     "parse_yaml",
     "plain",
     "resolve_config",
+    "search_beside",
     "show",
     "signature_params",
     "trainer_params",

@@ -201,7 +201,13 @@ def default_schema() -> Schema:
     module with ``@tp.hookimpl`` methods.
     """
     kinds = {
-        "data": Kind("data", _data_types, common=dict(DATA_COMMON), accepts=_marked),
+        "data": Kind(
+            "data",
+            _data_types,
+            common=dict(DATA_COMMON),
+            accepts=_marked,
+            type_defaults={"grain": {"validation_split": 0.0}},  # its source gives the validation set
+        ),
         "model": Kind("model", _model_types, accepts=_subclass_of(_module_class, "a tp.Module subclass")),
         "loss": Kind(
             "loss",

@@ -7,6 +7,7 @@ against them and return it resolved, raising a ``ConfigError`` that names the ke
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 import os
@@ -15,6 +16,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 from tapefit.cli.config.loading import ConfigError
@@ -109,10 +111,21 @@ def signature_params(obj: Callable[..., Any], skip: Sequence[str] = ()) -> tuple
     return params, is_open
 
 
+def search_beside(config_file: str | os.PathLike[str]) -> None:
+    """Lets a config file's import paths name modules beside it: after the current directory
+    and ``sys.path``, the file's folder and the folder above it are searched, so a project's
+    ``configs/x.yaml`` finds its ``examples/`` or ``mypackage/`` from any working directory."""
+    folder = Path(config_file).resolve().parent
+    for root in (str(folder), str(folder.parent)):
+        if root not in sys.path:
+            sys.path.append(root)  # last: an installed package of the same name wins
+
+
 def import_object(path: str, key: str) -> Callable[..., Any]:
     """``core.naming.import_object`` for a config's ``key``: the current directory is searched
     too, as ``python -m`` does, so a project's own ``examples/`` or ``mypackage/`` is found when
-    ``train`` runs from its root; the object must be a class, a function or a module.
+    ``train`` runs from its root (and beside the config file, see ``search_beside``); the
+    object must be a class, a function or a module.
 
     Raises:
         ConfigError: naming ``key`` and what is wrong.
@@ -149,6 +162,9 @@ class Kind:
         accepts: Checks what an import path names before anything of it is called or
             instantiated: returns ``None`` when it is the right kind of thing, else what it
             must be in words (``"a tp.Module subclass"``). ``None``: anything callable.
+        type_defaults: For a built-in type, other defaults of common keys: a default must not
+            be wrong for one kind of entry (a grain source is not split by ``train``, so its
+            ``validation_split`` is 0).
     """
 
     label: str
@@ -159,6 +175,7 @@ class Kind:
     fill_defaults: bool = True
     call_functions: bool = True
     accepts: Callable[[Any], str | None] | None = None
+    type_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def find_target(kind: Kind, type_name: Any, key: str) -> Target:
@@ -316,6 +333,8 @@ def check_typed(value: Any, kind: Kind, prefix: str, kinds: Mapping[str, Kind]) 
     what = f"{kind.label} type {target.type_name!r}"
     # A common key wins over the type's own argument of that name (data's seed seeds both).
     params = {**kind.common, **{k: v for k, v in target.params.items() if k not in kind.common}}
+    for name, default in kind.type_defaults.get(target.type_name, {}).items():
+        params[name] = dataclasses.replace(params[name], default=default)
     resolved: dict[str, Any] = {"type": target.type_name}
     rest = {k: v for k, v in value.items() if k != "type"}
     nested: dict[str, Any] = {}
