@@ -2,18 +2,44 @@
 
 from __future__ import annotations
 
+import io
+import math
+import os
 import sys
 import time
 from typing import IO, Any
 
 from tqdm.auto import tqdm
 
+from tapefit.core.naming import suggest_keywords
 from tapefit.plugins.hookspecs import hookimpl
 
 
+def format_value(value: float) -> str:
+    """A log value as Keras prints it: 4 decimals (``1.0000``), or 4 in scientific notation when
+    it is that small or large (``3.2100e-05``)."""
+    value = float(value)
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.4f}" if value == 0 or 1e-3 <= abs(value) < 1e5 else f"{value:.4e}"
+
+
 def format_logs(logs: dict[str, float]) -> dict[str, str]:
-    """Log values shortened for a progress bar (4 significant digits)."""
-    return {key: f"{value:.4g}" for key, value in logs.items()}
+    """Log values formatted for a progress bar (``format_value``)."""
+    return {key: format_value(value) for key, value in logs.items()}
+
+
+def terminal_columns(stream: Any) -> int:
+    """The width of the terminal ``stream`` writes to; 0 when unknown (a new pseudo-terminal
+    reports 0 columns until it is sized)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return 0
+
+
+FALLBACK_COLUMNS = 100
+"""The bar's width on a terminal whose width is unknown (tqdm would draw blank lines)."""
 
 
 VERBOSE_MODES = ("auto", 0, 1, 2)
@@ -33,6 +59,7 @@ def check_verbose(verbose: Any) -> Any:
     return verbose
 
 
+@suggest_keywords
 class Progress:
     """Shows the progress of ``fit`` (config name ``progress``), as Keras's ``verbose``.
 
@@ -99,13 +126,15 @@ class Progress:
         if self._mode != 1:
             return
         self._close()
+        known = terminal_columns(self._stream()) > 0
         self._bar = tqdm(
             total=trainer.steps_per_epoch,
             initial=trainer.batch_in_epoch,
             desc=f"Epoch {epoch + 1}/{trainer.epochs}",
             file=self._stream(),
             leave=self.leave,
-            dynamic_ncols=True,
+            dynamic_ncols=known,
+            ncols=None if known else FALLBACK_COLUMNS,
             mininterval=self.interval,
             unit="batch",
         )
@@ -129,7 +158,7 @@ class Progress:
     def on_epoch_end(self, trainer: Any, epoch: int, logs: dict[str, float]) -> None:
         if self._mode == 2:
             seconds = time.monotonic() - self._epoch_started
-            values = " - ".join(f"{k}: {v:.4g}" for k, v in logs.items())
+            values = " - ".join(f"{k}: {format_value(v)}" for k, v in logs.items())
             print(
                 f"Epoch {epoch + 1}/{trainer.epochs} - {trainer.batch_in_epoch} batches - {seconds:.1f}s - {values}",
                 file=self._stream(),
@@ -140,7 +169,12 @@ class Progress:
         self._bar.set_postfix(format_logs(logs), refresh=False)
         self._bar.update(self._pending)
         self._pending = 0
+        whole = self._bar.format_meter(**{**self._bar.format_dict, "ncols": 0})
+        width = self._bar.ncols or terminal_columns(self._stream()) or FALLBACK_COLUMNS
         self._close()
+        if self.leave and len(whole) > width:  # the bar cut the logs at the terminal's edge: all of them
+            values = " - ".join(f"{k}: {format_value(v)}" for k, v in logs.items())
+            print(f"  {values}", file=self._stream(), flush=True)
 
     def _close(self) -> None:
         if self._bar is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 import tapefit as tp
-from tapefit.plugins.progress import Progress
+from tapefit.plugins.progress import Progress, format_value
 
 
 class Terminal(io.StringIO):
@@ -109,7 +110,8 @@ def test_a_bad_verbose_is_refused(make_trainer, make_data):
         make_trainer([]).fit(x, y, verbose=3)
 
 
-def test_on_a_pseudo_terminal_auto_draws_bars(tmp_path):
+def on_pseudo_terminal(tmp_path, columns):
+    """What a fit (2 epochs of 3 batches) draws on a pseudo-terminal ``columns`` wide."""
     pty = pytest.importorskip("pty")
     fcntl = pytest.importorskip("fcntl")
     termios = pytest.importorskip("termios")
@@ -118,8 +120,8 @@ def test_on_a_pseudo_terminal_auto_draws_bars(tmp_path):
         "tp.Trainer(tp.layers.Dense(2), 'sgd', 'sparse_categorical_crossentropy').fit(x, y, epochs=2, batch_size=5)\n",
     )
     leader, follower = pty.openpty()
-    # A new pseudo-terminal is 0 columns wide; tqdm sizes its bar to the terminal.
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+    # A new pseudo-terminal is 0 columns wide until it is sized.
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
     try:
         result = subprocess.run(command, stderr=follower, stdout=subprocess.DEVNULL, env=ENV, timeout=120)
         os.close(follower)
@@ -137,7 +139,45 @@ def test_on_a_pseudo_terminal_auto_draws_bars(tmp_path):
         os.close(leader)
         if follower != -1:
             os.close(follower)
-    text = b"".join(chunks).decode(errors="replace")
     assert result.returncode == 0
-    assert "Epoch 1/2" in text and "3/3" in text and "batch" in text  # tqdm's bar, not lines
+    return b"".join(chunks).decode(errors="replace")
+
+
+@pytest.mark.parametrize("columns", [120, 0])
+def test_on_a_pseudo_terminal_auto_draws_bars(tmp_path, columns):
+    text = on_pseudo_terminal(tmp_path, columns)
+    # tqdm's bar, not lines; on a terminal of unknown width (0 columns) too, where tqdm alone
+    # draws blank lines
+    assert "Epoch 1/2" in text and "Epoch 2/2" in text and "3/3" in text and "batch" in text
     assert "Epoch 1/2 - 3 batches" not in text
+
+
+def test_values_print_as_keras_prints_them():
+    assert [format_value(v) for v in (1, 0.0, 0.98765, 3.21e-5, 123456.0, float("nan"))] == [
+        "1.0000",
+        "0.0000",
+        "0.9877",
+        "3.2100e-05",
+        "1.2346e+05",
+        "nan",
+    ]
+
+
+def test_the_line_format_shows_every_value_with_four_decimals(make_trainer, make_data):
+    x, y = make_data(12)
+    log = io.StringIO()
+    make_trainer([Progress(file=log)]).fit(x, y, epochs=1, batch_size=5, validation_data=(x[:1], y[:1]))
+    line = log.getvalue().splitlines()[0]
+    assert re.search(r"val_accuracy: [01]\.0000$", line), line
+
+
+def test_logs_wider_than_the_bar_are_printed_whole_below_it(make_trainer, make_data):
+    x, y = make_data(12)
+    out = Terminal()  # a terminal of unknown width: a bar 100 columns wide
+    metrics = ["accuracy", "sparse_categorical_accuracy", "sparse_categorical_crossentropy"]
+    make_trainer([Progress(file=out)], metrics=metrics).fit(
+        x, y, epochs=1, batch_size=5, validation_data=(x, y)
+    )
+    text = out.getvalue()
+    assert "val_sparse_categorical_crossentropy: " in text.splitlines()[-1]
+    assert text.splitlines()[-1].startswith("  loss: ")
