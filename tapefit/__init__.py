@@ -37,7 +37,7 @@ for _module in (random, testing, activations, initializers, losses, metrics, reg
     _sys.modules[f"{__name__}.{_module.__name__.rpartition('.')[2]}"] = _module
 del _module
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"  # the CHANGELOG's newest section, unreleased: a .dev0 of it
 
 __all__ = [
     *_core.__all__,
