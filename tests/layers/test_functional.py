@@ -1,0 +1,188 @@
+"""tp.Input and tp.Model: the graph, shared layers, structures, masks, errors and summary."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapefit as tp
+from tapefit import layers as L
+
+
+def _x(*shape, seed=0):
+    return np.random.default_rng(seed).normal(size=shape).astype(np.float32)
+
+
+def test_input_is_symbolic_with_a_none_batch_axis():
+    x = tp.Input((40,), name="signal")
+    assert x.shape == (None, 40) and x.dtype == np.float32 and x.name == "signal"
+    assert tp.Input(3, dtype="int32").shape == (None, 3)
+    with pytest.raises(ValueError, match="shape must be a tuple"):
+        tp.Input((-1,))
+    with pytest.raises(TypeError, match="has no values"):
+        np.asarray(x)
+
+
+def test_a_layer_on_symbolic_tensors_records_and_builds_it():
+    x = tp.Input((5,))
+    dense = L.Dense(3)
+    y = dense(x)
+    assert y.shape == (None, 3) and y.node.layer is dense
+    assert dense.built and dense.kernel.shape == (5, 3)
+
+
+def test_unknown_axes_stay_unknown():
+    x = tp.Input((None, 4))
+    y = L.Dense(2)(x)
+    assert y.shape == (None, None, 2)
+
+
+def test_model_runs_the_graph_as_the_layers_would():
+    x = tp.Input((4,))
+    a, b = L.Dense(8, activation="relu"), L.Dense(4)
+    h = a(x)
+    out = L.Add()([b(h), x])
+    model = tp.Model(x, out)
+    data = _x(5, 4)
+    expected = b(a(data)).numpy() + data
+    np.testing.assert_allclose(model(data).numpy(), expected, rtol=1e-6)
+    assert [layer.name for layer in model.layers] == [a.name, b.name, model.layers[2].name]
+
+
+def test_a_shared_layer_has_one_set_of_weights_and_gets_both_gradients():
+    left, right = tp.Input((3,)), tp.Input((3,))
+    shared = L.Dense(2, use_bias=False)
+    out = L.Subtract()([shared(left), shared(right)])
+    model = tp.Model([left, right], out)
+    assert len(model.trainable_variables) == 1
+    a, b = _x(4, 3, seed=1), _x(4, 3, seed=2)
+    with tp.GradientTape() as tape:
+        loss = tp.reduce_sum(model([a, b]))
+    (grad,) = tape.gradient(loss, model.trainable_variables)
+    np.testing.assert_allclose(grad.numpy(), np.repeat((a - b).sum(0)[:, None], 2, axis=1), rtol=1e-5)
+
+
+def test_dict_inputs_and_outputs_and_input_names():
+    a, b = tp.Input((2,), name="a"), tp.Input((3,), name="b")
+    joined = L.Concatenate()([a, b])
+    model = tp.Model({"a": a, "b": b}, {"sum": L.Dense(1, name="head")(joined), "joined": joined})
+    out = model({"b": np.ones((2, 3), np.float32), "a": np.zeros((2, 2), np.float32)})
+    assert set(out) == {"sum", "joined"} and out["joined"].shape == (2, 5)
+    assert model.input_names == ["a", "b"] and model.output_names == ["joined", "sum"]
+    with pytest.raises(ValueError, match=r"have no \['b'\]"):
+        model({"a": np.zeros((2, 2), np.float32)})
+
+
+def test_a_list_model_also_takes_a_dict_keyed_by_input_names():
+    a, b = tp.Input((2,), name="left"), tp.Input((2,), name="right")
+    model = tp.Model([a, b], L.Multiply()([a, b]))
+    x, y = _x(3, 2), _x(3, 2, seed=1)
+    np.testing.assert_allclose(model({"left": x, "right": y}).numpy(), x * y, rtol=1e-6)
+    assert model.output_names == [model.layers[0].name]
+
+
+def test_a_nested_model_is_a_layer_with_its_weights():
+    x = tp.Input((4,))
+    inner = tp.Model(x, L.Dense(3, name="inner_dense")(x), name="inner")
+    y = tp.Input((4,))
+    outer = tp.Model(y, L.Dense(1)(inner(y)), name="outer")
+    assert len(outer.trainable_variables) == 4
+    assert "outer/inner/inner_dense/kernel" in outer.state_dict()
+    data = _x(2, 4)
+    np.testing.assert_allclose(outer(data).numpy(), outer.layers[1](inner(data)).numpy(), rtol=1e-6)
+
+
+def test_a_mask_from_embedding_reaches_a_recurrent_layer():
+    ids = tp.Input((None,), dtype="int32")
+    embedding = L.Embedding(10, 4, mask_zero=True)
+    lstm = L.LSTM(3)
+    model = tp.Model(ids, lstm(embedding(ids)))
+    batch = np.array([[1, 2, 0, 0], [3, 4, 5, 0]])
+    masked = lstm(embedding(batch), mask=batch != 0).numpy()
+    unmasked = lstm(embedding(batch)).numpy()
+    np.testing.assert_allclose(model(batch).numpy(), masked, rtol=1e-6)
+    assert not np.allclose(masked, unmasked)
+
+
+def test_a_mask_passes_through_a_nested_model():
+    ids = tp.Input((None,), dtype="int32")
+    embedding = L.Embedding(10, 4, mask_zero=True)
+    inner = tp.Model(ids, embedding(ids))
+    outer_ids = tp.Input((None,), dtype="int32")
+    gru = L.GRU(2)
+    model = tp.Model(outer_ids, gru(inner(outer_ids)))
+    batch = np.array([[1, 0, 0], [2, 3, 0]])
+    np.testing.assert_allclose(
+        model(batch).numpy(), gru(embedding(batch), mask=batch != 0).numpy(), rtol=1e-6
+    )
+
+
+def test_shape_errors_come_when_the_graph_is_built_naming_layer_and_shapes():
+    x = tp.Input((4,))
+    dense = L.Dense(2, name="proj")
+    dense(x)
+    with pytest.raises(
+        ValueError, match=r"Dense 'proj' cannot be called on inputs of shape \(None, 5\).*dimension 4"
+    ):
+        dense(tp.Input((5,)))
+    with pytest.raises(
+        ValueError, match=r"Add '.*' cannot be called on inputs of shape \[\(None, 4\), \(None, 3\)\]"
+    ):
+        L.Add()([x, tp.Input((3,))])
+
+
+def test_calling_a_model_with_the_wrong_shape_names_the_input():
+    x = tp.Input((4,), name="features")
+    model = tp.Model(x, L.Dense(1)(x))
+    with pytest.raises(ValueError, match=r"input 0 \('features'\) expects shape \(None, 4\), got \(2, 3\)"):
+        model(np.zeros((2, 3), np.float32))
+
+
+def test_outputs_from_an_input_not_given_are_refused():
+    a, b = tp.Input((2,), name="given"), tp.Input((2,), name="forgotten")
+    with pytest.raises(ValueError, match="input 'forgotten', which is not among"):
+        tp.Model(a, L.Add()([a, b]))
+    with pytest.raises(TypeError, match="must be symbolic tensors"):
+        tp.Model(a, np.zeros(2))
+
+
+def test_summary_shows_shapes_params_and_connections():
+    a, b = tp.Input((3,), name="a"), tp.Input((3,), name="b")
+    shared = L.Dense(2, name="shared")
+    out = L.Add(name="sum")([shared(a), shared(b)])
+    lines = []
+    tp.Model([a, b], out, name="twin").summary(print_fn=lines.append)
+    text = "\n".join(lines)
+    assert 'Model: "twin"' in text and "Connected to" in text
+    assert "shared (Dense)" in text and "a[0][0], b[0][0]" in text
+    assert "sum[0][0]" not in text and "shared[0][0], shared[1][0]" in text
+    assert "Total params: 8" in text
+
+
+def test_weights_save_and_load_into_a_second_copy(tmp_path):
+    def build():
+        x = tp.Input((3,))
+        return tp.Model(x, L.Dense(2)(L.Dense(4, activation="tanh")(x)))
+
+    first, second = build(), build()
+    first.save_weights(tmp_path / "w.safetensors")
+    second.load_weights(tmp_path / "w.safetensors")
+    data = _x(2, 3)
+    np.testing.assert_array_equal(first(data).numpy(), second(data).numpy())
+    assert list(first.state_dict()) == list(second.state_dict())
+
+
+def test_training_reaches_the_layers_of_the_graph():
+    x = tp.Input((50,))
+    model = tp.Model(x, L.Dropout(0.5)(x))
+    ones = np.ones((2, 50), np.float32)
+    np.testing.assert_array_equal(model(ones).numpy(), ones)
+    assert (model(ones, training=True).numpy() == 0).any()
+
+
+def test_get_layer_names_the_layers_when_missing():
+    x = tp.Input((2,))
+    model = tp.Model(x, L.Dense(1, name="out")(x))
+    assert model.get_layer("out").name == "out"
+    with pytest.raises(ValueError, match=r"no layer 'nope'.*\['out'\]"):
+        model.get_layer("nope")
