@@ -186,3 +186,126 @@ def test_get_layer_names_the_layers_when_missing():
     assert model.get_layer("out").name == "out"
     with pytest.raises(ValueError, match=r"no layer 'nope'.*\['out'\]"):
         model.get_layer("nope")
+
+
+# -- against Keras 3 on the same weights (scripts/keras_reference_functional.py) ----------------
+
+
+def _residual_mlp():
+    x = tp.Input((8,), name="x")
+    h = L.Dense(16, activation="relu", name="d1")(x)
+    r = L.Dense(16, activation="relu", name="d2")(h)
+    h = L.Add(name="add")([h, r])
+    return tp.Model(x, L.Dense(3, name="out")(h))
+
+
+def _shared_two_inputs():
+    a, b = tp.Input((6,), name="a"), tp.Input((6,), name="b")
+    shared = L.Dense(4, activation="tanh", name="shared")
+    sa, sb = shared(a), shared(b)
+    diff = L.Subtract(name="diff")([sa, sb])
+    joined = L.Concatenate(name="joined")([sa, sb, diff])
+    return tp.Model([a, b], L.Dense(1, name="head")(joined))
+
+
+def _two_outputs():
+    x = tp.Input((5,), name="x")
+    h = L.Dense(8, activation="relu", name="body")(x)
+    return tp.Model(x, [L.Dense(1, name="reg")(h), L.Dense(3, activation="softmax", name="cls")(h)])
+
+
+def _conv1d():
+    x = tp.Input((40,), name="x")
+    h = L.Reshape((40, 1), name="reshape")(x)
+    h = L.ZeroPadding1D(2, name="pad1")(h)
+    h = L.Conv1D(8, 5, activation="relu", name="conv1")(h)
+    h = L.ZeroPadding1D(2, name="pad2")(h)
+    h = L.Conv1D(8, 5, strides=2, activation="relu", name="conv2")(h)
+    h = L.Flatten(name="flatten")(h)
+    return tp.Model(x, L.Dense(10, name="logits")(h))
+
+
+def _masked_rnn():
+    ids = tp.Input((6,), dtype="int32", name="ids")
+    h = L.Embedding(7, 3, mask_zero=True, name="embedding")(ids)
+    h = L.LSTM(4, name="lstm")(h)
+    return tp.Model(ids, L.Dense(2, name="out")(h))
+
+
+BUILDERS = {
+    "residual_mlp": _residual_mlp,
+    "shared_two_inputs": _shared_two_inputs,
+    "two_outputs": _two_outputs,
+    "conv1d": _conv1d,
+    "masked_rnn": _masked_rnn,
+}
+
+
+def _numbered(saved, prefix):
+    """The arrays saved as ``prefix/0``, ``prefix/1``, ..., in order."""
+    found = []
+    while f"{prefix}/{len(found)}" in saved:
+        found.append(saved[f"{prefix}/{len(found)}"])
+    return found
+
+
+def _set_keras_weights(model, saved, name, stage="w"):
+    layers = sorted({key.split("/")[2] for key in saved if key.startswith(f"{name}/{stage}/")})
+    for layer in layers:
+        model.get_layer(layer).set_weights(_numbered(saved, f"{name}/{stage}/{layer}"))
+    assert sum(v.size for v in model.variables) == sum(
+        saved[k].size for k in saved if k.startswith(f"{name}/{stage}/")
+    )
+
+
+def _single(xs):
+    return xs if len(xs) > 1 else xs[0]
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_the_forward_pass_matches_keras_on_the_same_weights(name, keras_reference, keras_saved):
+    assert set(BUILDERS) == set(keras_reference.MODELS)
+    model = BUILDERS[name]()
+    _set_keras_weights(model, keras_saved, name)
+    outputs = model(_single(_numbered(keras_saved, f"{name}/x")))
+    outputs = outputs if isinstance(outputs, list) else [outputs]
+    expected = _numbered(keras_saved, f"{name}/y")
+    assert len(outputs) == len(expected)
+    for out, want in zip(outputs, expected):
+        np.testing.assert_allclose(out.numpy(), want, atol=1e-5)
+
+
+def test_the_mask_matters_in_the_keras_comparison(keras_saved):
+    # Without the mask passed on, the padded steps would change the LSTM's output.
+    model = _masked_rnn()
+    _set_keras_weights(model, keras_saved, "masked_rnn")
+    ids = keras_saved["masked_rnn/x/0"]
+    assert (ids == 0).any()
+    embedding, lstm, dense = (model.get_layer(n) for n in ("embedding", "lstm", "out"))
+    unmasked = dense(lstm(embedding(ids))).numpy()
+    assert np.abs(unmasked - keras_saved["masked_rnn/y/0"]).max() > 1e-3
+
+
+@pytest.mark.parametrize("name", ["two_outputs", "conv1d"])
+def test_fit_history_and_weights_match_keras(name, keras_reference, keras_saved):
+    model = BUILDERS[name]()
+    _set_keras_weights(model, keras_saved, name)
+    x = keras_saved[f"{name}/x/0"]
+    targets = _numbered(keras_saved, f"{name}/t")
+    if name == "two_outputs":
+        loss = {"reg": "mse", "cls": "sparse_categorical_crossentropy"}
+        y = {"reg": targets[0], "cls": targets[1]}
+        trainer = tp.Trainer(model, tp.optimizers.SGD(0.1), loss, loss_weights=keras_reference.LOSS_WEIGHTS)
+    else:
+        loss = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
+        y = targets[0]
+        trainer = tp.Trainer(model, tp.optimizers.SGD(0.1), loss)
+    history = trainer.fit(x, y, shuffle=False, verbose=0, **keras_reference.TRAINED[name])
+    expected = {k.split("/")[2]: v for k, v in keras_saved.items() if k.startswith(f"{name}/history/")}
+    assert set(history.history) == set(expected)
+    for key, values in expected.items():
+        np.testing.assert_allclose(history.history[key], values, atol=1e-5, err_msg=key)
+    reference = BUILDERS[name]()
+    _set_keras_weights(reference, keras_saved, name, stage="trained")
+    for got, want in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(got, want, atol=1e-5)
