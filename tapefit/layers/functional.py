@@ -119,6 +119,7 @@ class Model(Layer):
             if not any(layer is node.layer for layer in layers):
                 layers.append(node.layer)
         self._layers = layers
+        self._has_output_masks = any(t.has_mask for t in flat_outputs)
         self._last_masks: tuple[Any, Any] | None = None  # (inputs, output masks) of the last call
         self._built = True
 
@@ -230,8 +231,9 @@ class Model(Layer):
         for node in self._nodes:
             self._run_node(node, values, masks)
         outputs = nest.pack_sequence_as(self._outputs_structure, [values[id(t)] for t in self._flat_outputs])
-        output_masks = [masks.get(id(t)) for t in self._flat_outputs]
-        self._last_masks = (inputs, nest.pack_sequence_as(self._outputs_structure, output_masks))
+        if self._has_output_masks:  # kept for compute_mask, which a caller asks right after
+            output_masks = [masks.get(id(t)) for t in self._flat_outputs]
+            self._last_masks = (inputs, nest.pack_sequence_as(self._outputs_structure, output_masks))
         return outputs
 
     def _bind_masks(self, mask: Any) -> list[Any]:
@@ -282,7 +284,7 @@ class Model(Layer):
     def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
         """The masks of the outputs for ``inputs`` (those of the last call when it had these
         inputs, else the model runs again)."""
-        if not any(t.has_mask for t in self._flat_outputs):
+        if not self._has_output_masks:
             return None
         if self._last_masks is None or self._last_masks[0] is not inputs:
             self.call(inputs, mask=mask)

@@ -309,3 +309,24 @@ def test_fit_history_and_weights_match_keras(name, keras_reference, keras_saved)
     _set_keras_weights(reference, keras_saved, name, stage="trained")
     for got, want in zip(model.get_weights(), reference.get_weights()):
         np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_sequential_and_lambda_are_layers_of_a_graph():
+    x = tp.Input((3,))
+    stack = L.Sequential([L.Dense(4, activation="relu"), L.Dense(2)])
+    doubled = L.Lambda(lambda t: t * 2.0)(stack(x))
+    model = tp.Model(x, doubled)
+    data = _x(2, 3)
+    np.testing.assert_allclose(model(data).numpy(), 2.0 * stack(data).numpy(), rtol=1e-6)
+    assert doubled.shape == (None, 2)
+
+
+def test_a_nested_model_is_one_row_of_the_summary():
+    x = tp.Input((4,))
+    inner = tp.Model(x, L.Dense(3)(x), name="encoder")
+    y = tp.Input((4,), name="features")
+    lines = []
+    tp.Model(y, L.Dense(1, name="score")(inner(y))).summary(print_fn=lines.append)
+    text = "\n".join(lines)
+    assert "encoder (Model)" in text and "features[0][0]" in text and "encoder[0][0]" in text
+    assert "Total params: 19" in text

@@ -139,3 +139,51 @@ def test_dict_inputs_and_outputs_fit_by_name():
     assert sorted(history.history) == ["aux_loss", "loss", "out_loss"]
     assert history.history["loss"][1] < history.history["loss"][0]
     assert set(trainer.evaluate(x, y)) == {"loss", "out_loss", "aux_loss"}
+
+
+def _two_output_trainer(seed, plugins=None, compile=False):
+    tp.random.set_seed(seed)
+    return tp.Trainer(
+        _two_outputs(),
+        tp.optimizers.SGD(0.05),
+        ["mse", "sparse_categorical_crossentropy"],
+        loss_weights=[0.3, 1.0],
+        plugins=plugins,
+        compile=compile,
+    )
+
+
+def test_compiled_steps_give_the_eager_history_bit_for_bit():
+    x, ya, yb = _data(20)
+    eager = _two_output_trainer(1).fit(x, [ya, yb], epochs=2, batch_size=8, verbose=0)
+    compiled = _two_output_trainer(1, compile=True).fit(x, [ya, yb], epochs=2, batch_size=8, verbose=0)
+    assert compiled.history == eager.history
+
+
+class _StopAt:
+    def __init__(self, step):
+        self.step = step
+
+    @tp.hookimpl
+    def on_train_batch_start(self, trainer, step):
+        if step == self.step:
+            raise KeyboardInterrupt
+
+
+def test_an_interrupted_fit_resumes_with_the_per_output_losses_as_if_uninterrupted(tmp_path):
+    x, ya, yb = _data(20)
+    reference = _two_output_trainer(2)
+    reference.fit(x, [ya, yb], epochs=3, batch_size=8, verbose=0)
+    interrupted = _two_output_trainer(
+        2, plugins=[{"type": "checkpoint", "dirpath": str(tmp_path)}, _StopAt(4)]
+    )
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.fit(x, [ya, yb], epochs=3, batch_size=8, verbose=0)
+    resumed = _two_output_trainer(99)
+    history = resumed.fit(
+        x, [ya, yb], epochs=3, batch_size=8, verbose=0, resume_from=tmp_path / "interrupted.npz"
+    )
+    assert history.history == reference.history.history
+    assert {"reg_loss", "cls_loss"} <= set(history.history)
+    for key, value in reference.model.state_dict().items():
+        np.testing.assert_array_equal(resumed.model.state_dict()[key], value)
