@@ -171,32 +171,28 @@ class Model(Layer):
     # -- running -------------------------------------------------------------
 
     def _bind_inputs(self, inputs: Any) -> list[Any]:
-        """The values given for the model's inputs, in the order of ``self._flat_inputs``."""
-        structure = self._inputs_structure
-        if isinstance(structure, dict) or (isinstance(inputs, dict) and len(self._flat_inputs) > 1):
-            if not isinstance(inputs, dict):
-                raise TypeError(
-                    f"Model '{self.name}' takes a dict with keys {self.input_names}, got {type(inputs).__name__}"
-                )
+        """The values given for the model's inputs, in the order of ``self._flat_inputs``: from a
+        dict by input name, from a list or tuple by position, or one value for one input."""
+        count = len(self._flat_inputs)
+        if isinstance(inputs, dict):
             missing = [n for n in self.input_names if n not in inputs]
             if missing:
                 raise ValueError(
                     f"Model '{self.name}': the inputs have no {missing} (keys given: {sorted(inputs)})"
                 )
             return [inputs[n] for n in self.input_names]
-        if isinstance(structure, (list, tuple)):
-            if isinstance(inputs, dict) and len(structure) == 1:
-                inputs = [inputs[self.input_names[0]]] if self.input_names[0] in inputs else inputs
-            if not isinstance(inputs, (list, tuple)) or len(inputs) != len(self._flat_inputs):
-                if len(self._flat_inputs) == 1 and not isinstance(inputs, (list, tuple, dict)):
-                    return [inputs]
-                got = f"{len(inputs)}" if isinstance(inputs, (list, tuple)) else f"a {type(inputs).__name__}"
-                raise ValueError(
-                    f"Model '{self.name}' takes a list of {len(self._flat_inputs)} inputs, got {got}"
-                )
-            return nest.flatten(list(inputs))
-        if isinstance(inputs, (list, tuple)) and len(inputs) == 1:
-            inputs = inputs[0]
+        if isinstance(self._inputs_structure, dict):
+            raise TypeError(
+                f"Model '{self.name}' takes a dict with keys {self.input_names}, got {type(inputs).__name__}"
+            )
+        if isinstance(inputs, (list, tuple)):
+            if len(inputs) != count:
+                raise ValueError(f"Model '{self.name}' takes {count} inputs, got a list of {len(inputs)}")
+            return list(inputs)
+        if count != 1:
+            raise ValueError(
+                f"Model '{self.name}' takes a list of {count} inputs, got one {type(inputs).__name__}"
+            )
         return [inputs]
 
     def _checked(self, value: Any, spec: SymbolicTensor, position: int) -> Tensor:

@@ -330,3 +330,19 @@ def test_a_nested_model_is_one_row_of_the_summary():
     text = "\n".join(lines)
     assert "encoder (Model)" in text and "features[0][0]" in text and "encoder[0][0]" in text
     assert "Total params: 19" in text
+
+
+def test_inputs_bind_by_name_or_position_and_a_wrong_count_is_named():
+    a, b = tp.Input((2,), name="p"), tp.Input((2,), name="q")
+    model = tp.Model([a, b], L.Subtract()([a, b]))
+    x, y = _x(1, 2), _x(1, 2, seed=1)
+    np.testing.assert_allclose(model((x, y)).numpy(), x - y, rtol=1e-6)
+    with pytest.raises(ValueError, match="takes 2 inputs, got a list of 3"):
+        model([x, y, y])
+    with pytest.raises(ValueError, match="takes a list of 2 inputs, got one ndarray"):
+        model(x)
+    single = tp.Model(a, L.Dense(1)(a))
+    np.testing.assert_array_equal(single({"p": x}).numpy(), single(x).numpy())
+    keyed = tp.Model({"p": a}, L.Dense(1)(a))
+    with pytest.raises(TypeError, match=r"takes a dict with keys \['p'\], got ndarray"):
+        keyed(x)
