@@ -14,7 +14,8 @@ this script computed once with Keras 3 (JAX backend) and saved in
 Models: a residual MLP; two inputs through one shared layer; two outputs with two losses and
 ``loss_weights`` trained three epochs with SGD; the MNIST-1D-style conv net (``Input``,
 ``Reshape((40, 1))``, ``ZeroPadding1D``) trained two epochs; ``Embedding(mask_zero=True)``
-into an LSTM (the mask passed along).
+into an LSTM (the mask passed along); masked embeddings merged by ``Maximum``, ``Minimum``
+and ``Multiply`` (with and without an unmasked input), and the merged mask into a GRU.
 
     KERAS_BACKEND=jax python scripts/keras_reference_functional.py          # writes the file
     KERAS_BACKEND=jax python scripts/keras_reference_functional.py --check  # compares, exit 1 if not equal
@@ -131,12 +132,30 @@ def masked_rnn(keras: Any) -> Any:
     return keras.Model(ids, keras.layers.Dense(2, name="out")(h))
 
 
+def masked_merges(keras: Any) -> Any:
+    ids_a = keras.Input((5,), dtype="int32", name="ids_a")
+    ids_b = keras.Input((5,), dtype="int32", name="ids_b")
+    plain = keras.Input((5, 3), name="plain")
+    a = keras.layers.Embedding(6, 3, mask_zero=True, name="emb_a")(ids_a)
+    b = keras.layers.Embedding(6, 3, mask_zero=True, name="emb_b")(ids_b)
+    largest = keras.layers.Maximum(name="max")([a, b])
+    outputs = [
+        largest,
+        keras.layers.Minimum(name="min")([a, b, plain]),
+        keras.layers.Multiply(name="mul")([a, b]),
+        keras.layers.Multiply(name="mul_plain")([a, plain]),
+        keras.layers.GRU(2, name="gru")(largest),  # the OR of the two masks
+    ]
+    return keras.Model([ids_a, ids_b, plain], outputs)
+
+
 MODELS = {
     "residual_mlp": residual_mlp,
     "shared_two_inputs": shared_two_inputs,
     "two_outputs": two_outputs,
     "conv1d": conv1d,
     "masked_rnn": masked_rnn,
+    "masked_merges": masked_merges,
 }
 
 
@@ -149,6 +168,9 @@ def _inputs(name: str, rng: np.random.Generator) -> list[np.ndarray]:
         return [rng.normal(size=(30, 5)).astype(np.float32)]
     if name == "conv1d":
         return [rng.normal(size=(48, 40)).astype(np.float32)]
+    if name == "masked_merges":
+        ids = [rng.integers(0, 6, size=(6, 5)).astype(np.int32) for _ in range(2)]
+        return [*ids, rng.normal(size=(6, 5, 3)).astype(np.float32)]
     lengths = rng.integers(1, 7, size=8)
     ids = rng.integers(1, 7, size=(8, 6)).astype(np.int32)
     ids[np.arange(6)[None, :] >= lengths[:, None]] = 0

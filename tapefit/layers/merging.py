@@ -44,8 +44,7 @@ class _Merge(Layer):
     def _merge(self, xs: list[Tensor]) -> Tensor:
         raise NotImplementedError
 
-    def call(self, inputs: Any) -> Tensor:
-        """Merges the inputs."""
+    def _check(self, inputs: Any) -> list[Tensor]:
         xs = _inputs(self, inputs, self._count)
         shapes = [tuple(x.shape) for x in xs]
         for shape in shapes[1:]:
@@ -56,7 +55,11 @@ class _Merge(Layer):
                     f"{type(self).__name__} '{self.name}': inputs of shapes {shapes[0]} and {shape} "
                     "do not match (each axis equal or 1)"
                 )
-        return self._merge(xs)
+        return xs
+
+    def call(self, inputs: Any) -> Tensor:
+        """Merges the inputs."""
+        return self._merge(self._check(inputs))
 
     def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
         """The OR of the inputs' masks when every input has one, else ``None``."""
@@ -101,8 +104,27 @@ class Subtract(_Merge):
         return xs[0] - xs[1]
 
 
+def _step_masks(xs: list[Tensor], mask: Any) -> list[Tensor | None]:
+    """Each input's mask of steps ``(batch, steps)`` broadcast to the input's shape, or ``None``."""
+    if not isinstance(mask, (list, tuple)):
+        return [None] * len(xs)
+    out: list[Tensor | None] = []
+    for x, m in zip(xs, mask):
+        if m is None:
+            out.append(None)
+            continue
+        m = _math.cast(as_tensor(m), _dt.bool)
+        while m.ndim < x.ndim:
+            m = _shape.expand_dims(m, -1)
+        out.append(_shape.broadcast_to(m, x.shape))
+    return out
+
+
 class Multiply(_Merge):
     """The element-wise product of a list of tensors of one shape.
+
+    With masks (in a functional model), a masked step counts as 1; when every input has a
+    mask, the output is 0 where all of them are masked, as in Keras.
 
     Args:
         name: the layer's name.
@@ -111,10 +133,20 @@ class Multiply(_Merge):
     def __init__(self, name: str | None = None) -> None:
         super().__init__(name=name)
 
-    def _merge(self, xs: list[Tensor]) -> Tensor:
-        out = xs[0]
-        for x in xs[1:]:
-            out = out * x
+    def call(self, inputs: Any, mask: Any = None) -> Tensor:
+        """Multiplies the inputs (``mask``: one mask of steps or ``None`` per input)."""
+        xs = self._check(inputs)
+        masks = _step_masks(xs, mask)
+        out: Tensor | None = None
+        seen: Tensor | None = None  # where any input so far is unmasked
+        for x, m in zip(xs, masks):
+            if m is not None:
+                x = _math.where(m, x, _math.cast(Tensor(1), x.dtype))
+                seen = m if seen is None else _math.logical_or(seen, m)
+            out = x if out is None else out * x
+        assert out is not None
+        if seen is not None and all(m is not None for m in masks):
+            out = _math.where(seen, out, _math.cast(Tensor(0), out.dtype))
         return out
 
 
@@ -135,38 +167,52 @@ class Average(_Merge):
         return out / float(len(xs))
 
 
-class Maximum(_Merge):
+class _Extremum(_Merge):
+    """Maximum and Minimum: with masks, a masked step of one input leaves the others' values
+    (Keras's rule: the op has no identity element to put there)."""
+
+    _op: Any
+
+    def __init__(self, name: str | None = None) -> None:
+        super().__init__(name=name)
+
+    def call(self, inputs: Any, mask: Any = None) -> Tensor:
+        """Merges the inputs (``mask``: one mask of steps or ``None`` per input)."""
+        xs = self._check(inputs)
+        masks = _step_masks(xs, mask)
+        out, out_mask = xs[0], masks[0]
+        for x, m in zip(xs[1:], masks[1:]):
+            if m is not None:
+                x = _math.where(m, x, out)
+            if out_mask is not None:
+                out = _math.where(out_mask, out, x)
+            out_mask = _math.logical_or(out_mask, m) if m is not None and out_mask is not None else None
+            out = type(self)._op(out, x)
+        return out
+
+
+class Maximum(_Extremum):
     """The element-wise maximum of a list of tensors of one shape.
 
+    With masks (in a functional model), a masked step of one input takes the others' values.
+
     Args:
         name: the layer's name.
     """
 
-    def __init__(self, name: str | None = None) -> None:
-        super().__init__(name=name)
-
-    def _merge(self, xs: list[Tensor]) -> Tensor:
-        out = xs[0]
-        for x in xs[1:]:
-            out = _math.maximum(out, x)
-        return out
+    _op = _math.maximum
 
 
-class Minimum(_Merge):
+class Minimum(_Extremum):
     """The element-wise minimum of a list of tensors of one shape.
 
+    With masks (in a functional model), a masked step of one input takes the others' values.
+
     Args:
         name: the layer's name.
     """
 
-    def __init__(self, name: str | None = None) -> None:
-        super().__init__(name=name)
-
-    def _merge(self, xs: list[Tensor]) -> Tensor:
-        out = xs[0]
-        for x in xs[1:]:
-            out = _math.minimum(out, x)
-        return out
+    _op = _math.minimum
 
 
 class Concatenate(Layer):

@@ -232,12 +232,30 @@ def _masked_rnn():
     return tp.Model(ids, L.Dense(2, name="out")(h))
 
 
+def _masked_merges():
+    ids_a = tp.Input((5,), dtype="int32", name="ids_a")
+    ids_b = tp.Input((5,), dtype="int32", name="ids_b")
+    plain = tp.Input((5, 3), name="plain")
+    a = L.Embedding(6, 3, mask_zero=True, name="emb_a")(ids_a)
+    b = L.Embedding(6, 3, mask_zero=True, name="emb_b")(ids_b)
+    largest = L.Maximum(name="max")([a, b])
+    outputs = [
+        largest,
+        L.Minimum(name="min")([a, b, plain]),
+        L.Multiply(name="mul")([a, b]),
+        L.Multiply(name="mul_plain")([a, plain]),
+        L.GRU(2, name="gru")(largest),
+    ]
+    return tp.Model([ids_a, ids_b, plain], outputs)
+
+
 BUILDERS = {
     "residual_mlp": _residual_mlp,
     "shared_two_inputs": _shared_two_inputs,
     "two_outputs": _two_outputs,
     "conv1d": _conv1d,
     "masked_rnn": _masked_rnn,
+    "masked_merges": _masked_merges,
 }
 
 
@@ -346,3 +364,15 @@ def test_inputs_bind_by_name_or_position_and_a_wrong_count_is_named():
     keyed = tp.Model({"p": a}, L.Dense(1)(a))
     with pytest.raises(TypeError, match=r"takes a dict with keys \['p'\], got ndarray"):
         keyed(x)
+
+
+def test_masked_merges_differ_from_plain_ones_in_the_keras_comparison(keras_saved):
+    model = _masked_merges()
+    _set_keras_weights(model, keras_saved, "masked_merges")
+    ids_a, ids_b, plain = _numbered(keras_saved, "masked_merges/x")
+    assert (ids_a == 0).any() and (ids_b == 0).any()
+    a = model.get_layer("emb_a")(ids_a).numpy()
+    b = model.get_layer("emb_b")(ids_b).numpy()
+    saved = _numbered(keras_saved, "masked_merges/y")
+    assert np.abs(np.maximum(a, b) - saved[0]).max() > 1e-3
+    assert np.abs(a * plain - saved[3]).max() > 1e-3
