@@ -143,9 +143,9 @@ def takes_mask(layer: Any) -> bool:
         return False
 
 
-def _probe(layer: Any, args: Any, kwargs: Any, mask: Any, size: int) -> tuple[Any, Any]:
-    """Calls ``layer`` on zeros in place of the symbolic tensors (``size`` for unknown axes);
-    returns its outputs and its output mask."""
+def _probe(layer: Any, args: Any, kwargs: Any, pass_mask: bool, size: int) -> tuple[Any, Any]:
+    """Calls ``layer`` on zeros in place of the symbolic tensors (``size`` for unknown axes),
+    with all-true masks where they have masks; returns its outputs and its output mask."""
 
     def zeros(value: Any) -> Any:
         if not isinstance(value, SymbolicTensor):
@@ -159,19 +159,16 @@ def _probe(layer: Any, args: Any, kwargs: Any, mask: Any, size: int) -> tuple[An
         return Tensor(np.ones(steps, dtype=bool))
 
     concrete_args, concrete_kwargs = _map(zeros, args), _map(zeros, kwargs)
-    concrete_mask = None if mask is None else _map(ones_mask, mask)
-    if concrete_mask is not None:
-        concrete_kwargs["mask"] = concrete_mask
+    first_mask = _map(ones_mask, args[0]) if args else None
+    if all(m is None for m in nest.flatten(first_mask)):
+        first_mask = None
+    if pass_mask:
+        concrete_kwargs["mask"] = first_mask
     with pause_recording():
         outputs = layer(*concrete_args, **concrete_kwargs)
         compute_mask = getattr(layer, "compute_mask", None)
         first = concrete_args[0] if concrete_args else None
-        input_mask = None if mask is None else concrete_mask
-        if input_mask is None and concrete_args:
-            input_mask = _map(ones_mask, args[0])
-            if all(m is None for m in nest.flatten(input_mask)):
-                input_mask = None
-        out_mask = compute_mask(first, input_mask) if callable(compute_mask) else None
+        out_mask = compute_mask(first, first_mask) if callable(compute_mask) else None
     return outputs, out_mask
 
 
@@ -193,13 +190,12 @@ def record_call(layer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
     first = args[0] if args else None
     firsts = [v for v in nest.flatten(first) if isinstance(v, SymbolicTensor)]
     pass_mask = "mask" not in kwargs and takes_mask(layer) and any(v.has_mask for v in firsts)
-    mask = first if pass_mask else None
     node = Node(layer, args, kwargs, pass_mask)
     unknown = any(None in v.shape[1:] for v in node.inputs)
     results = []
     for size in _PROBE_SIZES[: 2 if unknown else 1]:
         try:
-            results.append(_probe(layer, args, dict(kwargs), mask, size))
+            results.append(_probe(layer, args, dict(kwargs), pass_mask, size))
         except (ValueError, TypeError, IndexError) as error:
             message = str(error).split("\n")[0]
             raise ValueError(
