@@ -21,6 +21,8 @@ from tapefit.cli.config import configurable as configurable
 from tapefit.core import *  # noqa: F403
 from tapefit.core import random as random
 from tapefit.core import testing as testing
+from tapefit.layers import Input as Input
+from tapefit.layers import Model as Model
 from tapefit.layers import Module as Module
 from tapefit.layers import activations as activations
 from tapefit.layers import initializers as initializers
@@ -42,6 +44,8 @@ __version__ = "0.2.0.dev0"  # the CHANGELOG's newest section, unreleased: a .dev
 __all__ = [
     *_core.__all__,
     "History",
+    "Input",
+    "Model",
     "Module",
     "Trainer",
     "configurable",

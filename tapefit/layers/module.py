@@ -32,6 +32,7 @@ from tapefit.core.naming import to_snake_case
 from tapefit.core.ops.math import cast
 from tapefit.core.tensor import Tensor, Variable, as_tensor
 from tapefit.layers import initializers, regularizers
+from tapefit.layers.symbolic import has_symbolic, record_call
 
 # Attributes of Module itself that hold no user state and are not walked.
 _INTERNAL = frozenset(
@@ -131,6 +132,8 @@ def _call_override(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def __call__(self: Module, *args: Any, **kwargs: Any) -> Any:
+        if has_symbolic(args, kwargs):
+            return record_call(self, args, kwargs)
         args, training = _resolve_training(args, kwargs, fn)
         _context.training.append(training)
         observer = _context.call_observer
@@ -502,7 +505,12 @@ class Module:
         by position where ``call`` declares it); else the value the enclosing
         module's call received; else it is not passed (``call``'s default
         applies). It is passed only to a ``call`` that takes it.
+
+        Called on symbolic tensors (``tp.Input`` and what layers made of it), it records
+        the call for ``tp.Model`` and returns symbolic outputs (the functional API).
         """
+        if has_symbolic(args, kwargs):
+            return record_call(self, args, kwargs)
         args, training = _resolve_training(args, kwargs, type(self).call)
         _context.training.append(training)
         observer = _context.call_observer

@@ -51,6 +51,7 @@ from tapefit.distributed.threads import limited, resolve_threads
 from tapefit.distributed.world import World
 from tapefit.plugins.manager import PluginManager, create_plugin
 from tapefit.training.boundary import STOP_SIGNALS, Boundary
+from tapefit.training.output_losses import resolve_losses
 from tapefit.training.state import TrainState
 
 logger = logging.getLogger("tapefit")
@@ -279,7 +280,11 @@ class Trainer:
             ``training=True`` in ``fit`` and ``training=False`` in ``evaluate``/``predict``.
         optimizer: an optimizer object or name (``"adam"``, ``"sgd"``, ...).
         loss: a loss object/callable ``(y_true, y_pred) -> scalar`` or name (``"mse"``,
-            ``"sparse_categorical_crossentropy"``, ...). The model's regularization
+            ``"sparse_categorical_crossentropy"``, ...); for a model with several outputs,
+            one loss for all of them, a list (one per output, ``None`` for none) or a dict
+            keyed by output name (``Model.output_names``), as Keras's ``compile``: the
+            logs then hold ``loss`` (the weighted total) and each output's unweighted
+            ``<name>_loss``. The model's regularization
             losses (``model.losses``) are added to it, read at every step; when they are
             empty at the first step of a fit they are not read again in that fit
             (tapefit's regularizers are fixed when a layer is made).
@@ -301,6 +306,9 @@ class Trainer:
             (``tapefit.distributed.threads``: a count the user set in
             ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` wins), so runs side by side do not
             oversubscribe the cores; a number sets it.
+        loss_weights: the weight of each output's loss in the total (Keras's ``compile``
+            argument): a list in the order of the outputs, a dict keyed by output name, or
+            a number for a model with one output; default 1 each.
 
     Attributes a plugin may read: ``model``, ``optimizer``, ``loss``, ``metrics``,
     ``plugins`` (the ``PluginManager``), ``output_dir``, ``config``, ``epoch`` (index of
@@ -329,11 +337,12 @@ class Trainer:
         config: dict[str, Any] | None = None,
         compile: bool = False,
         threads: int | str | None = None,
+        loss_weights: Any = None,
     ) -> None:
         self.model = model
         self.optimizer = _resolve_optimizer(optimizer)
-        self.loss = _resolve_loss(loss)
-        self.metrics = _resolve_metrics(metrics, loss)
+        self.loss, output_losses = resolve_losses(loss, loss_weights, model, _resolve_loss)
+        self.metrics = _resolve_metrics(metrics, loss) + output_losses
         self.plugins = PluginManager()
         if plugins is not None and not isinstance(plugins, (list, tuple)):
             plugins = [plugins]  # one plugin, name or config dict given on its own

@@ -65,3 +65,22 @@ def saved_case(torch_reference):
         }
 
     return case
+
+
+_KERAS_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "keras_reference_functional.py"
+
+
+@pytest.fixture(scope="session")
+def keras_reference():
+    """``scripts/keras_reference_functional.py`` as a module (it imports Keras only when run)."""
+    spec = importlib.util.spec_from_file_location("keras_reference_functional", _KERAS_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def keras_saved(keras_reference):
+    """Keras's saved reference arrays, by key (``layer/add/out``, ``conv1d/w/conv1/0``, ...)."""
+    with np.load(keras_reference.PATH, allow_pickle=False) as saved:
+        return dict(saved)

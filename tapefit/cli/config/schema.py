@@ -62,12 +62,14 @@ _NOT_TRAINER_KEYS = (
     "model",
     "optimizer",
     "loss",
+    "loss_weights",
     "metrics",
     "plugins",
     "config",
     "callbacks",
 )
-"""``fit``'s and ``Trainer``'s arguments that other sections or the command itself give."""
+"""``fit``'s and ``Trainer``'s arguments that other sections or the command itself give (or,
+as ``loss_weights`` for a model with several outputs, that a config's one loss has no use for)."""
 
 
 def trainer_params() -> dict[str, Param]:

@@ -1,0 +1,343 @@
+"""The functional API: ``tp.Input`` and ``tp.Model(inputs, outputs)``, as Keras 3's.
+
+A ``Model`` keeps the calls (``symbolic.Node``) that lead from its inputs to its outputs,
+sorted so that every call comes after the calls that made its inputs, and runs them in that
+order on real tensors. Masks travel as Keras passes them: a layer's ``compute_mask`` gives the
+mask of its output, and a later layer whose ``call`` takes ``mask`` receives it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tapefit.core import dtypes as _dt
+from tapefit.core import nest
+from tapefit.core.ops.math import cast
+from tapefit.core.tensor import Tensor, as_tensor
+from tapefit.layers.module import Layer, Module, unique_name
+from tapefit.layers.symbolic import Node, SymbolicTensor, format_shape
+
+__all__ = ["Input", "Model", "SymbolicTensor"]
+
+
+def Input(shape: Any, dtype: Any = "float32", name: str | None = None) -> SymbolicTensor:
+    """A symbolic input of a functional model (``keras.Input``).
+
+    Args:
+        shape: the shape of one sample, without the batch axis: ``(40,)``, ``(None, 8)``
+            for sequences of any length.
+        dtype: the dtype of the values the model will be given (``"int32"`` for ids).
+        name: the input's name (the key of a dict of inputs); default ``input_layer``,
+            ``input_layer_1``, ...
+
+    Returns:
+        A ``SymbolicTensor`` of shape ``(None, *shape)``.
+    """
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)) or not all(
+        n is None or (isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0) for n in shape
+    ):
+        raise ValueError(f"Input: shape must be a tuple of non-negative ints or None, got {shape!r}")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ValueError(f"Input: name must be a non-empty string, got {name!r}")
+    dims: tuple[int | None, ...] = tuple(None if n is None else int(n) for n in shape)
+    return SymbolicTensor((None, *dims), _dt.as_dtype(dtype), name or unique_name("input_layer"))
+
+
+def _symbolic_leaves(value: Any, what: str) -> list[SymbolicTensor]:
+    leaves = nest.flatten(value)
+    for leaf in leaves:
+        if not isinstance(leaf, SymbolicTensor):
+            raise TypeError(
+                f"Model: {what} must be symbolic tensors (from tp.Input and layers), got {leaf!r}"
+            )
+    if not leaves:
+        raise ValueError(f"Model: {what} are empty")
+    return leaves
+
+
+def _graph(inputs: list[SymbolicTensor], outputs: list[SymbolicTensor]) -> list[Node]:
+    """The nodes that lead from ``inputs`` to ``outputs``, each after the nodes it reads from."""
+    given = {id(t) for t in inputs}
+    nodes: dict[int, Node] = {}
+    stack = list(outputs)
+    seen: set[int] = set()
+    while stack:
+        tensor = stack.pop()
+        if id(tensor) in seen or id(tensor) in given:
+            continue
+        seen.add(id(tensor))
+        if tensor.node is None:
+            raise ValueError(
+                f"Model: the outputs depend on the input '{tensor.name}', which is not among the "
+                f"model's inputs ({', '.join(t.name for t in inputs)})"
+            )
+        nodes[tensor.node.id] = tensor.node
+        stack.extend(tensor.node.inputs)
+    return [nodes[k] for k in sorted(nodes)]
+
+
+class Model(Layer):
+    """A model made by calling layers on ``tp.Input`` tensors (Keras 3's functional ``Model``).
+
+    ``Model(inputs, outputs)`` runs the layer calls that lead from ``inputs`` to ``outputs``:
+    a layer called twice shares its weights, a ``Model`` can be called as a layer inside
+    another, and masks (``Embedding(mask_zero=True)``, ``compute_mask``) reach the layers
+    whose ``call`` takes ``mask``. It is a ``Module``: ``trainable_variables``,
+    ``state_dict``, ``save_weights`` and ``tp.Trainer`` work as for any other.
+
+    Args:
+        inputs: a ``tp.Input`` tensor, or a list or dict of them; the model is called with
+            the same structure (a list may also be given as a dict keyed by input names).
+        outputs: a symbolic tensor made from ``inputs``, or a list or dict of them; the model
+            returns that structure.
+        name: the model's name.
+        trainable: whether its variables are trainable.
+
+    Raises:
+        ValueError: the outputs depend on a ``tp.Input`` not among ``inputs``.
+        TypeError: ``inputs`` or ``outputs`` hold something other than symbolic tensors.
+    """
+
+    def __init__(self, inputs: Any, outputs: Any, name: str | None = None, trainable: bool = True) -> None:
+        super().__init__(trainable=trainable, name=name)
+        flat_inputs = _symbolic_leaves(inputs, "inputs")
+        flat_outputs = _symbolic_leaves(outputs, "outputs")
+        if len({id(t) for t in flat_inputs}) != len(flat_inputs):
+            raise ValueError("Model: an input is given twice in inputs")
+        self._inputs_structure = inputs
+        self._outputs_structure = outputs
+        self._flat_inputs = flat_inputs
+        self._flat_outputs = flat_outputs
+        self._nodes = _graph(flat_inputs, flat_outputs)
+        layers: list[Module] = []
+        for node in self._nodes:
+            if not any(layer is node.layer for layer in layers):
+                layers.append(node.layer)
+        self._layers = layers
+        self._has_output_masks = any(t.has_mask for t in flat_outputs)
+        self._last_masks: tuple[Any, Any] | None = None  # (inputs, output masks) of the last call
+        self._built = True
+
+    # -- the graph -------------------------------------------------------------
+
+    @property
+    def inputs(self) -> list[SymbolicTensor]:
+        """The input symbolic tensors, flattened (dict inputs in sorted key order)."""
+        return list(self._flat_inputs)
+
+    @property
+    def outputs(self) -> list[SymbolicTensor]:
+        """The output symbolic tensors, flattened (dict outputs in sorted key order)."""
+        return list(self._flat_outputs)
+
+    @property
+    def input_names(self) -> list[str]:
+        """The names of the inputs (dict keys for dict inputs), in the order of ``inputs``."""
+        if isinstance(self._inputs_structure, dict):
+            return sorted(self._inputs_structure)
+        return [t.name for t in self._flat_inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        """The names of the outputs, in the order of ``outputs``: dict keys for dict outputs,
+        else the names of the layers that made them (the keys of per-output losses)."""
+        if isinstance(self._outputs_structure, dict):
+            return sorted(self._outputs_structure)
+        return [t.node.layer.name if t.node is not None else t.name for t in self._flat_outputs]
+
+    @property
+    def layers(self) -> list[Module]:
+        """The layers, each once, in the order the model runs them first."""
+        return list(self._layers)
+
+    def get_layer(self, name: str) -> Module:
+        """The layer called ``name``.
+
+        Raises:
+            ValueError: no layer has that name (the message lists them).
+        """
+        for layer in self._layers:
+            if layer.name == name:
+                return layer
+        raise ValueError(
+            f"Model '{self.name}' has no layer '{name}'; its layers: {[la.name for la in self._layers]}"
+        )
+
+    # -- running -------------------------------------------------------------
+
+    def _bind_inputs(self, inputs: Any) -> list[Any]:
+        """The values given for the model's inputs, in the order of ``self._flat_inputs``: from a
+        dict by input name, from a list or tuple by position, or one value for one input."""
+        count = len(self._flat_inputs)
+        if isinstance(inputs, dict):
+            missing = [n for n in self.input_names if n not in inputs]
+            if missing:
+                raise ValueError(
+                    f"Model '{self.name}': the inputs have no {missing} (keys given: {sorted(inputs)})"
+                )
+            return [inputs[n] for n in self.input_names]
+        if isinstance(self._inputs_structure, dict):
+            raise TypeError(
+                f"Model '{self.name}' takes a dict with keys {self.input_names}, got {type(inputs).__name__}"
+            )
+        if isinstance(inputs, (list, tuple)):
+            if len(inputs) != count:
+                raise ValueError(f"Model '{self.name}' takes {count} inputs, got a list of {len(inputs)}")
+            return list(inputs)
+        if count != 1:
+            raise ValueError(
+                f"Model '{self.name}' takes a list of {count} inputs, got one {type(inputs).__name__}"
+            )
+        return [inputs]
+
+    def _checked(self, value: Any, spec: SymbolicTensor, position: int) -> Tensor:
+        """``value`` as a Tensor of the input's dtype, its shape checked against the input's."""
+        x = as_tensor(value)
+        shape = tuple(x.shape)
+        if len(shape) != len(spec.shape) or any(
+            n is not None and n != m for n, m in zip(spec.shape[1:], shape[1:])
+        ):
+            raise ValueError(
+                f"Model '{self.name}': input {position} ('{spec.name}') expects shape "
+                f"{format_shape(spec.shape)}, got {shape}"
+            )
+        if x.dtype != spec.dtype and x.dtype.kind == "f" and spec.dtype.kind == "f":
+            x = cast(x, spec.dtype)
+        return x
+
+    def call(self, inputs: Any, training: bool | None = None, mask: Any = None) -> Any:
+        """Runs the layer calls in order; ``training`` reaches the layers that take it.
+
+        Args:
+            inputs: the inputs, in the structure ``Model`` was given them.
+            training: passed on to the layers.
+            mask: masks of the inputs' steps, in the inputs' structure (``None``: none).
+        """
+        values: dict[int, Any] = {}
+        masks: dict[int, Any] = {}
+        given_masks = self._bind_masks(mask)
+        for position, (spec, value) in enumerate(zip(self._flat_inputs, self._bind_inputs(inputs))):
+            values[id(spec)] = self._checked(value, spec, position)
+            masks[id(spec)] = given_masks[position]
+        for node in self._nodes:
+            self._run_node(node, values, masks)
+        outputs = nest.pack_sequence_as(self._outputs_structure, [values[id(t)] for t in self._flat_outputs])
+        if self._has_output_masks:  # kept for compute_mask, which a caller asks right after
+            output_masks = [masks.get(id(t)) for t in self._flat_outputs]
+            self._last_masks = (inputs, nest.pack_sequence_as(self._outputs_structure, output_masks))
+        return outputs
+
+    def _bind_masks(self, mask: Any) -> list[Any]:
+        if mask is None:
+            return [None] * len(self._flat_inputs)
+        flat = nest.flatten(mask) if nest.is_nested(self._inputs_structure) else [mask]
+        if len(flat) != len(self._flat_inputs):
+            raise ValueError(
+                f"Model '{self.name}': got {len(flat)} masks for {len(self._flat_inputs)} inputs"
+            )
+        return flat
+
+    @staticmethod
+    def _run_node(node: Node, values: dict[int, Any], masks: dict[int, Any]) -> None:
+        """Calls ``node``'s layer on the values of its inputs; stores its outputs and their masks."""
+
+        def value_of(leaf: Any) -> Any:
+            return values[id(leaf)] if isinstance(leaf, SymbolicTensor) else leaf
+
+        def mask_of(leaf: Any) -> Any:
+            return masks.get(id(leaf)) if isinstance(leaf, SymbolicTensor) else None
+
+        args = nest.pack_sequence_as(node.args, [value_of(v) for v in nest.flatten(node.args)])
+        kwargs = nest.pack_sequence_as(node.kwargs, [value_of(v) for v in nest.flatten(node.kwargs)])
+        first = node.args[0] if node.args else None
+        first_mask = None
+        if first is not None and any(
+            isinstance(v, SymbolicTensor) and v.has_mask for v in nest.flatten(first)
+        ):
+            first_mask = nest.pack_sequence_as(first, [mask_of(v) for v in nest.flatten(first)])
+        if node.pass_mask:
+            kwargs["mask"] = first_mask
+        outputs = node.layer(*args, **kwargs)
+        flat_symbolic = node.flat_outputs
+        flat_values = nest.flatten(outputs)
+        for symbolic, value in zip(flat_symbolic, flat_values):
+            values[id(symbolic)] = value
+        if not any(t.has_mask for t in flat_symbolic):
+            return
+        compute_mask: Callable[..., Any] | None = getattr(node.layer, "compute_mask", None)
+        out_mask = compute_mask(args[0] if args else None, first_mask) if compute_mask else None
+        flat_masks = nest.flatten(out_mask) if nest.is_nested(out_mask) else [out_mask] * len(flat_symbolic)
+        if len(flat_masks) != len(flat_symbolic):
+            flat_masks = [flat_masks[0]] * len(flat_symbolic)
+        for symbolic, value_mask in zip(flat_symbolic, flat_masks):
+            masks[id(symbolic)] = value_mask
+
+    def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
+        """The masks of the outputs for ``inputs`` (those of the last call when it had these
+        inputs, else the model runs again)."""
+        if not self._has_output_masks:
+            return None
+        if self._last_masks is None or self._last_masks[0] is not inputs:
+            self.call(inputs, mask=mask)
+        assert self._last_masks is not None
+        return self._last_masks[1]
+
+    # -- summary -------------------------------------------------------------
+
+    def summary(self, line_length: int = 100, print_fn: Callable[[str], Any] | None = None) -> None:
+        """Prints the layers with their output shapes, parameter counts and inputs, as Keras does.
+
+        One row per input and per layer (a shared layer once, connected to the inputs of
+        every call); ``Connected to`` names each input as ``layer[call][output]``.
+
+        Args:
+            line_length: the table width.
+            print_fn: where lines go (default ``print``).
+        """
+        print_fn = print_fn or print
+        rows = [(f"{t.name} (InputLayer)", format_shape(t.shape), "0", "-") for t in self._flat_inputs]
+        calls: dict[int, int] = {}  # node id -> its index among its layer's calls in this model
+        per_layer: dict[int, list[Node]] = {}
+        for node in self._nodes:
+            per_layer.setdefault(id(node.layer), []).append(node)
+            calls[node.id] = len(per_layer[id(node.layer)]) - 1
+        for layer in self._layers:
+            nodes = per_layer[id(layer)]
+            shapes = [format_shape(t.shape) for n in nodes for t in n.flat_outputs]
+            shown = shapes[0] if len(shapes) == 1 else "[" + ", ".join(shapes) + "]"
+            sources = [self._source_name(t, calls) for n in nodes for t in n.inputs]
+            params = sum(v.size for v in layer.variables)
+            rows.append((f"{layer.name} ({type(layer).__name__})", shown, str(params), ", ".join(sources)))
+        entries = self._walk()[0]
+        total = sum(e.variable.size for e in entries)
+        trainable = sum(e.variable.size for e in entries if e.variable.trainable and e.modules_trainable)
+        heads = ("Layer (type)", "Output Shape", "Param #", "Connected to")
+        col = [max(len(h), *(len(r[i]) for r in rows)) + 2 for i, h in enumerate(heads)]
+        col[3] = max(col[3], line_length - sum(col[:3]))
+        width = sum(col)
+
+        def line(row: tuple[str, str, str, str]) -> str:
+            return f"{row[0]:<{col[0]}}{row[1]:<{col[1]}}{row[2]:>{col[2] - 2}}  {row[3]}".rstrip()
+
+        print_fn(f'Model: "{self.name}"')
+        print_fn("_" * width)
+        print_fn(line(heads))
+        print_fn("=" * width)
+        for k, row in enumerate(rows):
+            print_fn(line(row))
+            print_fn("_" * width if k < len(rows) - 1 else "=" * width)
+        print_fn(f"Total params: {total:,}")
+        print_fn(f"Trainable params: {trainable:,}")
+        print_fn(f"Non-trainable params: {total - trainable:,}")
+        print_fn("_" * width)
+
+    @staticmethod
+    def _source_name(tensor: SymbolicTensor, calls: dict[int, int]) -> str:
+        if tensor.node is None or tensor.node.id not in calls:
+            return f"{tensor.name}[0][0]"
+        return f"{tensor.node.layer.name}[{calls[tensor.node.id]}][{tensor.index}]"
