@@ -132,14 +132,20 @@ def _split_off_validation(x: Any, y: Any, sample_weight: Any, fraction: float) -
             f"validation_split {fraction} of {n} samples leaves "
             f"{'no training' if n_train == 0 else 'no validation'} samples"
         )
-    if sample_weight is not None:
-        sample_weight = np.asarray(sample_weight)[:n_train]
+    held_out_weights = None
+    if (
+        sample_weight is not None
+    ):  # the held-out rows keep theirs: the validation loss is weighted, as Keras's
+        sample_weight, held_out_weights = (
+            np.asarray(sample_weight)[:n_train],
+            np.asarray(sample_weight)[n_train:],
+        )
     _warn_if_sorted_by_class(y, n_train, fraction)
     return (
         _part(x, 0, n_train),
         _part(y, 0, n_train),
         sample_weight,
-        (_part(x, n_train, n), _part(y, n_train, n)),
+        (_part(x, n_train, n), _part(y, n_train, n), held_out_weights),
     )
 
 
@@ -205,10 +211,7 @@ def sample_weights(y: Any, sample_weight: Any, class_weight: Any, loss: Any) -> 
         if classes.dtype.kind == "f" and not np.all(classes == np.round(classes)):
             raise ValueError("class_weight needs class indices (or one-hot labels) as y")
         classes = classes.astype(np.int64)
-        missing = sorted(set(np.unique(classes).tolist()) - set(class_weight))
-        if missing:
-            raise ValueError(f"class_weight has no weight for the classes {missing} of y")
-        table = np.zeros(int(classes.max()) + 1, dtype=np.float64)
+        table = np.ones(int(classes.max()) + 1, dtype=np.float64)  # a class it does not list: 1, as Keras
         for key, value in class_weight.items():
             if 0 <= int(key) < table.size:
                 table[int(key)] = float(value)
@@ -327,11 +330,16 @@ def adapt(
     """
     stream = streamed(x, y)
     if validation_data is not None and is_stream(validation_data):
-        validation_data = (validation_data, None)
+        validation_data = (validation_data, None, None)
     elif validation_data is not None and (
-        not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2
+        not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3)
     ):
-        raise ValueError("validation_data must be a tuple (x_val, y_val), or a data set or generator")
+        raise ValueError(
+            "validation_data must be a tuple (x_val, y_val) or (x_val, y_val, val_sample_weight), "
+            "or a data set or generator"
+        )
+    elif validation_data is not None:
+        validation_data = (*validation_data, None)[:3]
     if isinstance(validation_split, bool) or not 0.0 <= float(validation_split) < 1.0:
         raise ValueError(f"validation_split must be a fraction in [0, 1), got {validation_split!r}")
     if validation_split and (stream or validation_data is not None):
@@ -372,11 +380,15 @@ def adapt(
         lazy = any(is_lazy(leaf) for leaf in nest.flatten(x))
         batches = Batches(loader, weighted=weights is not None, lazy=lazy)
     if validation_data is not None and not is_stream(validation_data[0]):
-        x_val, y_val = validation_data
+        x_val, y_val, w_val = validation_data
         require_targets(y_val, "validation_data")
         check_numeric(x_val, "validation_data x")
         check_numeric(y_val, "validation_data y")
-        validation_data = (float32_inputs(x_val), float32_inputs(y_val))
+        try:
+            w_val = sample_weights(y_val, w_val, None, loss)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"validation_data: {error}") from None
+        validation_data = (float32_inputs(x_val), float32_inputs(y_val), w_val)
         try:  # checked now rather than after the first epoch's training
             BatchLoader(validation_data[0], validation_data[1], batch_size=max(1, batch_size), shuffle=False)
         except (TypeError, ValueError) as error:

@@ -41,6 +41,7 @@ from tapefit.data.adapters import (
     float32_inputs,
     in_batch,
     require_targets,
+    sample_weights,
     stream_batch,
     streamed,
 )
@@ -483,7 +484,7 @@ class Trainer:
         y: Any = None,
         epochs: int = 1,
         batch_size: int = 32,
-        validation_data: tuple[Any, Any] | None = None,
+        validation_data: tuple[Any, ...] | None = None,
         shuffle: bool = True,
         resume_from: str | os.PathLike[str] | None = None,
         drop_last: bool = False,
@@ -514,8 +515,9 @@ class Trainer:
                 Keras, the index of the epoch to stop before: a resume continues from the
                 checkpoint's epoch and step up to this epoch.
             batch_size: samples per batch.
-            validation_data: ``(x_val, y_val)``, evaluated after every epoch into the
-                ``val_`` logs.
+            validation_data: ``(x_val, y_val)`` or ``(x_val, y_val, val_sample_weight)``,
+                evaluated after every epoch into the ``val_`` logs (the loss weighted by
+                ``val_sample_weight``, as in Keras), or a stream of ``(x, y)`` batches.
             shuffle: draw a new sample order every epoch (seeded by ``tp.random``).
             resume_from: a checkpoint file, or a folder with a ``last`` pointer, to
                 continue from exactly (model, optimizer, position in the epoch, random
@@ -534,9 +536,12 @@ class Trainer:
                 (Keras's ``sum_over_batch_size``). Metrics stay unweighted, as Keras's
                 ``metrics`` (not ``weighted_metrics``). Needs a ``tp.losses.Loss`` loss.
             class_weight: ``{class index: weight}``, multiplying the weight of each sample by
-                its class's (class indices, or one-hot labels by their argmax), as Keras.
+                its class's (class indices, or one-hot labels by their argmax); a class it does
+                not list weighs 1, as in Keras. Unlike Keras 3, it may be given with
+                ``sample_weight``: the two multiply (as in Keras 2).
             validation_split: with arrays, the fraction of the samples held out for
-                validation: the last ones, before any shuffling (Keras's rule).
+                validation: the last ones, before any shuffling (Keras's rule), with their
+                ``sample_weight`` weighing the validation loss.
             steps_per_epoch: with a stream, end each epoch after this many batches (else
                 when the stream is exhausted).
             validation_steps: with a stream as validation data, evaluate this many batches.
@@ -650,7 +655,7 @@ class Trainer:
                 self.plugins.unregister(plugin)
         self._parallel.synchronize(self.model, self.optimizer, source)
 
-    def _fit_epochs(self, loader: Batches, validation_data: tuple[Any, Any] | None) -> None:
+    def _fit_epochs(self, loader: Batches, validation_data: tuple[Any, Any, Any] | None) -> None:
         """The epochs of a fit: each runs its batches, then ends (validation, the epoch hooks)."""
         state, hooks = self.state, self.plugins.hook
         continuing = self.resumed and state.in_epoch
@@ -711,15 +716,20 @@ class Trainer:
         return False
 
     def _end_epoch(
-        self, epoch: int, validation_data: tuple[Any, Any] | None, complete: bool
+        self, epoch: int, validation_data: tuple[Any, Any, Any] | None, complete: bool
     ) -> dict[str, float]:
         """Validation and the epoch hooks; a checkpoint taken during them is the state before."""
         hooks = self.plugins.hook
         with self._boundary.epoch_end():
             logs = self._metric_logs()
             if validation_data is not None:
+                x_val, y_val, weights = validation_data
                 val_logs = self.evaluate(
-                    *validation_data, batch_size=self.batch_size or 32, steps=self._validation_steps
+                    x_val,
+                    y_val,
+                    batch_size=self.batch_size or 32,
+                    steps=self._validation_steps,
+                    sample_weight=weights,
                 )
                 val_logs = _prefixed(val_logs, "val_")
                 hooks.on_validation_end(trainer=self, epoch=epoch, logs=val_logs)
@@ -795,14 +805,17 @@ class Trainer:
 
     # -- evaluate / predict ------------------------------------------------------
 
-    def _batches(self, x: Any, y: Any, batch_size: int, steps: int | None, targets: bool) -> Iterator[Any]:
-        """The batches of ``evaluate``/``predict``: of arrays in order, or of a stream (at most
-        ``steps``)."""
+    def _batches(
+        self, x: Any, y: Any, batch_size: int, steps: int | None, targets: bool, weights: Any = None
+    ) -> Iterator[Any]:
+        """The batches of ``evaluate`` (``(x, y, weights or None)``) and ``predict`` (``x``): of
+        arrays in order, or of a stream (at most ``steps``)."""
         _check_positive(steps, "steps")
         if streamed(x, y):
-            if y is not None:
+            if y is not None or weights is not None:
                 raise ValueError(
-                    "y must be None when x is a data set or a generator: its batches carry the targets"
+                    f"{'y' if y is not None else 'sample_weight'} must be None when x is a data set or a "
+                    "generator: its batches carry the targets"
                 )
             source = as_source(x, steps)
             source.start_epoch()
@@ -811,42 +824,58 @@ class Trainer:
                     batch = source.next_batch()
                 except StopIteration:
                     return
-                yield stream_batch(batch, index, targets)
+                yield (*stream_batch(batch, index), None) if targets else stream_batch(batch, index, False)
             return
         if targets:
             require_targets(y, "evaluate")
         if steps is not None:
             raise ValueError("steps is for data sets and generators; with arrays every sample is used")
+        targets_of = float32_inputs(y) if weights is None else (float32_inputs(y), weights)
         loader = BatchLoader(
-            float32_inputs(x), float32_inputs(y) if targets else None, batch_size=batch_size, shuffle=False
+            float32_inputs(x), targets_of if targets else None, batch_size=batch_size, shuffle=False
         )
         for index in range(loader.num_batches):
-            yield loader.batch(None, index)
+            batch = loader.batch(None, index)
+            if not targets:
+                yield batch
+            else:
+                xb, yb = batch
+                yield (xb, *yb) if weights is not None else (xb, yb, None)
 
     def evaluate(
-        self, x: Any, y: Any = None, batch_size: int = 32, steps: int | None = None
+        self,
+        x: Any,
+        y: Any = None,
+        batch_size: int = 32,
+        steps: int | None = None,
+        sample_weight: Any = None,
     ) -> dict[str, float]:
         """The loss (with regularization, as Keras) and metrics over ``(x, y)``, as a dict.
 
         ``x`` may be arrays with targets ``y``, or a stream of ``(x, y)`` batches as ``fit``
-        takes (``steps``: evaluate at most this many of its batches). The metrics' running
-        training state is kept, so this can be called in the middle of a fit.
+        takes (``steps``: evaluate at most this many of its batches). ``sample_weight`` (with
+        arrays) weighs each sample's loss as in ``fit``; metrics stay unweighted. The metrics'
+        running training state is kept, so this can be called in the middle of a fit.
         """
+        # a stream's batches carry their own targets: _batches refuses weights beside them
+        weights = sample_weight if streamed(x, y) else sample_weights(y, sample_weight, None, self.loss)
         saved_states = self._metric_states()
         saved_loss = self.state.loss_sum, self.state.loss_count
         try:
             self._reset_epoch_metrics()
             self.state.loss_sum, self.state.loss_count = 0.0, 0
             is_streamed = streamed(x, y)
-            for index, batch in enumerate(self._batches(x, y, batch_size, steps, targets=True)):
-                xb, yb, _ = self._parallel.shard(*batch)
+            batches = self._batches(x, y, batch_size, steps, targets=True, weights=weights)
+            for index, batch in enumerate(batches):
+                xb, yb, wb = self._parallel.shard(*batch)
                 if self.batch_rows[0] == 0:
                     continue  # a batch smaller than the processes: this one has no rows of it
                 try:
                     xb, yb = _to_tensors(xb), _to_tensors(yb)
                     y_pred = self._call(xb, training=False)
                     n = batch_len(yb)
-                    self.state.loss_sum += float(self._total_loss(yb, y_pred)) * n
+                    loss = self._total_loss(yb, y_pred, None if wb is None else _to_tensors(wb))
+                    self.state.loss_sum += float(loss) * n
                     self.state.loss_count += n
                     for metric in self.metrics:
                         metric.update_state(yb, y_pred)
