@@ -36,6 +36,32 @@ def python_blocks(page: Path) -> list[tuple[int, str, str | None]]:
 
 PAGES = sorted(DOCS.glob("*.md"))
 
+PRINTS = {
+    "index.md": ["tp.Tensor(8.0, shape=(), dtype=float32)"],
+    "tape.md": [
+        "tp.Tensor(8.0, shape=(), dtype=float32)",
+        "[<tp.Tensor shape=() dtype=float32 numpy=6.0>, None, None]",
+        "[6.0, 6.0, 6.0]",
+        "(3, 2) (2,)",
+        "[  4.  32. 108.]",
+        "108.0 108.0",
+        "[<tp.Tensor shape=() dtype=float32 numpy=1.0>, None]",
+    ],
+    "models.md": [
+        "True [(4, 16), (16,), (16, 2), (2,)]",
+        "['accuracy', 'loss', 'val_accuracy', 'val_loss']",
+        "(4, 2)",
+        "['sequential/scaled/kernel', 'sequential/scaled/scale'] True",
+    ],
+    "training.md": ["['accuracy', 'loss', 'val_accuracy', 'val_loss']", "['accuracy', 'loss']", "(2, 2)"],
+    "resuming.md": ["[0, 1, 2, 3]"],
+    "function.md": ["True"],
+    "extending.md": ["[1. 0.]"],
+    "coming-from-keras.md": ["True", "['accuracy', 'loss']"],
+    "coming-from-lightning.md": ["True"],
+}
+"""What a page's blocks print, as its comments say (the README's tour was checked so)."""
+
 
 def test_there_are_pages_with_python_blocks():
     assert {"index.md", "tape.md", "models.md", "training.md"} <= {p.name for p in PAGES}
@@ -56,6 +82,9 @@ def test_python_blocks_run_in_order(page, tmp_path, monkeypatch, capsys):
             exec(compile(body, f"docs/{page.name}:{line}", "exec"), namespace)
         except Exception as error:  # pragma: no cover - the message is the point
             pytest.fail(f"docs/{page.name} python block at line {line} failed: {error!r}\n{body}")
+    printed = capsys.readouterr().out
+    for expected in PRINTS.get(page.name, []):
+        assert expected in printed, f"docs/{page.name} does not print {expected!r}"
 
 
 def test_no_run_markers_stand_only_above_python_blocks():
