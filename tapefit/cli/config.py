@@ -1,7 +1,7 @@
 """Configs for ``train``: loading (YAML or TOML), ``--set`` overrides and validation.
 
 A config is a mapping with the top-level keys ``name``, ``seed``, ``data``, ``model``, ``loss``,
-``metrics``, ``optimizer``, ``trainer`` and ``plugins`` (API.md section 7). Sections that pick
+``metrics``, ``optimizer``, ``trainer`` and ``plugins`` (``TOP_LEVEL_KEYS``). Sections that pick
 an implementation do so with ``type``: a built-in short name or an import path
 ``package.module:Name``; their other keys are the keyword arguments of what ``type`` names, so
 the keys a type accepts, their types and which are required are read from its signature (and
@@ -877,7 +877,7 @@ def resolve_config(config: Mapping[str, Any], schema: Schema, default_name: str 
         default_name: The run's name when the config has none (the config file's stem).
 
     Returns:
-        The resolved config, keys in the order of API.md.
+        The resolved config, its sections in the order of ``TOP_LEVEL_KEYS``.
 
     Raises:
         ConfigError: For the first problem found, naming its key path.
