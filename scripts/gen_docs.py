@@ -285,13 +285,30 @@ def _default(param: Any) -> str:
 
 
 def _type(param: Any) -> str:
-    import inspect as _inspect
+    if param.annotation is inspect.Parameter.empty:
+        return "any"
+    return _cell(_words(param.annotation))
+
+
+def _words(ann: Any) -> str:
+    """A key's type in words, as ``train``'s messages say it; a type a config cannot spell (a
+    stream, an object) is named, from Python only."""
+    import collections.abc
+    import typing
 
     from tapefit.cli import config
 
-    if param.annotation is _inspect.Parameter.empty:
+    if ann is typing.Any:
         return "any"
-    return _cell(config._describe(param.annotation))
+    origin = typing.get_origin(ann)
+    if origin is typing.Union or origin is types.UnionType:
+        return " or ".join(dict.fromkeys(_words(a) for a in typing.get_args(ann)))
+    plain = (list, tuple, dict, collections.abc.Sequence, collections.abc.Mapping, typing.Literal)
+    if origin is not None and origin not in plain:
+        return f"`{getattr(origin, '__name__', origin)}` (from Python only)"
+    if isinstance(ann, type) and ann not in (bool, int, float, str, list, tuple, dict, type(None)):
+        return f"`{ann.__name__}` (from Python only)"
+    return config._describe(ann)
 
 
 def _key_table(params: dict[str, Any], meanings: dict[str, str], label: str) -> list[str]:
@@ -316,6 +333,13 @@ COMMON_MEANINGS = {
 }
 """Meanings of the keys a section takes for every type (``Kind.common``): these have no
 docstring of their own, as ``train`` itself handles them."""
+
+TRAINER_MEANINGS = {
+    "output_dir": "where the run's files go: the resolved config, checkpoints, logs and the "
+    "final weights; `null`: `runs/<name>`",
+}
+"""Meanings of ``trainer`` keys whose docstring speaks of ``Trainer`` from Python, where the
+default differs from the command's."""
 
 SECTIONS = {
     "name": "The run's name: its outputs go to `runs/<name>/`. Default: the config file's name, "
@@ -371,7 +395,7 @@ def config_page() -> str:
     for key in config.TOP_LEVEL_KEYS:
         lines += [f"## `{key}` {{ #{key} }}", "", SECTIONS[key], ""]
         if key == "trainer":
-            meanings = {**docstring_args(Trainer), **docstring_args(Trainer.fit)}
+            meanings = {**docstring_args(Trainer), **docstring_args(Trainer.fit), **TRAINER_MEANINGS}
             lines += _key_table(the.trainer, meanings, "trainer")
             lines.append("")
         elif key == "optimizer":
@@ -408,7 +432,13 @@ def _kind_sections(the: Any, label: str, key: str, plugins: dict[str, str], leve
         if summary:
             lines += [_cell(summary), ""]
         if target.params:
-            lines += _key_table(target.params, docstring_args(target.obj), key)
+            meanings = docstring_args(target.obj)
+            for nested in kind.nested:  # optimizer.learning_rate: a schedule
+                meanings[nested] = (
+                    f"{meanings.get(nested, '')} In a config, a mapping with a "
+                    f"[{kind.nested[nested]}'s `type`](#schedules)."
+                ).strip()
+            lines += _key_table(target.params, meanings, key)
             lines.append("")
         if target.open:
             lines += ["Other keys are passed on as keyword arguments.", ""]
