@@ -201,9 +201,10 @@ def hooks_page() -> str:
         first = getattr(hook, marker, {}).get("firstresult")
         note = " (the first result wins)" if first else ""
         lines.append(
-            f"| [`{hook.__name__}`](#tapefit.plugins.hookspecs.{hook.__name__}) | {args} | {_first_line(hook)}{note} |"
+            f"| [`{hook.__name__}`](#tapefit.plugins.hookspecs.{hook.__name__}) | {args} | {_cell(_first_line(hook))}{note} |"
         )
-    lines += ["", "## How hooks are called", "", _doc(specs).split("\n\n", 1)[1], ""]
+    how = _doc(specs).split("\n\n", 1)[1].replace("::\n", ":\n")  # reST's literal-block mark
+    lines += ["", "## How hooks are called", "", how, ""]
     lines += ["## Every hook", ""]
     for hook in hooks:
         lines += [

@@ -28,6 +28,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
+DOCS_TOOLS = ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python")
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
@@ -190,8 +191,9 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """The site built with ``mkdocs build --strict``, served on 127.0.0.1 at a free port."""
-    if importlib.util.find_spec("mkdocs") is None:
-        pytest.skip('mkdocs is not installed: pip install -e ".[docs]"')
+    missing = [name for name in DOCS_TOOLS if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.skip(f'the docs tools are not installed ({", ".join(missing)}): pip install -e ".[docs]"')
     if find_browser() is None:
         pytest.skip(
             "no Chromium to load the docs in: install Debian's chromium package "
