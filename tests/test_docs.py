@@ -191,3 +191,9 @@ def build_site(out: Path) -> Path:
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return out
+
+
+def test_the_readme_links_into_pages_that_exist():
+    links = re.findall(r"\]\((docs/[^)#]+)", (ROOT / "README.md").read_text())
+    assert len(links) >= 10
+    assert [link for link in links if not (ROOT / link).is_file()] == []
