@@ -46,7 +46,8 @@ SUBPACKAGES = (
     "testing",
     "checkpointing",
 )
-"""The public subpackages, as ``tp.<name>``; one that does not exist (yet) is left out."""
+"""The public subpackages, as ``tp.<name>``, in the reference's order; one that does not exist
+(yet) is left out, and a module ``tp.__all__`` lists that is not here gets a page too."""
 
 REFERENCE = "reference"
 HOOKS_PAGE = f"{REFERENCE}/hooks.md"
@@ -77,7 +78,8 @@ def subpackages() -> dict[str, types.ModuleType]:
     import tapefit as tp
 
     found = {}
-    for name in SUBPACKAGES:
+    listed = [n for n in tp.__all__ if isinstance(getattr(tp, n), types.ModuleType)]
+    for name in [*SUBPACKAGES, *(n for n in listed if n not in SUBPACKAGES)]:
         module = getattr(tp, name, None)
         if module is None:
             try:
