@@ -177,6 +177,8 @@ def test_the_site_builds_strict(tmp_path):
     assert ids == {f"tapefit.{name}" for name in tp.__all__}  # one entry per public name
     assert (site / "reference" / "config" / "index.html").exists()
     assert "on_save_point" in (site / "reference" / "hooks" / "index.html").read_text()
+    performance = (site / "performance" / "index.html").read_text()
+    assert "generated: benchmarks" not in performance and performance.count("<table>") >= 2
 
 
 def build_site(out: Path) -> Path:
@@ -191,6 +193,14 @@ def build_site(out: Path) -> Path:
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return out
+
+
+def test_the_performance_page_gets_the_benchmark_tables():
+    page = (DOCS / "performance.md").read_text()
+    assert gen_docs.BENCHMARKS_MARK in page
+    rendered = gen_docs.on_page_markdown(page, None, None, None)
+    assert gen_docs.BENCHMARKS_MARK not in rendered
+    assert gen_docs.benchmark_tables() in rendered and "| --- |" in gen_docs.benchmark_tables()
 
 
 def test_the_readme_links_into_pages_that_exist():
