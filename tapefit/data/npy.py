@@ -246,6 +246,10 @@ def load_npy(path: str | os.PathLike[str], mmap: bool = True) -> tuple[Any, Any]
     The folder has ``x.npy`` (or a folder ``x/`` of shards) and ``y.npy`` (or ``y/``); both
     are opened with ``open_npy``.
 
+    Args:
+        path: the folder.
+        mmap: read rows from disk as batches take them rather than load the arrays whole.
+
     Raises:
         DataError: when a part is missing or the two have different numbers of samples.
     """

@@ -35,7 +35,8 @@ class MultiHeadAttention(Layer):
             before they weigh the values, as Keras; the returned scores are before it).
         use_bias: whether the projections have biases.
         output_shape: the last axis of the output (default the query's).
-        kernel_initializer, bias_initializer: as Keras.
+        kernel_initializer: initializer of the kernels (name or callable), as Keras.
+        bias_initializer: initializer of the biases (name or callable), as Keras.
         seed: the dropout's op seed; with ``tp.random.set_seed`` the masks repeat.
 
     Called as ``mha(query, value, key=None, query_mask=None, value_mask=None, key_mask=None,

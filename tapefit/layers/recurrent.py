@@ -215,8 +215,10 @@ class SimpleRNN(_RNN):
     Args:
         units: the size of the state and of each output.
         activation: default ``"tanh"``.
-        use_bias, kernel_initializer, recurrent_initializer (default ``"orthogonal"``),
-        bias_initializer: as Keras.
+        use_bias: whether the cell adds a bias.
+        kernel_initializer: initializer of ``kernel`` (name or callable), as Keras.
+        recurrent_initializer: initializer of ``recurrent_kernel`` (default ``"orthogonal"``).
+        bias_initializer: initializer of ``bias``, as Keras.
         return_sequences: return every step's output ``(batch, time, units)``, not the last.
         return_state: also return the final state: ``[output, state]``.
         go_backwards: run over the steps in reverse (outputs in that reversed order).

@@ -28,7 +28,11 @@ class Adam(Optimizer):
         beta_2: decay of the second moment, in ``[0, 1)``.
         epsilon: added to the denominator for stability.
         amsgrad: use the AMSGrad variant.
-        weight_decay, clipnorm, clipvalue, global_clipnorm, name: see ``Optimizer``.
+        weight_decay: decoupled weight decay coefficient, or ``None`` (see ``Optimizer``).
+        clipnorm: clip each gradient to this L2 norm.
+        clipvalue: clip each gradient's elements to ``[-clipvalue, clipvalue]``.
+        global_clipnorm: clip all gradients together to this global L2 norm.
+        name: the optimizer's name.
     """
 
     def __init__(

@@ -17,8 +17,14 @@ class AdamW(Adam):
     Args:
         learning_rate: a float or a schedule (see ``Optimizer``).
         weight_decay: the decay coefficient (required, a float).
-        beta_1, beta_2, epsilon, amsgrad: see ``Adam``.
-        clipnorm, clipvalue, global_clipnorm, name: see ``Optimizer``.
+        beta_1: decay of the first moment, in ``[0, 1)``.
+        beta_2: decay of the second moment, in ``[0, 1)``.
+        epsilon: added to the denominator for stability.
+        amsgrad: use the AMSGrad variant.
+        clipnorm: clip each gradient to this L2 norm.
+        clipvalue: clip each gradient's elements to ``[-clipvalue, clipvalue]``.
+        global_clipnorm: clip all gradients together to this global L2 norm.
+        name: the optimizer's name.
     """
 
     def __init__(

@@ -27,7 +27,11 @@ class RMSprop(Optimizer):
         momentum: in ``[0, 1]``.
         epsilon: added inside the square root for stability.
         centered: divide by the estimated variance instead of the second moment.
-        weight_decay, clipnorm, clipvalue, global_clipnorm, name: see ``Optimizer``.
+        weight_decay: decoupled weight decay coefficient, or ``None`` (see ``Optimizer``).
+        clipnorm: clip each gradient to this L2 norm.
+        clipvalue: clip each gradient's elements to ``[-clipvalue, clipvalue]``.
+        global_clipnorm: clip all gradients together to this global L2 norm.
+        name: the optimizer's name.
     """
 
     def __init__(

@@ -23,7 +23,11 @@ class SGD(Optimizer):
         learning_rate: a float or a schedule (see ``Optimizer``).
         momentum: in ``[0, 1]``.
         nesterov: use Nesterov momentum.
-        weight_decay, clipnorm, clipvalue, global_clipnorm, name: see ``Optimizer``.
+        weight_decay: decoupled weight decay coefficient, or ``None`` (see ``Optimizer``).
+        clipnorm: clip each gradient to this L2 norm.
+        clipvalue: clip each gradient's elements to ``[-clipvalue, clipvalue]``.
+        global_clipnorm: clip all gradients together to this global L2 norm.
+        name: the optimizer's name.
     """
 
     def __init__(

@@ -1,7 +1,7 @@
-"""GradientTape against TensorFlow's documented behaviour (issue 2, API.md section 2).
+"""GradientTape against TensorFlow's documented behaviour (issue 2).
 
 The numbered tests follow the issue's list "Behaviours that must hold"; the rest
-cover the API.md contract of ``GradientTape`` one behaviour at a time.
+cover the documented contract of ``GradientTape`` one behaviour at a time.
 """
 
 from __future__ import annotations
@@ -757,7 +757,7 @@ def test_17_explain_matches_gradient_after_a_non_persistent_tape_released():
     )
 
 
-# -- API.md section 2: structures, options, lifetimes ---------------------------------
+# -- the contract: structures, options, lifetimes ---------------------------------------------
 
 
 def test_nested_sources_return_their_structure():

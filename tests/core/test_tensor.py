@@ -1,4 +1,4 @@
-"""``Tensor``, ``Variable``, ``constant``/``convert_to_tensor`` and the dtype rules (API.md section 1)."""
+"""``Tensor``, ``Variable``, ``constant``/``convert_to_tensor`` and the dtype rules."""
 
 import numpy as np
 import pytest

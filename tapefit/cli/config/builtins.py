@@ -56,7 +56,12 @@ def _data_types() -> dict[str, Callable[..., Any]]:
 def grain_source(source: str, **kwargs: Any) -> Any:
     """``data.type: grain``: calls the ``@tp.configurable`` factory ``source`` (``pkg.module:name``)
     with the section's other keys; it returns a Grain data set or loader of ``(x, y)`` batches,
-    or a ``(train, validation)`` pair of them."""
+    or a ``(train, validation)`` pair of them.
+
+    Args:
+        source: the import path of the factory, ``"package.module:function"``.
+        **kwargs: the factory's keyword arguments (the data section's other keys).
+    """
     factory = import_object(source, "data.source")
     if not is_configurable(factory):
         raise ConfigError(
@@ -82,6 +87,9 @@ class named_metric:  # lower case: it stands in the tables where functions stand
 
     A class, so the config's checks read ``name`` from its signature (a function in the
     metric section is a user's ``(y_true, y_pred)`` and takes no keys).
+
+    Args:
+        name: the metric's name in the logs (default the metric's own, e.g. ``accuracy``).
     """
 
     def __init__(self, name: str | None = None) -> None:

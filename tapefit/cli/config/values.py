@@ -114,11 +114,11 @@ def describe(ann: Any) -> str:
     container = origin or ann
     if container in (dict, Mapping):
         return "a mapping"
-    if container in (list, tuple, Sequence) or typing.get_args(ann):
+    if container in (list, tuple, Sequence):
         args = [a for a in typing.get_args(ann) if a is not Ellipsis]
         if args:
             inner = describe(args[0])
             inner = inner.removeprefix("an ").removeprefix("a ")
             return f"a list of {inner}s" if " or " not in inner else f"a list of ({inner})"
         return "a list"
-    return getattr(ann, "__name__", str(ann))
+    return getattr(container, "__name__", str(ann))  # a type no config spells (IO[str]: "IO")

@@ -40,14 +40,29 @@ def _integer_checked(name: str, fn: Any) -> Any:
 
 
 add = binary("Add", np.add, save="", numeric=True)
+"""``tp.add(x, y)``: ``x + y`` elementwise, with NumPy broadcasting.
+
+A Python number takes the dtype of the tensor it meets (TensorFlow's weak typing)."""
 subtract = binary("Sub", np.subtract, save="", numeric=True)
+"""``tp.subtract(x, y)``: ``x - y`` elementwise, with broadcasting."""
 multiply = binary("Mul", np.multiply, save="x y", numeric=True)
+"""``tp.multiply(x, y)``: ``x * y`` elementwise, with broadcasting."""
 divide = binary("RealDiv", np.true_divide, save="x y", numeric=True)
+"""``tp.divide(x, y)``: ``x / y`` elementwise (true division), with broadcasting."""
 floordiv = binary("FloorDiv", _integer_checked("FloorDiv", np.floor_divide), save="", numeric=True)
+"""``tp.floordiv(x, y)``: ``x // y`` elementwise, rounding down; no gradient.
+
+Integer division by zero raises ``ZeroDivisionError``."""
 floormod = binary("FloorMod", _integer_checked("FloorMod", np.mod), save="x y", numeric=True)
+"""``tp.floormod(x, y)``: ``x % y`` elementwise, with the sign of ``y`` (as Python and TensorFlow).
+
+Integer division by zero raises ``ZeroDivisionError``."""
 pow = binary("Pow", np.power, save="x y out", numeric=True)
+"""``tp.pow(x, y)``: ``x ** y`` elementwise, with broadcasting."""
 maximum = binary("Maximum", np.maximum, save="x y", numeric=True)
+"""``tp.maximum(x, y)``: the larger of ``x`` and ``y``, elementwise; on ties the gradient goes to ``x``."""
 minimum = binary("Minimum", np.minimum, save="x y", numeric=True)
+"""``tp.minimum(x, y)``: the smaller of ``x`` and ``y``, elementwise; on ties the gradient goes to ``x``."""
 
 
 @register_gradient("Add")
@@ -114,11 +129,17 @@ not_differentiable("FloorDiv")
 # -- comparisons (bool results, no gradient) ---------------------------------
 
 less = binary("Less", np.less, save="")
+"""``tp.less(x, y)``: ``x < y`` elementwise, a bool tensor; no gradient."""
 less_equal = binary("LessEqual", np.less_equal, save="")
+"""``tp.less_equal(x, y)``: ``x <= y`` elementwise, a bool tensor; no gradient."""
 greater = binary("Greater", np.greater, save="")
+"""``tp.greater(x, y)``: ``x > y`` elementwise, a bool tensor; no gradient."""
 greater_equal = binary("GreaterEqual", np.greater_equal, save="")
+"""``tp.greater_equal(x, y)``: ``x >= y`` elementwise, a bool tensor; no gradient."""
 equal = binary("Equal", np.equal, save="")
+"""``tp.equal(x, y)``: ``x == y`` elementwise, a bool tensor; no gradient."""
 not_equal = binary("NotEqual", np.not_equal, save="")
+"""``tp.not_equal(x, y)``: ``x != y`` elementwise, a bool tensor; no gradient."""
 
 
 def _bool_only(name: str, fn: Any) -> Any:
@@ -134,8 +155,11 @@ def _bool_only(name: str, fn: Any) -> Any:
 
 
 logical_and = binary("LogicalAnd", _bool_only("LogicalAnd", np.logical_and), save="")
+"""``tp.logical_and(x, y)``: elementwise "and" of two bool tensors (others raise ``TypeError``)."""
 logical_or = binary("LogicalOr", _bool_only("LogicalOr", np.logical_or), save="")
+"""``tp.logical_or(x, y)``: elementwise "or" of two bool tensors (others raise ``TypeError``)."""
 logical_not = unary("LogicalNot", _bool_only("LogicalNot", np.logical_not), save="", dtypes="any")
+"""``tp.logical_not(x)``: elementwise "not" of a bool tensor (others raise ``TypeError``)."""
 for _name in (
     "Less",
     "LessEqual",
@@ -174,20 +198,35 @@ def _identity(x: np.ndarray) -> np.ndarray:
 
 
 negative = unary("Neg", np.negative, save="", dtypes="numeric")
+"""``tp.negative(x)``: ``-x`` elementwise."""
 abs = unary("Abs", np.abs, save="x", dtypes="numeric")
+"""``tp.abs(x)``: ``|x|`` elementwise; the gradient at 0 is 0."""
 sign = unary("Sign", np.sign, save="", dtypes="numeric")
+"""``tp.sign(x)``: -1, 0 or 1 elementwise; its gradient is zero."""
 square = unary("Square", np.square, save="x", dtypes="numeric")
+"""``tp.square(x)``: ``x * x`` elementwise."""
 floor = unary("Floor", np.floor, save="")
+"""``tp.floor(x)``: ``x`` rounded down elementwise (floats); no gradient."""
 exp = unary("Exp", np.exp, save="out")
+"""``tp.exp(x)``: ``e ** x`` elementwise (floats)."""
 log = unary("Log", np.log, save="x")
+"""``tp.log(x)``: the natural logarithm elementwise (floats)."""
 log1p = unary("Log1p", np.log1p, save="x")
+"""``tp.log1p(x)``: ``log(1 + x)`` elementwise, accurate for small ``x`` (floats)."""
 sqrt = unary("Sqrt", np.sqrt, save="out")
+"""``tp.sqrt(x)``: the square root elementwise (floats)."""
 sin = unary("Sin", np.sin, save="x")
+"""``tp.sin(x)``: the sine elementwise, in radians (floats)."""
 cos = unary("Cos", np.cos, save="x")
+"""``tp.cos(x)``: the cosine elementwise, in radians (floats)."""
 tanh = unary("Tanh", np.tanh, save="out")
+"""``tp.tanh(x)``: the hyperbolic tangent elementwise (floats)."""
 sigmoid = unary("Sigmoid", _sigmoid, save="out")
+"""``tp.sigmoid(x)``: the logistic function ``1 / (1 + exp(-x))`` elementwise (floats)."""
 identity = unary("Identity", _identity, save="", dtypes="any")
+"""``tp.identity(x)``: a new tensor with ``x``'s value; the gradient passes through."""
 stop_gradient = unary("StopGradient", _identity, save="", dtypes="any")
+"""``tp.stop_gradient(x)``: ``x``'s value, with no gradient flowing back through it."""
 
 
 not_differentiable("Floor")

@@ -295,6 +295,7 @@ def _erfc(x: np.ndarray) -> np.ndarray:
 
 
 erf = unary("Erf", _erf, save="x")
+"""``tp.math.erf(x)``: the Gauss error function elementwise (floats)."""
 _TWO_OVER_SQRT_PI = 2 / _pymath.sqrt(_pymath.pi)
 
 

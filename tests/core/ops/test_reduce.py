@@ -343,7 +343,7 @@ def test_axis_zero_of_a_scalar_is_out_of_range():
     ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "reduce_logsumexp"],
 )
 def test_reductions_default_to_all_axes_without_keepdims(name):
-    # API.md: reductions take axis=None, keepdims=False (TensorFlow's defaults)
+    # The public contract: reductions take axis=None, keepdims=False (TensorFlow's defaults)
     parameters = inspect.signature(getattr(tp, name)).parameters
     assert [(p.name, p.default) for p in list(parameters.values())[1:3]] == [
         ("axis", None),
@@ -353,7 +353,7 @@ def test_reductions_default_to_all_axes_without_keepdims(name):
 
 
 def test_listed_op_signatures_keep_their_defaults():
-    # API.md section 3 spells these signatures out; positional order and defaults as in TensorFlow
+    # The reference documents these signatures; positional order and defaults as in TensorFlow
     def defaults(fn):
         return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]
 
