@@ -30,10 +30,10 @@ after the failing hook never saw the step, so the ``checkpoint`` plugin saves no
 
 **Return values** are ignored except where a hook says otherwise.
 
-**Logs** are plain dicts of Python floats. ``on_train_batch_end`` and
-``transform_gradients`` get the batch's logs: ``loss`` (this batch's loss, with the
-regularization losses) and the running epoch value of every metric; a plugin may add
-keys. ``on_epoch_end`` gets the epoch's logs: ``loss`` and every metric averaged over
+**Logs** are plain dicts of Python floats. ``transform_gradients`` gets ``loss``, this
+batch's loss with the regularization losses. ``on_train_batch_end`` gets the epoch's
+running values, as Keras's: ``loss`` averaged over the epoch's batches so far, and the
+running value of every metric; a plugin may add keys. ``on_epoch_end`` gets the epoch's logs: ``loss`` and every metric averaged over
 the epoch, and their ``val_`` versions when there is validation data; keys a plugin adds
 there go into the ``History``.
 

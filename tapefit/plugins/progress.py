@@ -148,8 +148,8 @@ class Progress:
         self._pending += 1
         now = time.monotonic()
         if now >= self._next_draw:
-            # Keras's bar shows the loss averaged over the epoch so far, not the last batch's.
-            self._bar.set_postfix(format_logs({**logs, "loss": trainer.running_loss}), refresh=False)
+            # the logs hold the epoch's running values, as Keras's bar shows them
+            self._bar.set_postfix(format_logs(logs), refresh=False)
             self._bar.update(self._pending)
             self._pending = 0
             self._next_draw = now + self.interval

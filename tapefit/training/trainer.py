@@ -207,6 +207,8 @@ FIT_RULES: dict[str, Callable[[Any], str | None]] = {
     "initial_epoch": _whole(0, none=True),
     "steps_per_epoch": _whole(1, none=True),
     "validation_steps": _whole(1, none=True),
+    "validation_batch_size": _whole(1, none=True),
+    "validation_freq": _whole(1),
 }
 """The rules of ``fit``'s arguments that are not data: each returns the problem in words, or
 ``None``. ``fit`` applies them, and the ``train`` command checks its ``trainer`` section with
@@ -367,7 +369,11 @@ class Trainer:
         self._pass_training = _accepts_training(model)
         self._has_losses: bool | None = None  # None: not known yet (see _total_loss)
         self._loader: Batches | None = None
-        self._validation_steps: int | None = None
+        self._validation: tuple[int | None, int | None, int] = (
+            None,
+            None,
+            1,
+        )  # steps, batch size, every n epochs
         # The last consistent boundary, while the trainer is past it: an exception there saves
         # the state from the boundary. An epoch's end (validation, on_epoch_end) keeps the whole
         # checkpoint contents from before it; a step keeps the data's and the plugins' states
@@ -496,6 +502,8 @@ class Trainer:
         steps_per_epoch: int | None = None,
         validation_steps: int | None = None,
         callbacks: list[Any] | None = None,
+        validation_batch_size: int | None = None,
+        validation_freq: int = 1,
     ) -> History:
         """Trains the model for ``epochs`` epochs.
 
@@ -545,6 +553,10 @@ class Trainer:
             steps_per_epoch: with a stream, end each epoch after this many batches (else
                 when the stream is exhausted).
             validation_steps: with a stream as validation data, evaluate this many batches.
+            validation_batch_size: samples per batch of validation arrays (``None``:
+                ``batch_size``).
+            validation_freq: validate after every n-th epoch only, as Keras (the other
+                epochs' logs have no ``val_`` keys).
             callbacks: plugins for this fit only, as Keras's ``fit(callbacks=...)``: the
                 same objects as ``Trainer(plugins=...)`` (``tp.plugins.EarlyStopping``...),
                 registered when the fit starts and removed when it ends. Their hooks run in
@@ -564,6 +576,8 @@ class Trainer:
                     "initial_epoch": initial_epoch,
                     "steps_per_epoch": steps_per_epoch,
                     "validation_steps": validation_steps,
+                    "validation_batch_size": validation_batch_size,
+                    "validation_freq": validation_freq,
                 },
                 resume_from,
             )
@@ -582,7 +596,7 @@ class Trainer:
             )
             checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
             self._start_fit(source, epochs, initial_epoch, resumed=checkpoint is not None)
-            self._validation_steps = validation_steps
+            self._validation = (validation_steps, validation_batch_size, validation_freq)
             if checkpoint is not None:
                 self._restore(checkpoint, source, resume_from)
                 if self.finished_by(checkpoint) is not None:
@@ -722,13 +736,14 @@ class Trainer:
         hooks = self.plugins.hook
         with self._boundary.epoch_end():
             logs = self._metric_logs()
-            if validation_data is not None:
+            steps, batch_size, every = self._validation
+            if validation_data is not None and (epoch + 1) % every == 0:
                 x_val, y_val, weights = validation_data
                 val_logs = self.evaluate(
                     x_val,
                     y_val,
-                    batch_size=self.batch_size or 32,
-                    steps=self._validation_steps,
+                    batch_size=batch_size or self.batch_size or 32,
+                    steps=steps,
                     sample_weight=weights,
                 )
                 val_logs = _prefixed(val_logs, "val_")
@@ -770,6 +785,9 @@ class Trainer:
             if not self._boundary.update_in_progress and self.step == step and not built_now:
                 self._set_moving_state(before_step)
             raise
+        # As Keras: a batch's logs hold the epoch's running values, the loss's included (the
+        # batch's own loss went to transform_gradients); under MPI, this process's.
+        logs["loss"] = self.state.running_loss
         for metric in self.metrics:
             logs[metric.name] = float(metric.result())
         return logs
