@@ -29,6 +29,30 @@ def to_snake_case(name: str) -> str:
     return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
+CONFIGURABLE_MARK = "__tapefit_configurable__"
+"""The attribute ``@tp.configurable`` sets on what configs may call by import path."""
+
+
+def configured_callable(value: Any, key: str) -> Any:
+    """``value`` if callable, else the ``@tp.configurable`` function its import path
+    ``"package.module:name"`` names (a config gives callables that way).
+
+    Raises:
+        TypeError: naming ``key``, when ``value`` is neither, or names an unmarked object.
+    """
+    if callable(value):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"{key} must be a function, or the import path of one, got {value!r}")
+    try:
+        obj = import_object(value, key)
+    except ValueError as error:
+        raise TypeError(str(error)) from None
+    if not callable(obj) or not getattr(obj, CONFIGURABLE_MARK, False):
+        raise TypeError(f"{key}: {value!r} is not a function marked with @tp.configurable")
+    return obj
+
+
 C = TypeVar("C", bound=type)
 
 

@@ -30,7 +30,7 @@ from tapefit.checkpointing import (
 from tapefit.checkpointing.validate import expect_mapping, expect_number
 from tapefit.core.naming import suggest_keywords
 from tapefit.plugins.hookspecs import hookimpl
-from tapefit.plugins.monitor import Monitor, infer_mode
+from tapefit.plugins.monitor import Monitor, decision_level, infer_mode
 
 logger = logging.getLogger("tapefit.plugins.checkpoint")  # one logger per plugin: users may silence one
 
@@ -111,6 +111,16 @@ class Checkpoint:
         save_on_fit_end: when ``fit`` ends after a step that was not saved, save it; not
             with ``save_best_only``. A fit stopped in the middle of an epoch is saved at the
             batch that stopped it, before the partial epoch's ``on_epoch_end`` hooks.
+        save_freq: Keras's: ``"epoch"`` saves at every epoch's end, a number ``n`` after every
+            n-th step (and not at epoch ends); it replaces ``every_n_epochs`` and
+            ``every_n_steps``. ``None`` (the default): those two decide.
+        initial_value_threshold: Keras's: with ``monitor``, the value a checkpoint must beat
+            to be the best (with ``save_best_only``, to be saved at all).
+        verbose: Keras's: 1 says each save (``checkpoint: saved ...``, always shown); 0 (the
+            default) says nothing of routine saves.
+
+    Keras's ``filepath`` and ``save_weights_only`` have no twin: a checkpoint is the whole
+    training state, in a folder whose file names and pointers a resume reads.
 
     Attributes:
         interrupted_path: the ``interrupted.npz`` written when an exception ended the
@@ -136,7 +146,16 @@ class Checkpoint:
         save_best_only: bool = False,
         save_on_exception: bool = True,
         save_on_fit_end: bool = True,
+        save_freq: str | int | None = None,
+        initial_value_threshold: float | None = None,
+        verbose: int = 0,
     ) -> None:
+        if save_freq == "epoch":
+            every_n_epochs, every_n_steps = 1, None
+        elif isinstance(save_freq, int) and not isinstance(save_freq, bool) and save_freq >= 1:
+            every_n_epochs, every_n_steps = 0, save_freq
+        elif save_freq is not None:
+            raise ValueError(f"save_freq must be 'epoch' or a positive number of steps, got {save_freq!r}")
         for name, value in (("every_n_epochs", every_n_epochs), ("every_n_steps", every_n_steps)):
             if value is not None and (not isinstance(value, int) or value < 0):
                 raise ValueError(f"{name} must be a non-negative integer or None, got {value!r}")
@@ -155,12 +174,20 @@ class Checkpoint:
         self.save_best_only = bool(save_best_only)
         self.save_on_exception = bool(save_on_exception)
         self.save_on_fit_end = bool(save_on_fit_end)
+        self.save_freq = save_freq
+        if initial_value_threshold is not None and monitor is None:
+            raise ValueError("initial_value_threshold needs a monitor (an epoch log key such as 'val_loss')")
+        self.initial_value_threshold = (
+            None if initial_value_threshold is None else float(initial_value_threshold)
+        )
+        self.verbose = verbose
+        self._level = decision_level(verbose, "checkpoint")
         self._reset()
 
     def _reset(self) -> None:
         self._fitting = False
         self.saved: list[str] = []
-        self.best_value: float | None = None
+        self.best_value: float | None = self.initial_value_threshold
         self.best_name: str | None = None
         self._last_saved: tuple[int, int, bool] | None = None
         self._bad_loss: tuple[int, float] | None = None
@@ -377,4 +404,5 @@ class Checkpoint:
         for old in drop:
             with contextlib.suppress(FileNotFoundError):
                 (self.folder / old).unlink()
+        logger.log(self._level, "checkpoint: saved %s", path)
         return path

@@ -10,7 +10,7 @@ import numpy as np
 from tapefit.checkpointing.validate import expect_count, expect_mapping, expect_number, expect_weights
 from tapefit.core.naming import suggest_keywords
 from tapefit.plugins.hookspecs import hookimpl
-from tapefit.plugins.monitor import Monitor
+from tapefit.plugins.monitor import Monitor, decision_level
 
 logger = logging.getLogger("tapefit.plugins.early_stopping")  # one logger per plugin: users may silence one
 
@@ -33,6 +33,8 @@ class EarlyStopping:
             resume from it is exact; the best weights are in this plugin's checkpoint state.
         baseline: stop unless the value beats this within ``patience`` epochs.
         start_from_epoch: epochs to wait before watching (warm-up).
+        verbose: Keras's: 0 says nothing of a stop, 1 always says it; ``None`` (the default)
+            says it while ``fit`` shows progress (see ``decision_level``).
 
     A monitor key missing from the logs gives a warning (naming the keys there) and
     never stops training. The plugin's counters (and best weights) go into checkpoints.
@@ -50,6 +52,7 @@ class EarlyStopping:
         restore_best_weights: bool = False,
         baseline: float | None = None,
         start_from_epoch: int = 0,
+        verbose: int | None = None,
     ) -> None:
         if not isinstance(patience, int) or patience < 0:
             raise ValueError(f"patience must be a non-negative integer, got {patience!r}")
@@ -60,6 +63,8 @@ class EarlyStopping:
         self.restore_best_weights = bool(restore_best_weights)
         self.baseline = baseline
         self.start_from_epoch = int(start_from_epoch)
+        self.verbose = verbose
+        self._level = decision_level(verbose, "early_stopping")
         self._reset()
 
     def _reset(self) -> None:
@@ -98,12 +103,12 @@ class EarlyStopping:
                 f"best {self.monitor} = {self.best:.6g} at epoch {self.best_epoch}"
             )
             trainer.request_stop(self, reason)
-            logger.info("early_stopping: %s", reason)
+            logger.log(self._level, "early_stopping: %s", reason)
 
     @hookimpl
     def on_fit_end(self, trainer: Any) -> None:
         if self.restore_best_weights and self.best_weights is not None:
-            logger.info("early_stopping: restoring the weights of epoch %d", self.best_epoch)
+            logger.log(self._level, "early_stopping: restoring the weights of epoch %d", self.best_epoch)
             trainer.model.load_state_dict(self.best_weights)
 
     def state_dict(self) -> dict[str, Any]:

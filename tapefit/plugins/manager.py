@@ -42,6 +42,8 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "terminate_on_nan": "tapefit.plugins.terminate_on_nan:TerminateOnNaN",
     "reduce_lr_on_plateau": "tapefit.plugins.reduce_lr_on_plateau:ReduceLROnPlateau",
     "distributed": "tapefit.plugins.distributed:Distributed",
+    "learning_rate_scheduler": "tapefit.plugins.learning_rate_scheduler:LearningRateScheduler",
+    "lambda_callback": "tapefit.plugins.lambda_callback:LambdaCallback",
 }
 
 PluginValidationError = pluggy.PluginValidationError

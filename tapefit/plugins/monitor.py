@@ -9,6 +9,19 @@ import math
 logger = logging.getLogger("tapefit")
 
 
+def decision_level(verbose: int | None, plugin: str) -> int:
+    """The logging level of a plugin's decisions (a stop, a cut) from Keras's ``verbose``.
+
+    ``None`` (tapefit's default): ``INFO``, shown while ``fit`` shows progress; ``0`` (Keras's
+    default): ``DEBUG``, silent; ``1``: ``WARNING``, always shown, as Keras prints them.
+    """
+    if verbose is None:
+        return logging.INFO
+    if isinstance(verbose, bool) or verbose not in (0, 1, 2):
+        raise ValueError(f"{plugin}: verbose must be 0, 1 or null, got {verbose!r}")
+    return logging.DEBUG if verbose == 0 else logging.WARNING
+
+
 def infer_mode(monitor: str, mode: str) -> str:
     """``"min"`` or ``"max"``; ``"auto"`` is max for accuracy/AUC keys, else min (as Keras)."""
     if mode not in ("auto", "min", "max"):

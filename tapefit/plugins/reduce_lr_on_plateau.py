@@ -8,7 +8,7 @@ from typing import Any
 from tapefit.checkpointing.validate import expect_count, expect_mapping, expect_number
 from tapefit.core.naming import suggest_keywords
 from tapefit.plugins.hookspecs import hookimpl
-from tapefit.plugins.monitor import Monitor
+from tapefit.plugins.monitor import Monitor, decision_level
 
 logger = logging.getLogger(
     "tapefit.plugins.reduce_lr_on_plateau"
@@ -33,6 +33,8 @@ class ReduceLROnPlateau:
         min_delta: the smallest change that counts as an improvement.
         cooldown: epochs to wait after a reduction before watching again.
         min_lr: the learning rate never goes below this.
+        verbose: Keras's: 0 says nothing of a cut, 1 always says it; ``None`` (the default)
+            says it while ``fit`` shows progress (see ``decision_level``).
     """
 
     plugin_name = "reduce_lr_on_plateau"
@@ -47,6 +49,7 @@ class ReduceLROnPlateau:
         min_delta: float = 1e-4,
         cooldown: int = 0,
         min_lr: float = 0.0,
+        verbose: int | None = None,
     ) -> None:
         if not 0.0 < factor < 1.0:
             raise ValueError(f"factor must be in (0, 1) to reduce the learning rate, got {factor!r}")
@@ -59,6 +62,8 @@ class ReduceLROnPlateau:
         self.mode, self.min_delta = self._monitor.mode, self._monitor.min_delta
         self.cooldown = int(cooldown)
         self.min_lr = float(min_lr)
+        self.verbose = verbose
+        self._level = decision_level(verbose, "reduce_lr_on_plateau")
         self._reset()
 
     def _reset(self) -> None:
@@ -96,8 +101,12 @@ class ReduceLROnPlateau:
                     new = max(old * self.factor, self.min_lr)
                     if new < old:
                         trainer.optimizer.learning_rate = new
-                        logger.info(
-                            "reduce_lr_on_plateau: epoch %d: learning rate %.6g -> %.6g", epoch, old, new
+                        logger.log(
+                            self._level,
+                            "reduce_lr_on_plateau: epoch %d: learning rate %.6g -> %.6g",
+                            epoch,
+                            old,
+                            new,
                         )
                     self.cooldown_counter = self.cooldown
                     self.wait = 0

@@ -94,6 +94,19 @@ def _flatten_config(config: Any) -> dict[str, bool | str | float | int]:
     return dict(flat)
 
 
+def _steps_of(update_freq: Any) -> int:
+    """Keras's ``update_freq`` as steps between per-step scalars (0: none, only the epoch's)."""
+    if update_freq == "epoch":
+        return 0
+    if update_freq == "batch":
+        return 1
+    if isinstance(update_freq, int) and not isinstance(update_freq, bool) and update_freq >= 1:
+        return update_freq
+    raise ValueError(
+        f"update_freq must be 'batch', 'epoch' or a positive number of steps, got {update_freq!r}"
+    )
+
+
 def _learning_rate_of(optimizer: Any) -> float | None:
     """The optimizer's learning rate now, or ``None`` when it has none to read as a number."""
     try:
@@ -215,6 +228,19 @@ class TensorBoard:
             recorded on a tape: ops named by the modules that ran them
             (``sequential/dense_1/MatMul``), shapes on the edges.
         flush_secs: tensorboardX's flush interval; files are also flushed at every epoch end.
+        update_freq: Keras's: ``"batch"`` writes the per-step scalars every step, a number
+            ``n`` every n-th step, ``"epoch"`` only the epoch scalars; it replaces
+            ``log_every_n_steps``. ``None`` (the default): ``log_every_n_steps`` decides.
+        histogram_freq: Keras's: write the weights' histograms at the end of every n-th
+            epoch (0: never), beside ``histogram_every_n_steps``'s per-step ones.
+        write_graph: Keras's name for ``log_graph``; ``None`` leaves ``log_graph`` to decide.
+        write_steps_per_second: Keras's: write each epoch's training steps per second
+            (``epoch/steps_per_second``).
+
+    The per-step ``step/loss`` is each batch's own loss (the logs of a batch hold the
+    epoch's running mean). Keras's ``write_images``, ``profile_batch``, ``embeddings_freq``
+    and ``embeddings_metadata`` have no twin: weight images, TensorFlow's profiler and the
+    embedding projector are TensorFlow's.
 
     A histogram of values that TensorBoard cannot bin (NaN, infinite, or beyond
     +-1e20, as when training diverges) is skipped rather than failing the fit, so
@@ -241,8 +267,20 @@ class TensorBoard:
         log_hparams: bool = True,
         log_graph: bool = True,
         flush_secs: int = 120,
+        update_freq: str | int | None = None,
+        histogram_freq: int = 0,
+        write_graph: bool | None = None,
+        write_steps_per_second: bool = False,
     ) -> None:
-        if not isinstance(log_every_n_steps, int) or log_every_n_steps < 1:
+        if update_freq is not None:
+            log_every_n_steps = _steps_of(update_freq)
+        if not isinstance(histogram_freq, int) or isinstance(histogram_freq, bool) or histogram_freq < 0:
+            raise ValueError(
+                f"histogram_freq must be a non-negative number of epochs, got {histogram_freq!r}"
+            )
+        if write_graph is not None:
+            log_graph = write_graph
+        if update_freq is None and (not isinstance(log_every_n_steps, int) or log_every_n_steps < 1):
             raise ValueError(f"log_every_n_steps must be a positive integer, got {log_every_n_steps!r}")
         if histogram_every_n_steps is not None and (
             not isinstance(histogram_every_n_steps, int) or histogram_every_n_steps < 0
@@ -256,6 +294,11 @@ class TensorBoard:
         self.log_grad_norm = bool(log_grad_norm)
         self.log_hparams = bool(log_hparams)
         self.log_graph = bool(log_graph)
+        self.update_freq = update_freq
+        self.histogram_freq = histogram_freq
+        self.write_steps_per_second = bool(write_steps_per_second)
+        self._epoch_started: tuple[float, int] | None = None  # (time, trainer.step) at the epoch's start
+        self._step_loss = float("nan")
         self._graph_due = False
         self.flush_secs = int(flush_secs)
         self.folder: Path | None = None
@@ -309,7 +352,7 @@ class TensorBoard:
         self._writer("train")
 
     def _logs_step(self, step: int) -> bool:
-        return step % self.log_every_n_steps == 0
+        return bool(self.log_every_n_steps) and step % self.log_every_n_steps == 0
 
     def _histogram_step(self, step: int) -> bool:
         return bool(self.histogram_every_n_steps) and step % self.histogram_every_n_steps == 0
@@ -339,6 +382,7 @@ class TensorBoard:
     ) -> None:
         # tryfirst: sees the gradients before clipping; changes nothing.
         self._pending = (step, logs)
+        self._step_loss = logs["loss"]  # the batch's own; at the batch's end the logs hold the running mean
         if self._logs_step(step):
             # Read before the update: afterwards the optimizer reports the next step's rate.
             self._step_learning_rate = trainer.learning_rate
@@ -394,21 +438,36 @@ class TensorBoard:
         self._pending = None
         writer = self._writer("train")
         if self._logs_step(step):
-            writer.add_scalar("step/loss", logs["loss"], step)
+            writer.add_scalar("step/loss", self._step_loss, step)
             writer.add_scalar("step/learning_rate", self._step_learning_rate, step)
             if "grad_global_norm" in logs:
                 writer.add_scalar("step/grad_global_norm", logs["grad_global_norm"], step)
         if self._histogram_step(step):
-            named = getattr(trainer.model, "named_variables", None)
-            pairs = named() if callable(named) else [(v.name, v) for v in trainer.model.trainable_variables]
-            for path, variable in pairs:
-                self._add_histogram(f"weights/{path}", variable.numpy(), step)
+            self._weight_histograms(trainer, step)
+
+    def _weight_histograms(self, trainer: Any, step: int) -> None:
+        named = getattr(trainer.model, "named_variables", None)
+        pairs = named() if callable(named) else [(v.name, v) for v in trainer.model.trainable_variables]
+        for path, variable in pairs:
+            self._add_histogram(f"weights/{path}", variable.numpy(), step)
 
     @hookimpl
-    def on_epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+    def on_epoch_start(self, trainer: Any) -> None:
+        self._epoch_started = (time.monotonic(), trainer.step)
+
+    @hookimpl
+    def on_epoch_end(self, trainer: Any, epoch: int, logs: dict[str, float]) -> None:
         for key, value in logs.items():
             run, tag = ("val", key[4:]) if key.startswith("val_") else ("train", key)
             self._writer(run).add_scalar(f"epoch/{tag}", value, epoch)
+        if self.write_steps_per_second and self._epoch_started is not None:
+            started, first_step = self._epoch_started
+            seconds = max(time.monotonic() - started, 1e-9)
+            self._writer("train").add_scalar(
+                "epoch/steps_per_second", (trainer.step - first_step) / seconds, epoch
+            )
+        if self.histogram_freq and (epoch + 1) % self.histogram_freq == 0:
+            self._weight_histograms(trainer, trainer.step)
         self._last_logs = dict(logs)
         for run, writer in self._writers.items():
             writer.flush()

@@ -22,6 +22,12 @@ class TerminateOnNaN:
     ``checkpoint`` plugin refuses to save non-finite weights, so the last good
     checkpoint stays the newest one to resume from.
 
+    Args:
+        raise_error: raise a ``RuntimeError`` naming the step instead of stopping, as
+            Keras's ``raise_error=True``: the fit ends with the exception, and no plugin's
+            ``on_fit_end`` runs (``on_exception`` does; no interrupted checkpoint is saved,
+            as the update was applied).
+
     Attributes:
         stopped_step: the step whose loss was not finite, or ``None``.
     """
@@ -29,7 +35,10 @@ class TerminateOnNaN:
     plugin_name = "terminate_on_nan"
     adds_log_keys: tuple[str, ...] = ()  # epoch log keys it adds (hookspecs.py)
 
-    def __init__(self) -> None:
+    def __init__(self, raise_error: bool = False) -> None:
+        if not isinstance(raise_error, bool):
+            raise TypeError(f"raise_error must be true or false, got {raise_error!r}")
+        self.raise_error = raise_error
         self.stopped_step: int | None = None
 
     @property
@@ -48,6 +57,11 @@ class TerminateOnNaN:
         loss = logs.get("loss")
         if loss is not None and not math.isfinite(loss):
             self.stopped_step = step
+            if self.raise_error:
+                raise RuntimeError(
+                    f"terminate_on_nan: the loss is {loss} at step {step} (epoch {trainer.epoch}, "
+                    f"batch {trainer.batch_in_epoch - 1})"
+                )
             trainer.stop_training = True
             logger.warning(
                 "terminate_on_nan: step %d (epoch %d, batch %d): loss is %s, terminating training",

@@ -19,6 +19,8 @@ CLASS_NAMES = {
     "early_stopping": "EarlyStopping",
     "terminate_on_nan": "TerminateOnNaN",
     "reduce_lr_on_plateau": "ReduceLROnPlateau",
+    "learning_rate_scheduler": "LearningRateScheduler",
+    "lambda_callback": "LambdaCallback",
 }
 
 

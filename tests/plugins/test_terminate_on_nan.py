@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+import tapefit as tp
 from tapefit.plugins.checkpoint import load_checkpoint
 from tapefit.plugins.terminate_on_nan import TerminateOnNaN
 
@@ -31,3 +33,32 @@ def test_finite_losses_train_on(make_trainer, make_data):
     trainer = make_trainer([plugin])
     trainer.fit(x, y, epochs=2, batch_size=4)
     assert plugin.stopped_step is None and trainer.step == 6
+
+
+def test_raise_error_raises_naming_the_step_and_ends_no_fit_gracefully(tmp_path, make_trainer, make_data):
+    x, y = make_data(12)
+    x = x.copy()
+    x[7] = np.nan
+    ended = []
+
+    class Ends:
+        @tp.hookimpl
+        def on_fit_end(self):
+            ended.append("on_fit_end")
+
+        @tp.hookimpl
+        def on_exception(self, exception):
+            ended.append(type(exception).__name__)
+
+    folder = tmp_path / "ckpt"
+    trainer = make_trainer(
+        [TerminateOnNaN(raise_error=True), Ends(), {"type": "checkpoint", "dirpath": str(folder)}]
+    )
+    with pytest.raises(
+        RuntimeError, match=r"^terminate_on_nan: the loss is nan at step 1 \(epoch 0, batch 1\)$"
+    ):
+        trainer.fit(x, y, epochs=3, batch_size=4, shuffle=False)
+    assert ended == ["RuntimeError"]  # as Keras's raise_error: no on_fit_end
+    assert not (folder / "interrupted.npz").exists()  # the update with NaN was applied: nothing whole to save
+    with pytest.raises(TypeError, match="raise_error must be true or false"):
+        TerminateOnNaN(raise_error="yes")

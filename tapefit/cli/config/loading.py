@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from tapefit.cli.config.values import kind_of, plain
+from tapefit.core import naming
 from tapefit.core.files import FileRefused, open_untrusted
 
 if sys.version_info >= (3, 11):
@@ -37,7 +38,7 @@ MAX_DEPTH = 20
 MAX_BYTES = 2**20
 """The largest a config file may be, in bytes (configs are small: the largest shipped is 2 kB)."""
 
-_CONFIGURABLE = "__tapefit_configurable__"
+_CONFIGURABLE = naming.CONFIGURABLE_MARK
 
 _T = typing.TypeVar("_T")
 
