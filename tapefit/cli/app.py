@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import inspect
 import json
 import logging
 import math
@@ -423,18 +424,14 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
     if recorder is not None:
         trainer.plugins.register(recorder, name="run_folder")
     try:
+        # the trainer section is derived from fit's signature (and Trainer's): its fit keys go to fit
+        fit_keys = inspect.signature(trainer.fit).parameters
         history = trainer.fit(
             run.data.stream if streamed else run.data.x_train,
             None if streamed else run.data.y_train,
-            epochs=settings["epochs"],
-            batch_size=settings["batch_size"],
             validation_data=run.data.validation,
-            shuffle=settings["shuffle"],
-            drop_last=settings["drop_last"],
             resume_from=run.resume_from,
-            verbose=settings["verbose"],
-            steps_per_epoch=settings["steps_per_epoch"],
-            validation_steps=settings["validation_steps"],
+            **{key: value for key, value in settings.items() if key in fit_keys},
         )
     finally:
         if recorder is not None:

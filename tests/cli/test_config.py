@@ -287,6 +287,8 @@ def test_resolved_config_fills_defaults_and_expands_shorthands():
         "threads": None,
         "steps_per_epoch": None,
         "validation_steps": None,
+        "validation_batch_size": None,
+        "validation_freq": 1,
     }
     assert resolved["plugins"] == [
         {"type": "progress"},

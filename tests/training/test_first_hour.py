@@ -146,3 +146,36 @@ def test_validation_split_of_mixed_rows_does_not_warn(recwarn):
     x, y = make_data(40)
     make_trainer().fit(x, y, validation_split=0.2, verbose=0)
     assert not [w for w in recwarn if "sorted by class" in str(w.message)]
+
+
+def test_validation_freq_and_validation_batch_size_as_keras():
+    x, y = make_data(24)
+    validated, rows = [], []
+
+    class Validated:
+        @tp.hookimpl
+        def on_validation_end(self, epoch, logs):
+            validated.append(epoch)
+
+    def seen(t, training=False):
+        if not training:
+            rows.append(t.shape[0])
+        return t
+
+    trainer = make_trainer([Validated()])
+    trainer.model = tp.layers.Sequential([tp.layers.Lambda(seen), trainer.model])
+    history = trainer.fit(
+        x,
+        y,
+        epochs=4,
+        batch_size=8,
+        validation_data=(x, y),
+        validation_freq=2,
+        validation_batch_size=5,
+        verbose=0,
+    )
+    assert validated == [1, 3]  # after every 2nd epoch
+    assert np.isnan(history.history["val_loss"][0]) and not np.isnan(history.history["val_loss"][1])
+    assert rows[-5:] == [5, 5, 5, 5, 4]  # 24 validation rows in batches of 5
+    with pytest.raises(ValueError, match="validation_freq must be a positive integer, got 0"):
+        make_trainer().fit(x, y, validation_freq=0, verbose=0)
