@@ -9,9 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+from tapefit.core.custom_gradient import custom_gradient
 from tapefit.core.naming import Registry
 from tapefit.core.ops import math as _math
 from tapefit.core.ops import nn as _nn
+from tapefit.core.ops import reduce as _reduce
+from tapefit.core.ops import shape as _shape
+from tapefit.core.ops.creation import convert_to_tensor
 from tapefit.core.tensor import Tensor
 
 
@@ -91,7 +97,108 @@ def leaky_relu(x: Any, negative_slope: float = 0.2) -> Tensor:
     return _nn.leaky_relu(x, alpha=negative_slope)
 
 
+def celu(x: Any, alpha: float = 1.0) -> Tensor:
+    """``max(x, 0) + min(0, alpha * (exp(x / alpha) - 1))``."""
+    return _nn.relu(x) + _math.minimum(_math.exp(x / alpha) * alpha - alpha, 0.0)
+
+
+def glu(x: Any, axis: int = -1) -> Tensor:
+    """The gated linear unit: ``a * sigmoid(b)``, with ``a`` and ``b`` the halves of ``x`` along ``axis``."""
+    x = convert_to_tensor(x)
+    if x.shape[axis] % 2:
+        raise ValueError(f"glu: axis {axis} of x must have an even size, got shape {tuple(x.shape)}")
+    a, b = _shape.split(x, 2, axis=axis)
+    return a * _math.sigmoid(b)
+
+
+def hard_sigmoid(x: Any) -> Tensor:
+    """``relu6(x + 3) / 6``: 0 below -3, 1 above 3, linear between (Keras 3's)."""
+    return _math.clip_by_value(x / 6.0 + 0.5, 0.0, 1.0)
+
+
+def hard_silu(x: Any) -> Tensor:
+    """``x * hard_sigmoid(x)`` (also called hard_swish)."""
+    return x * hard_sigmoid(x)
+
+
+def hard_tanh(x: Any) -> Tensor:
+    """``x`` clipped to ``[-1, 1]``."""
+    return _math.clip_by_value(x, -1.0, 1.0)
+
+
+def hard_shrink(x: Any, threshold: float = 0.5) -> Tensor:
+    """``x`` where ``|x| > threshold``, else 0."""
+    return _math.where(_math.abs(x) > threshold, x, 0.0)
+
+
+def soft_shrink(x: Any, threshold: float = 0.5) -> Tensor:
+    """``x`` moved ``threshold`` towards 0, and 0 within ``threshold`` of it."""
+    return _math.where(x > threshold, x - threshold, _math.where(x < -threshold, x + threshold, 0.0))
+
+
+def tanh_shrink(x: Any) -> Tensor:
+    """``x - tanh(x)``."""
+    return x - _math.tanh(x)
+
+
+def log_sigmoid(x: Any) -> Tensor:
+    """``log(sigmoid(x))``, computed as ``-softplus(-x)``."""
+    return -_nn.softplus(-x)
+
+
+def mish(x: Any) -> Tensor:
+    """``x * tanh(softplus(x))``."""
+    return x * _math.tanh(_nn.softplus(x))
+
+
+def sparse_plus(x: Any) -> Tensor:
+    """0 for ``x <= -1``, ``x`` for ``x >= 1``, and ``(x + 1)**2 / 4`` between."""
+    return _math.where(x <= -1.0, 0.0, _math.where(x >= 1.0, x, (x + 1.0) * (x + 1.0) / 4.0))
+
+
+def sparse_sigmoid(x: Any) -> Tensor:
+    """0 for ``x <= -1``, 1 for ``x >= 1``, and ``(x + 1) / 2`` between."""
+    return _math.clip_by_value((x + 1.0) / 2.0, 0.0, 1.0)
+
+
+def squareplus(x: Any, b: float = 4.0) -> Tensor:
+    """``(x + sqrt(x**2 + b)) / 2``, a smooth relu."""
+    return (x + _math.sqrt(x * x + b)) / 2.0
+
+
+def threshold(x: Any, threshold: float, default_value: float) -> Tensor:
+    """``x`` where ``x > threshold``, else ``default_value``."""
+    return _math.where(x > threshold, x, default_value)
+
+
+def sparsemax(x: Any, axis: int = -1) -> Tensor:
+    """The Euclidean projection of ``x`` onto the probability simplex along ``axis``: like
+    softmax, outputs that sum to 1, but exactly 0 for the small inputs."""
+
+    @custom_gradient
+    def projected(logits: Tensor) -> Any:
+        z = np.moveaxis(logits.numpy(), axis, -1)
+        ranked = -np.sort(-z, axis=-1)
+        k = np.arange(1, z.shape[-1] + 1, dtype=z.dtype)
+        cumulative = np.cumsum(ranked, axis=-1)
+        support = (1.0 + k * ranked > cumulative).sum(axis=-1, keepdims=True)
+        tau = (np.take_along_axis(cumulative, support - 1, axis=-1) - 1.0) / support.astype(z.dtype)
+        out = np.moveaxis(np.maximum(z - tau, 0.0), -1, axis).astype(z.dtype)
+        inside = convert_to_tensor((out > 0).astype(z.dtype))
+
+        def grad(dy: Tensor) -> Tensor:
+            # The Jacobian on the support: identity minus its mean; zero outside it.
+            size = _reduce.reduce_sum(inside, axis=axis, keepdims=True)
+            mean = _reduce.reduce_sum(dy * inside, axis=axis, keepdims=True) / size
+            return inside * (dy - mean)
+
+        return convert_to_tensor(out), grad
+
+    return projected(convert_to_tensor(x))
+
+
 swish = silu
+hard_swish = hard_silu
 
 registry: Registry[Callable[..., Any]] = Registry(
     "activation",
@@ -112,6 +219,22 @@ registry: Registry[Callable[..., Any]] = Registry(
         "elu": elu,
         "selu": selu,
         "leaky_relu": leaky_relu,
+        "celu": celu,
+        "glu": glu,
+        "hard_sigmoid": hard_sigmoid,
+        "hard_silu": hard_silu,
+        "hard_swish": hard_silu,
+        "hard_tanh": hard_tanh,
+        "hard_shrink": hard_shrink,
+        "soft_shrink": soft_shrink,
+        "tanh_shrink": tanh_shrink,
+        "log_sigmoid": log_sigmoid,
+        "mish": mish,
+        "sparse_plus": sparse_plus,
+        "sparse_sigmoid": sparse_sigmoid,
+        "sparsemax": sparsemax,
+        "squareplus": squareplus,
+        "threshold": threshold,
     },
     none=linear,
 )
@@ -129,6 +252,22 @@ def get(identifier: str | Callable[..., Any] | None) -> Callable[..., Any]:
 
 
 __all__ = [
+    "celu",
+    "glu",
+    "hard_shrink",
+    "hard_sigmoid",
+    "hard_silu",
+    "hard_swish",
+    "hard_tanh",
+    "log_sigmoid",
+    "mish",
+    "soft_shrink",
+    "sparse_plus",
+    "sparse_sigmoid",
+    "sparsemax",
+    "squareplus",
+    "tanh_shrink",
+    "threshold",
     "elu",
     "exponential",
     "gelu",
