@@ -19,6 +19,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from tapefit.core import dtypes as _dt
 from tapefit.core import random as _random
 from tapefit.core.function import draw as _draw
+from tapefit.core.function import writes_into
 from tapefit.core.ops.linalg import matmul
 from tapefit.core.ops.math import cast, exp, identity, sigmoid, square, tanh, where
 from tapefit.core.ops.reduce import reduce_sum
@@ -67,7 +68,17 @@ def softplus(features: Any) -> Tensor:
 
 # ReluGrad is its own op (fused mask-and-multiply), with its own gradient for higher orders.
 # dy * mask, as TensorFlow's kernel does: np.where with a scalar branch is ~10x slower here.
-_RELU_GRAD = OpDef("ReluGrad", lambda dy, out: dy * (out > 0), save="y")
+@writes_into
+def _relu_backprop(dy: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    if out is None:
+        return dy * (y > 0)
+    # The mask as 0.0 and 1.0 in ``out`` itself (never ``dy``'s array), then dy times it: the
+    # same products as with a bool mask, with no array allocated.
+    np.greater(y, y.dtype.type(0), out=out)
+    return np.multiply(dy, out, out=out)
+
+
+_RELU_GRAD = OpDef("ReluGrad", _relu_backprop, save="y")
 
 
 @register_gradient("Relu")
@@ -86,8 +97,16 @@ def _relu_grad_grad(op: Op, ddy: Tensor) -> tuple[Any, None]:
 # made of tapefit ops (ReluGrad, MatMul, Sum), so it differentiates again.
 
 
-def _dense(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None, *, relu: bool) -> np.ndarray:
-    out = np.matmul(x, kernel)
+@writes_into
+def _dense(
+    x: np.ndarray,
+    kernel: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    relu: bool,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    out = np.matmul(x, kernel, out=out)
     if bias is not None:
         np.add(out, bias, out=out)
     if relu:
