@@ -297,16 +297,18 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
     into: dict[int, int] = {}
     lent: dict[int, list[tuple[int, int]]] = {}
     swapped: list[int] = []  # buffers a host call may keep: globals the replay rebinds
+    code, init = program.code, program.init
     if planned:
-        into, program.buffers, lent = _plan(program)
+        code, init = _fold(program)
+        into, program.buffers, lent = _plan(program, code)
         for k, array in enumerate(program.buffers):
             names[f"b{k}"] = array
-    local = _locals(program)
+    local = _locals(program.inputs, code)
 
     def slot(i: int) -> str:
         if i in local:
             return f"s{i}"
-        names[f"k{i}"] = program.init[i]  # a constant captured at trace time
+        names[f"k{i}"] = init[i]  # a constant captured at trace time (or folded)
         return f"k{i}"
 
     def const(value: Any) -> str:
@@ -327,7 +329,7 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
             body(f"    {target} = {result}")
             body(f"    if {target}.__class__ is not _ndarray: {target} = _asarray({target})")
 
-    for index, (kind, a, b, c, d, free) in enumerate(program.code):
+    for index, (kind, a, b, c, d, free) in enumerate(code):
         if kind == _OP:
             buffer = into.get(d) if d.__class__ is int else None
             out = [] if buffer is None else [f"out=b{buffer}"]
@@ -375,10 +377,10 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
     return replay
 
 
-def _locals(program: _Program) -> set[int]:
+def _locals(inputs: list[int], code: list[tuple[Any, ...]]) -> set[int]:
     """The slots a replay holds in local variables (the others are constants)."""
-    local = set(program.inputs)
-    for kind, _, b, c, d, _ in program.code:
+    local = set(inputs)
+    for kind, _, b, c, d, _ in code:
         if kind == _OP:
             local.update((d,) if d.__class__ is int else d)
         elif kind in (_READ, _DRAW):
@@ -496,10 +498,36 @@ def _takes_out(forward: Any, attrs: Any) -> bool:
         return False
 
 
-def _lives(program: _Program) -> tuple[dict[int, int], set[int]]:
+def _fold(program: _Program) -> tuple[list[tuple[Any, ...]], list[Any]]:
+    """The program's code and constants with every op whose inputs are all constants
+    computed once, here, and its outputs made constants (a loss's ``1 / batch`` and the
+    reshapes and broadcasts of it that its gradient makes). Ops are pure functions of their
+    arrays (random draws are their own instructions), so a replay computes nothing else
+    than it would have. An op whose output the function returns stays: each call returns
+    new Tensors."""
+    init = list(program.init)
+    constant = [value is not None for value in init]
+    for slot in program.inputs:
+        constant[slot] = False
+    returned = {x.slot for x in program.outputs if isinstance(x, _Ref)}
+    code = []
+    for ins in program.code:
+        kind, forward, reads, attrs, out = ins[:5]
+        outs = (out,) if kind == _OP and out.__class__ is int else out
+        if kind == _OP and all(constant[i] for i in reads) and not returned.intersection(outs):
+            result = forward(*[init[i] for i in reads], **(attrs or {}))
+            values = (result,) if out.__class__ is int else result
+            for slot, value in zip(outs, values):
+                init[slot] = value if value.__class__ is _ndarray else _asarray(value)
+                constant[slot] = True
+            continue
+        code.append(ins)
+    return code, init
+
+
+def _lives(program: _Program, code: list[tuple[Any, ...]]) -> tuple[dict[int, int], set[int]]:
     """Each slot's last use (its last read, or where it is made; a view's base lives as long
     as the view), and the slots the caller may hold (see ``_plan``)."""
-    code = program.code
     escaped = {x.slot for x in program.outputs if isinstance(x, _Ref)}
     last: dict[int, int] = {}
     for index, (kind, _a, b, c, d, _free) in enumerate(code):
@@ -531,7 +559,9 @@ def _lives(program: _Program) -> tuple[dict[int, int], set[int]]:
     return last, escaped
 
 
-def _plan(program: _Program) -> tuple[dict[int, int], list[np.ndarray], dict[int, list[tuple[int, int]]]]:
+def _plan(
+    program: _Program, code: list[tuple[Any, ...]]
+) -> tuple[dict[int, int], list[np.ndarray], dict[int, list[tuple[int, int]]]]:
     """The replay's buffers: which op outputs are written, with ``out=``, into which buffer.
 
     Liveness first: a slot lives from the op that makes it to its last read, and a view keeps
@@ -549,8 +579,7 @@ def _plan(program: _Program) -> tuple[dict[int, int], list[np.ndarray], dict[int
     Returns the buffer of each planned slot, the buffers, and per host call the buffers it
     is lent with the number of Tensors made of each.
     """
-    code = program.code
-    last, escaped = _lives(program)
+    last, escaped = _lives(program, code)
     ends: dict[int, list[int]] = {}
     for slot, index in last.items():
         ends.setdefault(index, []).append(slot)

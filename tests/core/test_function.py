@@ -622,3 +622,19 @@ def test_repeated_replays_do_not_grow_memory():
     assert not step.eager and _replays(step) == 1
     # The optimizer is lent the gradients' buffers and keeps none: the same buffers serve every call.
     assert all(replay.__globals__[k] is v for k, v in buffers.items())
+
+
+def test_ops_on_constants_are_computed_once_at_plan_time():
+    calls = []  # the results, each checked as it comes
+
+    @tp.function
+    def f(x):
+        scale = tp.reshape(tp.constant([2.0, 3.0]) / 4.0, [1, 2])  # constants only: folded
+        return x * scale
+
+    x = np.ones((3, 2), np.float32)
+    for i in range(4):
+        calls.append(f(x * i).numpy())
+        np.testing.assert_array_equal(calls[-1], (x * i) * np.array([[0.5, 0.75]], np.float32))
+    source = _program(f)._replay.source
+    assert source.count(" = g") == 1  # one op call left: the multiply

@@ -589,15 +589,16 @@ def _softmax_xent_grad(op: Op, dloss: Tensor, dbackprop: Tensor) -> tuple[Any, A
 
 
 def _sparse_xent(x: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    shifted = x - np.max(x, axis=-1, keepdims=True)
+    # The ufuncs' own reduce and flat indices into fresh C-ordered arrays (whatever ``x``'s
+    # order, so that the flat views below are views): NumPy's max, sum and
+    # take/put_along_axis wrappers cost more than the work on a small batch.
+    shifted = np.subtract(x, np.maximum.reduce(x, axis=-1, keepdims=True), order="C")
     e = np.exp(shifted)
-    total = np.sum(e, axis=-1, keepdims=True)
-    picked = np.take_along_axis(shifted, labels[..., None], axis=-1)
-    loss = (np.log(total) - picked)[..., 0]
-    backprop = e / total
-    np.put_along_axis(
-        backprop, labels[..., None], np.take_along_axis(backprop, labels[..., None], -1) - 1, -1
-    )
+    total = np.add.reduce(e, axis=-1, keepdims=True)
+    picked = np.arange(0, shifted.size, x.shape[-1]) + labels.reshape(-1)  # flat index of each label
+    loss = (np.log(total) - shifted.reshape(-1)[picked].reshape(total.shape))[..., 0]
+    backprop = np.divide(e, total, out=e)
+    backprop.reshape(-1)[picked] -= 1
     return loss, backprop
 
 
