@@ -474,28 +474,36 @@ def _with_frees(code: list[tuple[Any, ...]], outputs: list[Any]) -> list[tuple[A
 
 
 # Forwards that take ``out=``: see ``writes_into``.
-_WRITES_INTO: set[Any] = set()
+_WRITES_INTO: dict[Any, tuple[int, ...]] = {}
 
 
-def writes_into(forward: F) -> F:
+def writes_into(*over: int) -> Callable[[F], F]:
     """Marks an op's forward as taking ``out=``, an array of its result's shape and dtype
     (C-contiguous) that it writes its result into and returns, bit for bit what it returns
     without ``out``. A planned replay then writes the op's result into a buffer allocated once
-    (``_plan``); ``out`` is never one of the call's inputs. NumPy ufuncs need no mark.
+    (``_plan``). ``over``: the positions of the inputs whose array ``out`` may be (the forward
+    reads them elementwise, before writing each element); ``out`` is never any other input's
+    array. NumPy ufuncs need no mark (any input may be ``out``).
     """
-    _WRITES_INTO.add(forward)
-    return forward
+
+    def mark(forward: F) -> F:
+        _WRITES_INTO[forward] = over
+        return forward
+
+    return mark
 
 
-def _takes_out(forward: Any, attrs: Any) -> bool:
+def _overwrites(forward: Any, attrs: Any) -> tuple[int, ...] | None:
+    """The input positions whose array ``forward`` may write its result over (``writes_into``),
+    or ``None`` if it does not take ``out=``."""
     if attrs and ("out" in attrs or "where" in attrs):
-        return False
+        return None
     if isinstance(forward, np.ufunc):
-        return forward.nout == 1
+        return tuple(range(forward.nin)) if forward.nout == 1 else None
     try:
-        return forward in _WRITES_INTO
+        return _WRITES_INTO.get(forward)
     except TypeError:  # an unhashable callable
-        return False
+        return None
 
 
 def _fold(program: _Program) -> tuple[list[tuple[Any, ...]], list[Any]]:
@@ -574,7 +582,8 @@ def _plan(
     call gets (the optimizer's gradients, as Tensors) are lent: after the call the replay
     counts the references to each lent buffer, and one the call kept is replaced (see
     ``_host_call_lines``). An elementwise ufunc may write into the buffer of an input that
-    dies there (in place); any other forward gets a buffer none of its inputs uses.
+    dies there (in place), and so may a forward over the inputs ``writes_into`` names; any
+    other forward gets a buffer none of its inputs uses.
 
     Returns the buffer of each planned slot, the buffers, and per host call the buffers it
     is lent with the number of Tensors made of each.
@@ -598,9 +607,15 @@ def _plan(
 
     for index, (kind, a, b, c, d, _free) in enumerate(code):
         layout = program.layout.get(d) if kind == _OP and d.__class__ is int else None
-        if layout is not None and d not in escaped and _takes_out(a, c):
-            if isinstance(a, np.ufunc):  # elementwise: may overwrite an input that dies here
-                release([slot for slot in set(b) if last[slot] == index])
+        over = _overwrites(a, c) if layout is not None and d not in escaped else None
+        if over is not None and layout is not None:
+            # An input that dies here, read only where the forward may write over it, gives
+            # its buffer (an elementwise op in place).
+            # (NumPy's ufuncs handle any overlap; another forward's other inputs must not be
+            # views, which could view the array written over.)
+            others = {slot for i, slot in enumerate(b) if i not in over}
+            if isinstance(a, np.ufunc) or not others & program.views:
+                release([b[i] for i in over if last[b[i]] == index and b[i] not in others])
             pool = free.get(layout)
             if pool:
                 k = pool.pop()

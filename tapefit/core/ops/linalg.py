@@ -18,7 +18,7 @@ from tapefit.core.tensor import Tensor, _wrap, as_tensor, weak_operand
 # -- matmul -----------------------------------------------------------------
 
 
-@writes_into
+@writes_into()
 def _matmul(
     a: np.ndarray, b: np.ndarray, transpose_a: bool, transpose_b: bool, out: np.ndarray | None = None
 ) -> np.ndarray:

@@ -68,12 +68,12 @@ def softplus(features: Any) -> Tensor:
 
 # ReluGrad is its own op (fused mask-and-multiply), with its own gradient for higher orders.
 # dy * mask, as TensorFlow's kernel does: np.where with a scalar branch is ~10x slower here.
-@writes_into
+@writes_into(1)  # out may be y's array: each element of y is read before it is written
 def _relu_backprop(dy: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     if out is None:
         return dy * (y > 0)
-    # The mask as 0.0 and 1.0 in ``out`` itself (never ``dy``'s array), then dy times it: the
-    # same products as with a bool mask, with no array allocated.
+    # The mask as 0.0 and 1.0 in ``out`` itself (never ``dy``'s array; maybe ``y``'s), then dy
+    # times it: the same products as with a bool mask, with no array allocated.
     np.greater(y, y.dtype.type(0), out=out)
     return np.multiply(dy, out, out=out)
 
@@ -97,7 +97,7 @@ def _relu_grad_grad(op: Op, ddy: Tensor) -> tuple[Any, None]:
 # made of tapefit ops (ReluGrad, MatMul, Sum), so it differentiates again.
 
 
-@writes_into
+@writes_into()
 def _dense(
     x: np.ndarray,
     kernel: np.ndarray,

@@ -70,7 +70,7 @@ def _reducer(name: str, public: str, what: str, forward: Any, save: str) -> Any:
     return reduce
 
 
-@writes_into
+@writes_into()
 def _sum(x: np.ndarray, axis: tuple[int, ...], keepdims: bool, out: np.ndarray | None = None) -> np.ndarray:
     # np.add.reduce is what np.sum calls, without its Python wrapper (half the cost of a small sum)
     dtype = x.dtype if x.dtype.kind != "b" else np.int32
