@@ -638,3 +638,41 @@ def test_ops_on_constants_are_computed_once_at_plan_time():
         np.testing.assert_array_equal(calls[-1], (x * i) * np.array([[0.5, 0.75]], np.float32))
     source = _program(f)._replay.source
     assert source.count(" = g") == 1  # one op call left: the multiply
+
+
+def test_a_call_while_the_program_runs_does_not_share_its_buffers():
+    w = tp.Variable(np.full((3, 3), 0.5, np.float32))
+    inner, nested = [], [False]
+
+    def again(t):  # a host call that calls the function again, while its replay runs
+        if not nested[0]:
+            nested[0] = True
+            try:
+                inner.append(f(t.numpy() * 2.0).numpy())
+            finally:
+                nested[0] = False
+
+    @tp.function
+    def f(x):
+        h = tp.nn.relu(tp.matmul(x, w))
+        host_call(again, h)
+        return tp.reduce_sum(tp.matmul(h, w) * h)
+
+    def eager(x):
+        nested[0] = True
+        try:
+            return f.python_function(tp.constant(x)).numpy()
+        finally:
+            nested[0] = False
+
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        x = rng.normal(size=(2, 3)).astype(np.float32)
+        inner.clear()
+        got = f(x).numpy()
+        h = np.maximum(x @ w.numpy(), 0)
+        assert len(inner) == 1
+        np.testing.assert_array_equal(inner[0], eager(h * 2.0))
+        np.testing.assert_array_equal(got, eager(x))
+    assert not f.eager and _replays(f) == 1
+    assert _program(f)._unplanned is not None  # the inner calls replayed without the buffers

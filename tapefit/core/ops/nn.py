@@ -48,8 +48,9 @@ def _axis(axis: Any, ndim: int, fn: str) -> int:
 # -- activations -------------------------------------------------------------
 
 
-def _relu(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, x.dtype.type(0))
+@writes_into(0)  # elementwise: out may be x's array
+def _relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    return np.maximum(x, x.dtype.type(0), out=out)
 
 
 _relu_op = unary("Relu", _relu, save="out")
