@@ -27,7 +27,7 @@ import sys
 import types
 import warnings
 from collections.abc import Callable
-from threading import Lock, get_ident
+from threading import get_ident
 from typing import Any, TypeVar, overload
 
 import numpy as np
@@ -240,7 +240,7 @@ class _Program:
         "buffers",
         "_replay",
         "_unplanned",
-        "_lock",
+        "_free",
     )
 
     def __init__(
@@ -257,13 +257,18 @@ class _Program:
         self.buffers: list[np.ndarray] = []  # the planned replay's pool, made with it
         self._replay: Callable[..., list[Any]] | None = None  # made on the first run
         self._unplanned: Callable[..., list[Any]] | None = None  # for a call inside a call
-        self._lock = Lock()
+        # One token: a run takes it (list.pop is atomic), so a second run at the same time
+        # (re-entered from a host call, or another thread) finds none. Unlike a Lock, a list
+        # deep-copies with the function.
+        self._free: list[None] = [None]
 
     def run(self, arrays: list[np.ndarray]) -> Any:
         replay = self._replay
         if replay is None:
             replay = self._replay = _compile(self, planned=True)
-        if not self._lock.acquire(False):
+        try:
+            self._free.pop()
+        except IndexError:
             # A call while this program runs (a host call calling the function again, another
             # thread) would write into the buffers the running call is using: it allocates.
             if self._unplanned is None:
@@ -272,7 +277,7 @@ class _Program:
         try:
             return replay(*arrays)
         finally:
-            self._lock.release()
+            self._free.append(None)
 
 
 def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]]:
