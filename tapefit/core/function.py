@@ -10,6 +10,15 @@ straight-line NumPy calls, and a replay calls it on the new inputs: no Tensors, 
 no dtype checks; the same NumPy calls in the same order, so the results are the eager ones
 bit for bit.
 
+A replay allocates (almost) nothing: the first replay of a program plans its buffers once
+(``_plan``). Each intermediate's life runs from the op that makes it to its last read (a
+possible view keeps its base alive); every op whose forward takes ``out=`` (NumPy's ufuncs, and
+forwards marked ``writes_into``: Dense, MatMul, Sum, Relu, ReluGrad) writes into a buffer of
+its shape and dtype that is free by then, and elementwise ops write over an input that dies
+there. Nothing the caller can hold is a buffer: the results, ``assign*`` values; the arrays
+lent to host calls (the optimizer's gradients) are checked after the call and replaced if
+kept. Ops on constants only are computed once (``_fold``).
+
 Arrays are followed by identity: an op's input array is a program input, the output of an
 earlier call, the value of a Variable read before, or else a constant captured at trace time
 (a Tensor made from Python values, ``tp.zeros``, ...). A tensor's value turned into a Python
