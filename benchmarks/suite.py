@@ -5,6 +5,12 @@ times its systems alternately (A, B, A, B, ..., in a new order each round) and r
 median of the per-pair ratios, so the drift of a shared machine (10-35% between runs here)
 falls on both sides alike. Peers that are not installed (PyTorch, JAX, HIPS autograd: the ``bench`` extra) are
 shown as skipped.
+
+The targets are issue 26's, and only those: an op chain recorded + backward <= 1.0x PyTorch, an
+op with no tape <= 1.5x NumPy, the MLP step eagerly <= 1.2x the lean NumPy step at batch 32,
+under ``tp.function`` <= 1.0x lean at batch 32 and 128 and <= 1.1x ``jax.jit`` at 32, 128 and
+1024, the bidirectional GRU step eagerly <= 1.5x PyTorch, ``lstm_step.py``'s LSTM eagerly <=
+1.2x ``torch.nn.LSTM``. The other rows are reported, to show that nothing got slower.
 """
 
 from __future__ import annotations
@@ -296,24 +302,24 @@ def mlp_rows(batch: int, pairs: int) -> list[Row]:
     # the lean step, and tapefit / peer is the product of the two ratios through it.
     times = paired(fns, pairs)
     compare = [("eager", "lean"), ("function", "lean"), ("eager", "floor"), ("function", "eager")]
-    limit = 1.3 if batch == 32 else 1.1
-    row = row_from(f"MLP step, batch {batch}", times, compare, target=f"eager/lean <= {limit}")
-    # tp.function's targets: at most 1.2x jax.jit at batch 32 and 128, 0.8x eager at batch 32.
-    compiled_ok = batch != 32 or row.ratios["function/eager"] <= 0.8
+    row = row_from(f"MLP step, batch {batch}", times, compare)
     for peer, step in peers.items():
         against = paired({"lean": run_lean, peer: step}, pairs)
         row.ms[peer] = statistics.median(against[peer]) * 1e3
         lean_per_peer = ratio(against, "lean", peer)
         for ours in ("eager", "function") if peer == "jax.jit" else ("eager",):
             row.ratios[f"{ours}/{peer}"] = row.ratios[f"{ours}/lean"] * lean_per_peer
-    if batch < 1024:
-        compiled_ok = compiled_ok and row.ratios.get("function/jax.jit", 0.0) <= 1.2
-    row.met = row.ratios["eager/lean"] <= limit and row.ratios.get("eager/torch", 0.0) < 1.0 and compiled_ok
-    row.target += ", eager/torch < 1"
-    if batch < 1024:
-        row.target += ", function/jax.jit <= 1.2" + (", function/eager <= 0.8" if batch == 32 else "")
-    if "torch" not in peers:
-        row.note = "torch not installed"
+    # Issue 26's targets, and only those: eager <= 1.2x lean at batch 32; tp.function <= 1.0x
+    # lean at batch 32 and 128, and <= 1.1x jax.jit at 32, 128 and 1024.
+    targets = {"eager/lean": 1.2} if batch == 32 else {}
+    if batch in (32, 128):
+        targets["function/lean"] = 1.0
+    targets["function/jax.jit"] = 1.1
+    row.target = ", ".join(f"{k} <= {v}" for k, v in targets.items())
+    checked = [row.ratios[k] <= v for k, v in targets.items() if k in row.ratios]
+    row.met = all(checked) if checked else None
+    if "torch" not in peers or "jax.jit" not in peers:
+        row.note = "peers missing: " + ", ".join(k for k in ("torch", "jax.jit") if k not in peers)
     return [row]
 
 
@@ -378,18 +384,18 @@ def chain_rows(pairs: int) -> list[Row]:
         "op, no tape (per op)",
         {k: [t / CHAIN for t in times[k]] for k in ("no tape", "numpy")},
         [("no tape", "numpy")],
-        target="no tape/numpy <= 1.3",
+        target="no tape/numpy <= 1.5",
     )
-    no_tape.met = no_tape.ratios["no tape/numpy"] <= 1.3
+    no_tape.met = no_tape.ratios["no tape/numpy"] <= 1.5
     peers = [k for k in ("torch backward", "autograd backward") if k in times]
     backward = row_from(
         "op, recorded + backward (per op)",
         {k: [t / CHAIN for t in times[k]] for k in ("tape+backward", *peers)},
         [("tape+backward", k) for k in peers],
-        target="tape+backward/torch <= 0.6",
+        target="tape+backward/torch <= 1.0",
     )
     backward.met = (
-        backward.ratios["tape+backward/torch backward"] <= 0.6 if "torch backward" in times else None
+        backward.ratios["tape+backward/torch backward"] <= 1.0 if "torch backward" in times else None
     )
     if "torch backward" not in times:
         backward.note = "torch not installed"
@@ -494,6 +500,40 @@ def gru_rows(pairs: int) -> list[Row]:
     return [row]
 
 
+def lstm_rows(pairs: int) -> list[Row]:
+    """``lstm_step.py``'s LSTM layer (batch 32, 50 steps, 64 inputs, 128 units), forward and
+    backward, eagerly: tapefit against ``torch.nn.LSTM`` with the same weights, alternating
+    (and against the handwritten NumPy LSTM, alone first, as that script does)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import lstm_step
+
+    rng = np.random.default_rng(0)
+    shape = (lstm_step.BATCH, lstm_step.STEPS, lstm_step.FEATURES)
+    x = rng.standard_normal(shape, dtype=np.float32) * np.float32(0.5)
+    tp.random.set_seed(0)
+    layer = tp.layers.LSTM(lstm_step.UNITS, return_sequences=True)
+    layer(tp.constant(x))
+    weights = [v.numpy() for v in (layer.kernel, layer.recurrent_kernel, layer.bias)]
+    xv = tp.Variable(x)
+
+    def eager() -> Any:
+        with tp.GradientTape() as tape:
+            loss = tp.reduce_sum(tp.square(layer(xv)))
+        return tape.gradient(loss, [xv, layer.kernel, layer.recurrent_kernel, layer.bias])
+
+    name = "lstm_step.py: LSTM forward + backward (batch 32, 50 steps, 64 to 128)"
+    times = paired({"eager": eager, "numpy": lambda: lstm_step.numpy_lstm(x, *weights)}, pairs)
+    torch_step = lstm_step.make_torch_step(x, weights, float(tp.reduce_sum(tp.square(layer(xv)))))
+    if torch_step is None:
+        return [row_from(name, times, [("eager", "numpy")], note="torch not installed")]
+    against = paired({"eager": eager, "torch": torch_step}, pairs)
+    row = row_from(name, against, [("eager", "torch")], target="eager/torch <= 1.2")
+    row.ratios["eager/numpy"] = ratio(times, "eager", "numpy")
+    row.ms["numpy"] = statistics.median(times["numpy"]) * 1e3
+    row.met = row.ratios["eager/torch"] <= 1.2
+    return [row]
+
+
 def adam_rows(pairs: int) -> list[Row]:
     params = init_params()
     rng = np.random.default_rng(1)
@@ -544,14 +584,7 @@ def fit_rows(pairs: int, samples: int) -> list[Row]:
         for _ in range(pairs):
             times["fit"].append(fit_epoch(x, y, 128, Path(folder))[0][0])
             times["bare"].append(bare_epoch(x, y, 128)[0][0])
-    row = row_from(
-        f"Trainer.fit epoch + progress + CSV ({samples} samples)",
-        times,
-        [("fit", "bare")],
-        target="fit/bare <= 1.1",
-    )
-    row.met = row.ratios["fit/bare"] <= 1.1
-    return [row]
+    return [row_from(f"Trainer.fit epoch + progress + CSV ({samples} samples)", times, [("fit", "bare")])]
 
 
 # ----------------------------------------------------------------------------- memory, threads
@@ -598,7 +631,6 @@ def memory_rows() -> list[Row]:
         "function/lean": peak["function"] / peak["lean"],
     }
     row.note = ", ".join(f"{k} {v:.0f} MB" for k, v in peak.items())
-    row.target, row.met = "eager/lean <= 1.2", row.ratios["eager/lean"] <= 1.2
     return [row]
 
 
@@ -656,6 +688,7 @@ def run(quick: bool = False, rounds: int = 40) -> list[Row]:
         rows += mlp_rows(batch, pairs if batch < 1024 else max(2, pairs // 3))
     rows += cnn_rows(pairs)
     rows += gru_rows(max(2, pairs // 4))
+    rows += lstm_rows(max(2, pairs // 4))
     rows += adam_rows(pairs)
     rows += fit_rows(2 if quick else 5, 512 if quick else 4096)
     if not quick:

@@ -10,6 +10,15 @@ straight-line NumPy calls, and a replay calls it on the new inputs: no Tensors, 
 no dtype checks; the same NumPy calls in the same order, so the results are the eager ones
 bit for bit.
 
+A replay allocates (almost) nothing: the first replay of a program plans its buffers once
+(``_plan``). Each intermediate's life runs from the op that makes it to its last read (a
+possible view keeps its base alive); every op whose forward takes ``out=`` (NumPy's ufuncs, and
+forwards marked ``writes_into``: Dense, MatMul, Sum, Relu, ReluGrad) writes into a buffer of
+its shape and dtype that is free by then, and elementwise ops write over an input that dies
+there. Nothing the caller can hold is a buffer: the results, ``assign*`` values; the arrays
+lent to host calls (the optimizer's gradients) are checked after the call and replaced if
+kept. Ops on constants only are computed once (``_fold``).
+
 Arrays are followed by identity: an op's input array is a program input, the output of an
 earlier call, the value of a Variable read before, or else a constant captured at trace time
 (a Tensor made from Python values, ``tp.zeros``, ...). A tensor's value turned into a Python
@@ -37,7 +46,7 @@ from tapefit.core import tensor as _tensor
 from tapefit.core.record import active_tapes
 from tapefit.core.tensor import Tensor, Variable, _wrap
 
-__all__ = ["Function", "draw", "function", "host_call", "tracing"]
+__all__ = ["Function", "draw", "function", "host_call", "tracing", "writes_into"]
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -80,6 +89,10 @@ class _Trace:
         self.keep: list[Any] = []
         self.failure: tuple[str, int, str] | None = None
         self.thread = get_ident()  # other threads' ops are not this function's
+        # Per op output slot: (shape, dtype) when the array was C-contiguous and its own
+        # memory, else None; and the outputs that may be views of their op's inputs.
+        self.layout: dict[int, tuple[tuple[int, ...], np.dtype] | None] = {}
+        self.views: set[int] = set()
 
     def new_slot(self, array: Any) -> int:
         slot = len(self.init)
@@ -124,9 +137,24 @@ class _Trace:
         slots = tuple([self.ref(t) for t in inputs])
         if isinstance(outputs, tuple):
             out: Any = tuple([self.new_slot(t._value) for t in outputs])
+            # Conservative: a multi-output op whose outputs are not all fresh may view its inputs.
+            if any(self._may_view(t._value, inputs) for t in outputs):
+                self.views.update(out)
         else:
-            out = self.new_slot(outputs._value)
+            value = outputs._value
+            out = self.new_slot(value)
+            if self._may_view(value, inputs):
+                self.views.add(out)
+            elif value.flags.c_contiguous:
+                self.layout[out] = (value.shape, value.dtype)
         self.code.append((_OP, forward, slots, attrs, out))
+
+    @staticmethod
+    def _may_view(value: np.ndarray, inputs: tuple[Tensor, ...]) -> bool:
+        """Whether ``value`` may share memory with an input: a view of anything (``base`` set:
+        reshape, transpose, slices, ``broadcast_to``, or a view of a temporary) or an input
+        returned as it is. Conservative on purpose: a false "view" only keeps a buffer longer."""
+        return value.base is not None or any(value is t._value for t in inputs)
 
     def assign(self, variable: Variable, method: str, value: Any) -> None:
         """Writes down ``variable.<method>(value)``: replays call it with the replay's value."""
@@ -209,7 +237,20 @@ def _user_frame() -> tuple[str, int, str]:
 class _Program:
     """One traced signature: the instructions, the constants and where the inputs and outputs go."""
 
-    __slots__ = ("code", "init", "inputs", "outputs", "structure", "objects", "_replay")
+    __slots__ = (
+        "code",
+        "init",
+        "inputs",
+        "outputs",
+        "structure",
+        "objects",
+        "layout",
+        "views",
+        "buffers",
+        "_replay",
+        "_unplanned",
+        "_free",
+    )
 
     def __init__(
         self, trace: _Trace, inputs: list[int], outputs: list[Any], structure: Any, objects: list[Any]
@@ -220,16 +261,35 @@ class _Program:
         self.outputs = outputs
         self.structure = structure
         self.objects = objects  # the arguments keyed by identity: keeps their ids valid
+        self.layout = trace.layout
+        self.views = trace.views
+        self.buffers: list[np.ndarray] = []  # the planned replay's pool, made with it
         self._replay: Callable[..., list[Any]] | None = None  # made on the first run
+        self._unplanned: Callable[..., list[Any]] | None = None  # for a call inside a call
+        # One token: a run takes it (list.pop is atomic), so a second run at the same time
+        # (re-entered from a host call, or another thread) finds none. Unlike a Lock, a list
+        # deep-copies with the function.
+        self._free: list[None] = [None]
 
     def run(self, arrays: list[np.ndarray]) -> Any:
         replay = self._replay
         if replay is None:
-            replay = self._replay = _compile(self)
-        return replay(*arrays)
+            replay = self._replay = _compile(self, planned=True)
+        try:
+            self._free.pop()
+        except IndexError:
+            # A call while this program runs (a host call calling the function again, another
+            # thread) would write into the buffers the running call is using: it allocates.
+            if self._unplanned is None:
+                self._unplanned = _compile(self, planned=False)
+            return self._unplanned(*arrays)
+        try:
+            return replay(*arrays)
+        finally:
+            self._free.append(None)
 
 
-def _compile(program: _Program) -> Callable[..., list[Any]]:
+def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]]:
     """The program as one Python function of straight-line NumPy calls.
 
     Each slot is a local variable, deleted after its last read (so memory is reused and
@@ -237,21 +297,32 @@ def _compile(program: _Program) -> Callable[..., list[Any]]:
     Variables are globals of the function. Running it costs the NumPy calls and little else:
     no loop over instructions, no list of slots. The source holds only names made here (and
     the ``assign*`` method names); every value reaches it as a global.
+
+    ``planned``: the ops that can write into a given array do, with ``out=``, into the
+    buffers ``_plan`` assigned (allocated here, once, and kept by the program).
     """
-    names: dict[str, Any] = {"_ndarray": _ndarray, "_asarray": _asarray, "_wrap": _wrap}
-    local = set(program.inputs)
-    for kind, _, b, c, d, _ in program.code:
-        if kind == _OP:
-            local.update((d,) if d.__class__ is int else d)
-        elif kind in (_READ, _DRAW):
-            local.add(b)
-        elif kind == _HOST and c is not None:
-            local.add(c)
+    names: dict[str, Any] = {
+        "_ndarray": _ndarray,
+        "_asarray": _asarray,
+        "_wrap": _wrap,
+        "_refcount": sys.getrefcount,
+        "_empty_like": np.empty_like,
+    }
+    into: dict[int, int] = {}
+    lent: dict[int, list[tuple[int, int]]] = {}
+    swapped: list[int] = []  # buffers a host call may keep: globals the replay rebinds
+    code, init = program.code, program.init
+    if planned:
+        code, init = _fold(program)
+        into, program.buffers, lent = _plan(program, code)
+        for k, array in enumerate(program.buffers):
+            names[f"b{k}"] = array
+    local = _locals(program.inputs, code)
 
     def slot(i: int) -> str:
         if i in local:
             return f"s{i}"
-        names[f"k{i}"] = program.init[i]  # a constant captured at trace time
+        names[f"k{i}"] = init[i]  # a constant captured at trace time (or folded)
         return f"k{i}"
 
     def const(value: Any) -> str:
@@ -272,10 +343,16 @@ def _compile(program: _Program) -> Callable[..., list[Any]]:
             body(f"    {target} = {result}")
             body(f"    if {target}.__class__ is not _ndarray: {target} = _asarray({target})")
 
-    for kind, a, b, c, d, free in program.code:
+    for index, (kind, a, b, c, d, free) in enumerate(code):
         if kind == _OP:
-            args = ", ".join([slot(i) for i in b] + ([f"**{const(c)}"] if c else []))
+            buffer = into.get(d) if d.__class__ is int else None
+            out = [] if buffer is None else [f"out=b{buffer}"]
+            args = ", ".join([slot(i) for i in b] + out + ([f"**{const(c)}"] if c else []))
             call = f"{const(a)}({args})"
+            if buffer is not None:  # the result is the buffer itself
+                body(f"    s{d} = {call}")
+                frees(free)
+                continue
             if d.__class__ is int:
                 body(f"    _r = {call}")
                 arrays([f"s{d}"], "_r")
@@ -299,31 +376,63 @@ def _compile(program: _Program) -> Callable[..., list[Any]]:
             body(f"    {const(a)}.{b}({'_wrap(_v)' if d else '_v'})")
             body("    del _v")
         else:
-            structure, template = b
-            refs = [slot(x.slot) for x in template if x.__class__ is _Ref]
-            body(f"    _a = {const(functools.partial(_host_args, structure, template))}({', '.join(refs)})")
+            body(f"    _a = {_result(b[0], const, slot)}")
             frees(free)  # before the call: the optimizer then updates in place
-            body(f"    _h = {const(a)}(*_a)")
-            body("    del _a")
-            if c is not None:
-                body(f"    s{c} = _h._value")
-            body("    del _h")
+            _host_call_lines(body, const(a), c, lent.get(index, []))
+            swapped.extend([k for k, _count in lent.get(index, [])])
     body(f"    return {_result(program.structure, const)}")
+    if swapped:
+        lines.insert(1, f"    global {', '.join(sorted({f'b{k}' for k in swapped}))}")
     namespace: dict[str, Any] = dict(names)
-    exec(compile("\n".join(lines), "<tp.function replay>", "exec"), namespace)
-    return namespace["replay"]
+    source = "\n".join(lines)
+    exec(compile(source, "<tp.function replay>", "exec"), namespace)
+    replay = namespace["replay"]
+    replay.source = source  # for a reader (and the tests): what a replay runs
+    return replay
 
 
-def _result(structure: Any, const: Callable[[Any], str]) -> str:
-    """An expression that builds the function's result: ``structure`` with each ``_Ref``
-    wrapped as a Tensor and every other leaf a constant (containers as ``nest`` rebuilds them)."""
+def _locals(inputs: list[int], code: list[tuple[Any, ...]]) -> set[int]:
+    """The slots a replay holds in local variables (the others are constants)."""
+    local = set(inputs)
+    for kind, _, b, c, d, _ in code:
+        if kind == _OP:
+            local.update((d,) if d.__class__ is int else d)
+        elif kind in (_READ, _DRAW):
+            local.add(b)
+        elif kind == _HOST and c is not None:
+            local.add(c)
+    return local
+
+
+def _host_call_lines(
+    body: Callable[[str], None], fn: str, out: int | None, checks: list[tuple[int, int]]
+) -> None:
+    """A host call on the arguments ``_a``; ``checks``: the buffers lent to it, each with the
+    number of Tensors made of it. A buffer the call kept (itself, its Tensor or a view: the
+    references to it did not all go) is the caller's from then on; the replay takes a new one
+    for that buffer's later uses and the next calls."""
+    for k, _count in checks:
+        body(f"    _c{k} = _refcount(b{k})")
+    body(f"    _h = {fn}(*_a)")
+    body("    del _a")
+    if out is not None:
+        body(f"    s{out} = _h._value")
+    body("    del _h")
+    for k, count in checks:
+        body(f"    if _refcount(b{k}) > _c{k} - {count}: b{k} = _empty_like(b{k})")
+
+
+def _result(structure: Any, const: Callable[[Any], str], slot: Callable[[int], str] = "s{}".format) -> str:
+    """An expression that builds the function's result (or a host call's arguments):
+    ``structure`` with each ``_Ref`` wrapped as a Tensor of ``slot(its slot)`` and every other
+    leaf a constant (containers as ``nest`` rebuilds them)."""
     # An explicit stack of (node, its child expressions so far, its children left).
     stack: list[tuple[Any, list[str], list[Any]]] = [(None, [], [structure])]
     while True:
         node, built, left = stack[-1]
         if len(stack) > 32:  # deeper than Python's parser takes comfortably: rebuild at run time
             leaves = [
-                f"_wrap(s{x.slot})" if x.__class__ is _Ref else const(x) for x in nest.flatten(structure)
+                f"_wrap({slot(x.slot)})" if x.__class__ is _Ref else const(x) for x in nest.flatten(structure)
             ]
             return f"{const(nest.pack_sequence_as)}({const(structure)}, [{', '.join(leaves)}])"
         if left:
@@ -333,7 +442,7 @@ def _result(structure: Any, const: Callable[[Any], str]) -> str:
             elif isinstance(child, (list, tuple)):
                 stack.append((child, [], list(child)))
             else:
-                built.append(f"_wrap(s{child.slot})" if child.__class__ is _Ref else const(child))
+                built.append(f"_wrap({slot(child.slot)})" if child.__class__ is _Ref else const(child))
             continue
         stack.pop()
         if not stack:
@@ -350,14 +459,6 @@ def _result(structure: Any, const: Callable[[Any], str]) -> str:
         else:
             expression = f"{const(type(node))}([{', '.join(built)}])"
         stack[-1][1].append(expression)
-
-
-def _host_args(structure: Any, template: list[Any], *arrays: np.ndarray) -> Any:
-    """A host call's arguments: ``template`` with each ``_Ref`` replaced by the next array, as a Tensor."""
-    values = iter(arrays)
-    return nest.pack_sequence_as(
-        structure, [_wrap(next(values)) if x.__class__ is _Ref else x for x in template]
-    )
 
 
 def _with_frees(code: list[tuple[Any, ...]], outputs: list[Any]) -> list[tuple[Any, ...]]:
@@ -384,6 +485,167 @@ def _with_frees(code: list[tuple[Any, ...]], outputs: list[Any]) -> list[tuple[A
         if slot not in kept:
             frees[index].append(slot)
     return [(*ins, tuple(free)) for ins, free in zip(code, frees)]
+
+
+# Forwards that take ``out=``: see ``writes_into``.
+_WRITES_INTO: dict[Any, tuple[int, ...]] = {}
+
+
+def writes_into(*over: int) -> Callable[[F], F]:
+    """Marks an op's forward as taking ``out=``, an array of its result's shape and dtype
+    (C-contiguous) that it writes its result into and returns, bit for bit what it returns
+    without ``out``. A planned replay then writes the op's result into a buffer allocated once
+    (``_plan``). ``over``: the positions of the inputs whose array ``out`` may be (the forward
+    reads them elementwise, before writing each element); ``out`` is never any other input's
+    array. NumPy ufuncs need no mark (any input may be ``out``).
+    """
+
+    def mark(forward: F) -> F:
+        _WRITES_INTO[forward] = over
+        return forward
+
+    return mark
+
+
+def _overwrites(forward: Any, attrs: Any) -> tuple[int, ...] | None:
+    """The input positions whose array ``forward`` may write its result over (``writes_into``),
+    or ``None`` if it does not take ``out=``."""
+    if attrs and ("out" in attrs or "where" in attrs):
+        return None
+    if isinstance(forward, np.ufunc):
+        return tuple(range(forward.nin)) if forward.nout == 1 else None
+    try:
+        return _WRITES_INTO.get(forward)
+    except TypeError:  # an unhashable callable
+        return None
+
+
+def _fold(program: _Program) -> tuple[list[tuple[Any, ...]], list[Any]]:
+    """The program's code and constants with every op whose inputs are all constants
+    computed once, here, and its outputs made constants (a loss's ``1 / batch`` and the
+    reshapes and broadcasts of it that its gradient makes). Ops are pure functions of their
+    arrays (random draws are their own instructions), so a replay computes nothing else
+    than it would have. An op whose output the function returns stays: each call returns
+    new Tensors."""
+    init = list(program.init)
+    constant = [value is not None for value in init]
+    for slot in program.inputs:
+        constant[slot] = False
+    returned = {x.slot for x in program.outputs if isinstance(x, _Ref)}
+    code = []
+    for ins in program.code:
+        kind, forward, reads, attrs, out = ins[:5]
+        outs = (out,) if kind == _OP and out.__class__ is int else out
+        if kind == _OP and all(constant[i] for i in reads) and not returned.intersection(outs):
+            result = forward(*[init[i] for i in reads], **(attrs or {}))
+            values = (result,) if out.__class__ is int else result
+            for slot, value in zip(outs, values):
+                init[slot] = value if value.__class__ is _ndarray else _asarray(value)
+                constant[slot] = True
+            continue
+        code.append(ins)
+    return code, init
+
+
+def _lives(program: _Program, code: list[tuple[Any, ...]]) -> tuple[dict[int, int], set[int]]:
+    """Each slot's last use (its last read, or where it is made; a view's base lives as long
+    as the view), and the slots the caller may hold (see ``_plan``)."""
+    escaped = {x.slot for x in program.outputs if isinstance(x, _Ref)}
+    last: dict[int, int] = {}
+    for index, (kind, _a, b, c, d, _free) in enumerate(code):
+        if kind == _OP:
+            reads: Any = b
+            for slot in (d,) if d.__class__ is int else d:
+                last.setdefault(slot, index)
+        elif kind == _ASSIGN:
+            reads = (c,)
+            escaped.add(c)
+        elif kind == _HOST:
+            reads = [x.slot for x in b[1] if x.__class__ is _Ref]
+            # Lent, not given: a replay checks after the call whether it kept them.
+            escaped.update([slot for slot in reads if slot in program.views])
+        else:
+            reads = ()
+        for slot in reads:
+            last[slot] = index
+    for index in range(len(code) - 1, -1, -1):  # views made later extend their bases first
+        kind, _a, b, _c, d, _free = code[index]
+        if kind != _OP:
+            continue
+        for out in (d,) if d.__class__ is int else d:
+            if out in program.views:
+                for slot in b:
+                    last[slot] = max(last[slot], last[out])
+                    if out in escaped:
+                        escaped.add(slot)
+    return last, escaped
+
+
+def _plan(
+    program: _Program, code: list[tuple[Any, ...]]
+) -> tuple[dict[int, int], list[np.ndarray], dict[int, list[tuple[int, int]]]]:
+    """The replay's buffers: which op outputs are written, with ``out=``, into which buffer.
+
+    Liveness first: a slot lives from the op that makes it to its last read, and a view keeps
+    its base alive (an op whose result may view its inputs, see ``_Trace._may_view``, extends
+    their lives to its own). Then one pass in program order hands each output of a forward
+    that takes ``out=`` a free buffer of its shape and dtype (or a new one), and frees the
+    buffers of the slots that die there. Whatever the caller can hold never gets a buffer:
+    the function's results, the arrays passed to ``assign*`` (a variable may keep the array),
+    views passed to host calls, and, through views, the arrays those view. The arrays a host
+    call gets (the optimizer's gradients, as Tensors) are lent: after the call the replay
+    counts the references to each lent buffer, and one the call kept is replaced (see
+    ``_host_call_lines``). An elementwise ufunc may write into the buffer of an input that
+    dies there (in place), and so may a forward over the inputs ``writes_into`` names; any
+    other forward gets a buffer none of its inputs uses.
+
+    Returns the buffer of each planned slot, the buffers, and per host call the buffers it
+    is lent with the number of Tensors made of each.
+    """
+    last, escaped = _lives(program, code)
+    ends: dict[int, list[int]] = {}
+    for slot, index in last.items():
+        ends.setdefault(index, []).append(slot)
+    free: dict[Any, list[int]] = {}
+    buffers: list[np.ndarray] = []
+    into: dict[int, int] = {}
+    held: dict[int, int] = {}  # slot -> its buffer, while the slot lives
+    lent: dict[int, list[tuple[int, int]]] = {}  # host call -> (buffer, Tensors made of it)
+
+    def release(slots: Any) -> None:
+        for slot in slots:
+            k = held.pop(slot, None)
+            if k is not None:
+                buffer = buffers[k]
+                free.setdefault((buffer.shape, buffer.dtype), []).append(k)
+
+    for index, (kind, a, b, c, d, _free) in enumerate(code):
+        layout = program.layout.get(d) if kind == _OP and d.__class__ is int else None
+        over = _overwrites(a, c) if layout is not None and d not in escaped else None
+        if over is not None and layout is not None:
+            # An input that dies here, read only where the forward may write over it, gives
+            # its buffer (an elementwise op in place).
+            # (NumPy's ufuncs handle any overlap; another forward's other inputs must not be
+            # views, which could view the array written over.)
+            others = {slot for i, slot in enumerate(b) if i not in over}
+            if isinstance(a, np.ufunc) or not others & program.views:
+                release([b[i] for i in over if last[b[i]] == index and b[i] not in others])
+            pool = free.get(layout)
+            if pool:
+                k = pool.pop()
+            else:
+                k = len(buffers)
+                buffers.append(np.empty(*layout))
+            into[d] = held[d] = k
+        elif kind == _HOST:
+            counts: dict[int, int] = {}
+            for x in b[1]:
+                if x.__class__ is _Ref and x.slot in held:
+                    counts[held[x.slot]] = counts.get(held[x.slot], 0) + 1
+            if counts:
+                lent[index] = sorted(counts.items())
+        release(ends.get(index, ()))
+    return into, buffers, lent
 
 
 def _same(a: Any, b: Any) -> bool:

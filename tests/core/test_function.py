@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tapefit as tp
+from tapefit.core.function import host_call
 
 
 def _data(n=12, features=6, classes=3, seed=0):
@@ -434,3 +435,244 @@ def test_results_keep_their_structure_however_nested():
         assert isinstance(nested, list) and len(nested) == 1
         (nested,) = nested
     np.testing.assert_array_equal(nested.numpy(), [8.0])
+
+
+# -- the replay's buffer plan ------------------------------------------------------------
+
+
+def _program(fn):
+    (program,) = fn._programs.values()
+    return program
+
+
+class _SelfAttention(tp.Module):
+    def __init__(self):
+        super().__init__()
+        self.attention = tp.layers.MultiHeadAttention(num_heads=2, key_dim=4)
+        self.pool = tp.layers.GlobalAveragePooling1D()
+        self.head = tp.layers.Dense(3)
+
+    def call(self, x, training=False):
+        return self.head(self.pool(self.attention(x, x, use_causal_mask=True)))
+
+
+@pytest.mark.parametrize("name", ["mlp", "conv", "lstm", "gru", "simple_rnn", "attention"])
+def test_planned_replays_equal_eager_bit_for_bit(name):
+    rng = np.random.default_rng(7)
+    if name in ("mlp",):
+        x = rng.normal(size=(8, 6)).astype(np.float32)
+    elif name == "conv":
+        x = rng.normal(size=(4, 6, 6, 2)).astype(np.float32)
+    else:
+        x = rng.normal(size=(4, 5, 6)).astype(np.float32)
+    y = rng.integers(0, 3, len(x))
+    batches = [(x * (1 + i / 10), y) for i in range(5)]
+    layers = {
+        "mlp": lambda: [tp.layers.Dense(16, activation="relu"), tp.layers.Dense(8, activation="relu")],
+        "conv": lambda: [tp.layers.Conv2D(4, 3, padding="same", activation="relu"), tp.layers.Flatten()],
+        "lstm": lambda: [tp.layers.LSTM(5, return_sequences=True), tp.layers.LSTM(4)],
+        "gru": lambda: [tp.layers.Bidirectional(tp.layers.GRU(4))],
+        "simple_rnn": lambda: [tp.layers.SimpleRNN(3)],
+    }
+
+    def make_model():
+        if name == "attention":
+            return _SelfAttention()
+        return tp.layers.Sequential([*layers[name](), tp.layers.Dense(3)])
+
+    eager = _train(make_model, lambda: tp.optimizers.SGD(0.05), batches, compiled=False)
+    compiled = _train(make_model, lambda: tp.optimizers.SGD(0.05), batches, compiled=True)
+    _assert_same(eager, compiled)
+    assert _program(compiled[2]).buffers  # the replay wrote into planned buffers
+
+
+def test_the_plan_reuses_buffers_and_writes_into_them():
+    w1 = tp.Variable(np.full((6, 6), 0.1, np.float32))
+    w2 = tp.Variable(np.full((6, 6), 0.2, np.float32))
+
+    @tp.function
+    def f(x):
+        h = x
+        for _ in range(4):  # eight (8, 6) intermediates, at most three alive at once
+            h = tp.nn.relu(tp.matmul(h, w1))
+            h = tp.matmul(h, w2) * 0.5
+        return tp.reduce_sum(h)
+
+    x = np.random.default_rng(0).normal(size=(8, 6)).astype(np.float32)
+    expected = [float(f.python_function(tp.constant(x * i))) for i in range(1, 5)]
+    got = [float(f(x * i)) for i in range(1, 5)]
+    assert got == expected
+    program = _program(f)
+    source = program._replay.source
+    planned = source.count("out=b")
+    assert planned >= 8
+    assert len(program.buffers) < planned  # buffers are reused once their readers have run
+    assert all(b.shape == (8, 6) for b in program.buffers)
+
+
+def test_results_and_views_of_them_never_alias_a_buffer():
+    w = tp.Variable(np.eye(4, dtype=np.float32) * 2)
+
+    @tp.function
+    def f(x):
+        h = tp.matmul(x, w)  # returned, so not planned
+        t = tp.transpose(tp.matmul(h, w))  # a view of an intermediate, returned
+        r = tp.reshape(tp.matmul(t, w), [-1])  # a reshape of a planned matmul, returned
+        return h, t, r, tp.matmul(r[None, :4], w)
+
+    rng = np.random.default_rng(1)
+    xs = [rng.normal(size=(4, 4)).astype(np.float32) for _ in range(5)]
+    kept = [f(x) for x in xs]
+    copies = [[t.numpy() for t in out] for out in kept]
+    for _ in range(3):
+        f(xs[0])  # later calls must not write over what earlier calls returned
+    for out, saved, x in zip(kept, copies, xs):
+        for t, c in zip(out, saved):
+            np.testing.assert_array_equal(t.numpy(), c)
+        expected = f.python_function(tp.constant(x))
+        for t, e in zip(out, expected):
+            np.testing.assert_array_equal(t.numpy(), e.numpy())
+    program = _program(f)
+    for t in kept[-1]:
+        assert not any(np.shares_memory(t._value, b) for b in program.buffers)
+
+
+def test_views_keep_their_base_buffer_alive():
+    w = tp.Variable(np.arange(16, dtype=np.float32).reshape(4, 4) / 10)
+
+    @tp.function
+    def f(x):
+        a = tp.matmul(x, w)
+        view = tp.transpose(a)  # lives after a's last direct read
+        b = tp.matmul(x * 2.0, w)  # same shape as a: would take a's buffer if a were dead
+        c = tp.matmul(b, w) + 1.0
+        return tp.reduce_sum(view * c)
+
+    rng = np.random.default_rng(2)
+    for _ in range(5):
+        x = rng.normal(size=(4, 4)).astype(np.float32)
+        np.testing.assert_array_equal(f(x).numpy(), f.python_function(tp.constant(x)).numpy())
+    assert not f.eager and _replays(f) == 1
+
+
+def test_a_host_call_that_keeps_its_gradient_keeps_its_values():
+    w = tp.Variable(np.ones((3, 3), np.float32))
+    kept = []
+
+    def keep(g):
+        kept.append(g)
+
+    @tp.function
+    def f(x):
+        with tp.GradientTape() as tape:
+            loss = tp.reduce_sum(tp.matmul(x, w) ** 2)
+        g = tape.gradient(loss, w)
+        host_call(keep, g)  # lent a planned buffer: the replay sees that it was kept
+        return loss
+
+    rng = np.random.default_rng(3)
+    xs = [rng.normal(size=(2, 3)).astype(np.float32) for _ in range(5)]
+    for x in xs:
+        f(x)
+    assert not f.eager and _replays(f) == 1
+    # Every call's gradient, as each call saw it: none written over by a later call.
+    expected = []
+    for x in xs:
+        with tp.GradientTape() as tape:
+            loss = tp.reduce_sum(tp.matmul(tp.constant(x), w) ** 2)
+        expected.append(tape.gradient(loss, w).numpy())
+    for g, e in zip(kept, expected):
+        np.testing.assert_array_equal(g.numpy(), e)
+    assert len({id(g._value) for g in kept}) == len(kept)
+    assert "_refcount(b" in _program(f)._replay.source
+
+
+def test_repeated_replays_do_not_grow_memory():
+    import tracemalloc
+
+    model = tp.layers.Sequential([tp.layers.Dense(32, activation="relu"), tp.layers.Dense(3)])
+    loss_fn = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
+    optimizer = tp.optimizers.SGD(0.01)
+
+    @tp.function
+    def step(x, y):
+        with tp.GradientTape() as tape:
+            loss = loss_fn(y, model(x))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    x, y = _data(16, 8)
+    for _ in range(5):
+        step(x, y)
+    replay = _program(step)._replay
+    buffers = {k: v for k, v in replay.__globals__.items() if k.startswith("b")}
+    assert buffers
+    tracemalloc.start()
+    try:
+        for _ in range(10):
+            step(x, y)
+        first = tracemalloc.get_traced_memory()[0]
+        for _ in range(100):
+            step(x, y)
+        second = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert second - first < 16 * 1024
+    assert not step.eager and _replays(step) == 1
+    # The optimizer is lent the gradients' buffers and keeps none: the same buffers serve every call.
+    assert all(replay.__globals__[k] is v for k, v in buffers.items())
+
+
+def test_ops_on_constants_are_computed_once_at_plan_time():
+    calls = []  # the results, each checked as it comes
+
+    @tp.function
+    def f(x):
+        scale = tp.reshape(tp.constant([2.0, 3.0]) / 4.0, [1, 2])  # constants only: folded
+        return x * scale
+
+    x = np.ones((3, 2), np.float32)
+    for i in range(4):
+        calls.append(f(x * i).numpy())
+        np.testing.assert_array_equal(calls[-1], (x * i) * np.array([[0.5, 0.75]], np.float32))
+    source = _program(f)._replay.source
+    assert source.count(" = g") == 1  # one op call left: the multiply
+
+
+def test_a_call_while_the_program_runs_does_not_share_its_buffers():
+    w = tp.Variable(np.full((3, 3), 0.5, np.float32))
+    inner, nested = [], [False]
+
+    def again(t):  # a host call that calls the function again, while its replay runs
+        if not nested[0]:
+            nested[0] = True
+            try:
+                inner.append(f(t.numpy() * 2.0).numpy())
+            finally:
+                nested[0] = False
+
+    @tp.function
+    def f(x):
+        h = tp.nn.relu(tp.matmul(x, w))
+        host_call(again, h)
+        return tp.reduce_sum(tp.matmul(h, w) * h)
+
+    def eager(x):
+        nested[0] = True
+        try:
+            return f.python_function(tp.constant(x)).numpy()
+        finally:
+            nested[0] = False
+
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        x = rng.normal(size=(2, 3)).astype(np.float32)
+        inner.clear()
+        got = f(x).numpy()
+        h = np.maximum(x @ w.numpy(), 0)
+        assert len(inner) == 1
+        np.testing.assert_array_equal(inner[0], eager(h * 2.0))
+        np.testing.assert_array_equal(got, eager(x))
+    assert not f.eager and _replays(f) == 1
+    assert _program(f)._unplanned is not None  # the inner calls replayed without the buffers

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.core.function import writes_into
 from tapefit.core.ops.shape import reshape, transpose
 from tapefit.core.record import Op
 from tapefit.core.registry import OpDef, binary_operands, execute, register_gradient
@@ -17,12 +18,15 @@ from tapefit.core.tensor import Tensor, _wrap, as_tensor, weak_operand
 # -- matmul -----------------------------------------------------------------
 
 
-def _matmul(a: np.ndarray, b: np.ndarray, transpose_a: bool, transpose_b: bool) -> np.ndarray:
+@writes_into()
+def _matmul(
+    a: np.ndarray, b: np.ndarray, transpose_a: bool, transpose_b: bool, out: np.ndarray | None = None
+) -> np.ndarray:
     if transpose_a:
         a = a.swapaxes(-1, -2)  # the method: np.swapaxes adds a Python wrapper's cost
     if transpose_b:
         b = b.swapaxes(-1, -2)
-    return np.matmul(a, b)
+    return np.matmul(a, b, out=out)
 
 
 _MATMUL = OpDef("MatMul", _matmul, save="x y")

@@ -19,6 +19,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from tapefit.core import dtypes as _dt
 from tapefit.core import random as _random
 from tapefit.core.function import draw as _draw
+from tapefit.core.function import writes_into
 from tapefit.core.ops.linalg import matmul
 from tapefit.core.ops.math import cast, exp, identity, sigmoid, square, tanh, where
 from tapefit.core.ops.reduce import reduce_sum
@@ -47,8 +48,9 @@ def _axis(axis: Any, ndim: int, fn: str) -> int:
 # -- activations -------------------------------------------------------------
 
 
-def _relu(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, x.dtype.type(0))
+@writes_into(0)  # elementwise: out may be x's array
+def _relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    return np.maximum(x, x.dtype.type(0), out=out)
 
 
 _relu_op = unary("Relu", _relu, save="out")
@@ -67,7 +69,17 @@ def softplus(features: Any) -> Tensor:
 
 # ReluGrad is its own op (fused mask-and-multiply), with its own gradient for higher orders.
 # dy * mask, as TensorFlow's kernel does: np.where with a scalar branch is ~10x slower here.
-_RELU_GRAD = OpDef("ReluGrad", lambda dy, out: dy * (out > 0), save="y")
+@writes_into(1)  # out may be y's array: each element of y is read before it is written
+def _relu_backprop(dy: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    if out is None:
+        return dy * (y > 0)
+    # The mask as 0.0 and 1.0 in ``out`` itself (never ``dy``'s array; maybe ``y``'s), then dy
+    # times it: the same products as with a bool mask, with no array allocated.
+    np.greater(y, y.dtype.type(0), out=out)
+    return np.multiply(dy, out, out=out)
+
+
+_RELU_GRAD = OpDef("ReluGrad", _relu_backprop, save="y")
 
 
 @register_gradient("Relu")
@@ -86,8 +98,16 @@ def _relu_grad_grad(op: Op, ddy: Tensor) -> tuple[Any, None]:
 # made of tapefit ops (ReluGrad, MatMul, Sum), so it differentiates again.
 
 
-def _dense(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None, *, relu: bool) -> np.ndarray:
-    out = np.matmul(x, kernel)
+@writes_into()
+def _dense(
+    x: np.ndarray,
+    kernel: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    relu: bool,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    out = np.matmul(x, kernel, out=out)
     if bias is not None:
         np.add(out, bias, out=out)
     if relu:
@@ -571,15 +591,16 @@ def _softmax_xent_grad(op: Op, dloss: Tensor, dbackprop: Tensor) -> tuple[Any, A
 
 
 def _sparse_xent(x: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    shifted = x - np.max(x, axis=-1, keepdims=True)
+    # The ufuncs' own reduce and flat indices into fresh C-ordered arrays (whatever ``x``'s
+    # order, so that the flat views below are views): NumPy's max, sum and
+    # take/put_along_axis wrappers cost more than the work on a small batch.
+    shifted = np.subtract(x, np.maximum.reduce(x, axis=-1, keepdims=True), order="C")
     e = np.exp(shifted)
-    total = np.sum(e, axis=-1, keepdims=True)
-    picked = np.take_along_axis(shifted, labels[..., None], axis=-1)
-    loss = (np.log(total) - picked)[..., 0]
-    backprop = e / total
-    np.put_along_axis(
-        backprop, labels[..., None], np.take_along_axis(backprop, labels[..., None], -1) - 1, -1
-    )
+    total = np.add.reduce(e, axis=-1, keepdims=True)
+    picked = np.arange(0, shifted.size, x.shape[-1]) + labels.reshape(-1)  # flat index of each label
+    loss = (np.log(total) - shifted.reshape(-1)[picked].reshape(total.shape))[..., 0]
+    backprop = np.divide(e, total, out=e)
+    backprop.reshape(-1)[picked] -= 1
     return loss, backprop
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.core.function import writes_into
 from tapefit.core.ops.math import abs, cast, equal, exp, log, sqrt
 from tapefit.core.ops.shape import broadcast_to, reshape
 from tapefit.core.record import Op
@@ -69,9 +70,11 @@ def _reducer(name: str, public: str, what: str, forward: Any, save: str) -> Any:
     return reduce
 
 
-def _sum(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+@writes_into()
+def _sum(x: np.ndarray, axis: tuple[int, ...], keepdims: bool, out: np.ndarray | None = None) -> np.ndarray:
     # np.add.reduce is what np.sum calls, without its Python wrapper (half the cost of a small sum)
-    return _add_reduce(x, axis=axis, keepdims=keepdims, dtype=x.dtype if x.dtype.kind != "b" else np.int32)
+    dtype = x.dtype if x.dtype.kind != "b" else np.int32
+    return _add_reduce(x, axis=axis, keepdims=keepdims, dtype=dtype, out=out)
 
 
 _add_reduce: Callable[..., np.ndarray] = np.add.reduce
