@@ -56,7 +56,15 @@ def data() -> dict[str, np.ndarray]:
         rng.normal(scale=0.5, size=(4, 3)).astype(np.float32),
         rng.normal(scale=0.1, size=3).astype(np.float32),
     ]
-    return {"x": x, "y": y, "xv": xv, "yv": yv, "w": w, "wv": wv, **{f"w/{i}": v for i, v in enumerate(weights)}}
+    return {
+        "x": x,
+        "y": y,
+        "xv": xv,
+        "yv": yv,
+        "w": w,
+        "wv": wv,
+        **{f"w/{i}": v for i, v in enumerate(weights)},
+    }
 
 
 def compute() -> dict[str, np.ndarray]:
@@ -86,7 +94,9 @@ def compute() -> dict[str, np.ndarray]:
             metrics=["accuracy"],
         )
         seen: list[float] = []
-        record = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: seen.append(logs["loss"]))
+        record = keras.callbacks.LambdaCallback(
+            on_train_batch_end=lambda batch, logs, seen=seen: seen.append(logs["loss"])
+        )
         history = model.fit(
             arrays["x"],
             arrays["y"],
@@ -105,7 +115,9 @@ def compute() -> dict[str, np.ndarray]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare with the saved file instead of writing it")
+    parser.add_argument(
+        "--check", action="store_true", help="compare with the saved file instead of writing it"
+    )
     args = parser.parse_args(argv)
     out = compute()
     if args.check:
