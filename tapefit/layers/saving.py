@@ -149,6 +149,7 @@ _TOP_KEYS = (
     "build_config",
     "compile_config",
     "optimizer",
+    "weight_paths",
 )
 
 
@@ -163,7 +164,8 @@ class ModelFile:
 
     Attributes:
         config: ``config.json``, with the keys ``model``, ``build_config``, ``compile_config``
-            and ``optimizer`` (the last two ``None`` for a file ``Module.save`` wrote).
+            and ``optimizer`` (the last two ``None`` for a file ``Module.save`` wrote), and
+            ``weight_paths``, the keys of ``weights`` in the order of the model's ``variables``.
         weights: the model's arrays by ``state_dict`` path.
         optimizer_state: the optimizer's ``get_state()`` (``None`` without an optimizer).
     """
@@ -203,6 +205,7 @@ def save_model(
     from tapefit import __version__
 
     build_input = getattr(module, "_build_input", None)
+    state = module.state_dict()
     config = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -213,10 +216,13 @@ def save_model(
         else {"input_spec": serialization.to_plain(build_input, "input")},
         "compile_config": compile_config,
         "optimizer": optimizer_entry,
+        # The weights in the order of `variables`: a rebuilt model takes them by position, since
+        # its layers' paths may differ (a name given now, where the saved one had a default).
+        "weight_paths": list(state),
     }
     text = json.dumps(config, indent=1, allow_nan=False).encode("utf-8")
     st = _safetensors_numpy()
-    weights = {key: np.asarray(value, order="C") for key, value in module.state_dict().items()}
+    weights = {key: np.asarray(value, order="C") for key, value in state.items()}
     members = [(CONFIG_MEMBER, text), (WEIGHTS_MEMBER, st.save(weights, metadata={"format": "np"}))]
     if (optimizer_entry is None) != (optimizer_state is None):
         raise ValueError("save: an optimizer's config and its state come together")
@@ -266,6 +272,9 @@ def read_model_file(path: str | os.PathLike[str]) -> ModelFile:
             data = _read_members(archive, length, refuse)
     config = _parse_config(data[CONFIG_MEMBER], refuse)
     weights = _parse_safetensors(data[WEIGHTS_MEMBER], WEIGHTS_MEMBER, refuse)
+    if set(weights) != set(config["weight_paths"]):
+        extra = sorted(set(weights) ^ set(config["weight_paths"]))
+        raise refuse(f"{WEIGHTS_MEMBER} and weight_paths disagree about {extra[0][:80]!r}")
     optimizer_state = None
     if OPTIMIZER_MEMBER in data:
         optimizer_state = _parse_safetensors(data[OPTIMIZER_MEMBER], OPTIMIZER_MEMBER, refuse)
@@ -362,6 +371,13 @@ def _parse_config(data: bytes, refuse: Any) -> dict[str, Any]:
     for key in ("build_config", "compile_config"):
         if config[key] is not None and not isinstance(config[key], dict):
             raise refuse(f"{key} must be an object or null")
+    paths = config["weight_paths"]
+    if (
+        not isinstance(paths, list)
+        or not all(isinstance(p, str) for p in paths)
+        or len(set(paths)) != len(paths)
+    ):
+        raise refuse("weight_paths must be a list of distinct strings")
     return config
 
 

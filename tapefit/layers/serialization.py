@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -304,12 +305,24 @@ def deserialize(entry: Any, tables: Mapping[str, Mapping[str, type]], where: str
     if from_config is None:
         raise ConfigError(f"{where}: {target.__name__} has no from_config")
     try:
-        return from_config(config)
+        obj = from_config(config)
+        _forget_default_name(obj)
+        return obj
     except ConfigError:
         raise
     except (TypeError, ValueError, KeyError, IndexError, OverflowError, MemoryError) as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ConfigError(f"{where}: {target.__name__}: {message}") from None
+
+
+def _forget_default_name(obj: Any) -> None:
+    """Treats a rebuilt module's name as the default it was (``dense_3`` for a Dense) rather than
+    one given, so that its variable paths are those of the same model built by code."""
+    from tapefit.layers.module import Module, _class_snake_name
+
+    if isinstance(obj, Module) and obj._name_given:
+        if re.fullmatch(re.escape(_class_snake_name(type(obj))) + r"(_\d+)?", obj.name):
+            obj._name_given = False
 
 
 def from_plain(value: Any, tables: Mapping[str, Mapping[str, type]], where: str) -> Any:

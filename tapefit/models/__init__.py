@@ -201,7 +201,7 @@ def _rebuild_model(contents: saving.ModelFile, tables: dict[str, dict[str, type]
         except (TypeError, ValueError, IndexError, MemoryError) as error:
             raise serialization.ConfigError(f"the model cannot be built: {_first_line(error)}") from None
     try:
-        model.load_state_dict(contents.weights)
+        model.set_weights([contents.weights[path] for path in contents.config["weight_paths"]])
     except ValueError as error:
         raise serialization.ConfigError(f"the weights do not fit the model: {_first_line(error)}") from None
     return model
