@@ -365,6 +365,7 @@ def constructor_config(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
                 )
         elif parameter.kind is parameter.VAR_KEYWORD:
             config.update(bound.arguments.get(key, {}))
+            config.update({k: v for k, v in _inherited_defaults(cls).items() if k not in config})
         else:
             config[key] = bound.arguments[key]
     if "name" in config:
@@ -374,6 +375,23 @@ def constructor_config(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     if "dtype" in config and isinstance(getattr(obj, "dtype", None), np.dtype):
         config["dtype"] = obj.dtype.name
     return config
+
+
+def _inherited_defaults(cls: type) -> dict[str, Any]:
+    """The keyword arguments with defaults that a constructor's ``**kwargs`` passes on to the
+    constructors above it (``LSTM(units, **kwargs)`` reaches ``SimpleRNN``'s ``return_sequences``)."""
+    defaults: dict[str, Any] = {}
+    for base in cls.__mro__[1:]:
+        init = base.__dict__.get("__init__")
+        if init is None or base is object:
+            continue
+        parameters = inspect.signature(init).parameters
+        for key, parameter in parameters.items():
+            if parameter.default is not parameter.empty and parameter.kind is not parameter.POSITIONAL_ONLY:
+                defaults.setdefault(key, parameter.default)
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            break
+    return defaults
 
 
 def check_arguments(cls: type, config: Mapping[str, Any], function: Callable[..., Any] | None = None) -> None:

@@ -361,3 +361,27 @@ def test_a_loaded_model_has_the_weight_paths_of_the_model_built_by_code(tmp_path
     again.load_weights(tmp_path / "w.safetensors")
     for a, b in zip(again.get_weights(), model.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_nested_models_shared_layers_masks_and_lists_round_trip(tmp_path: Path) -> None:
+    inner_input = tp.Input((5,), name="inner_in")
+    inner = tp.Model(inner_input, tp.layers.Dense(4, activation="tanh")(inner_input), name="inner")
+    ids, features = tp.Input((None,), dtype="int32", name="ids"), tp.Input((5,), name="feats")
+    embedded = tp.layers.Embedding(10, 5, mask_zero=True)(ids)  # its mask reaches the recurrent layers
+    block = tp.layers.Sequential([tp.layers.Dense(5), tp.layers.Activation("relu")], name="block")
+    both = tp.layers.Concatenate()([inner(block(features)), inner(tp.layers.LSTM(5)(embedded))])
+    outputs = [tp.layers.Dense(2)(both), tp.layers.Bidirectional(tp.layers.GRU(3))(embedded)]
+    model = tp.Model([ids, features], outputs, name="outer")
+    x = [
+        np.array([[1, 2, 0, 0], [3, 0, 0, 0]], np.int32),
+        np.random.default_rng(0).random((2, 5), np.float32),
+    ]
+    model.save(tmp_path / "n.tapefit")
+    loaded = tp.models.load_model(tmp_path / "n.tapefit")
+    for a, b in zip(model(x), loaded(x), strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert list(loaded.state_dict()) == list(model.state_dict())
+    assert (
+        type(loaded.get_layer("inner")) is tp.Model
+        and type(loaded.get_layer("block")) is tp.layers.Sequential
+    )
