@@ -163,9 +163,14 @@ def serialize(obj: Any, where: str = "") -> dict[str, Any]:
     name = registered_name(obj)
     if name is not None:
         return {"module": CUSTOM, "class_name": name, "config": {}}
+    if callable(obj):
+        raise ConfigError(
+            f"{where}: {_brief(obj)} cannot be saved in a model file (a file holds no code); decorate it "
+            "with @tp.register_serializable"
+        )
     raise ConfigError(
-        f"{where}: {obj!r} cannot be saved in a model file (a file holds no code); decorate it with "
-        "@tp.register_serializable"
+        f"{where}: a {type(obj).__name__} ({_brief(obj)}) is not a plain value a config can hold; "
+        "write get_config/from_config for the class that takes it"
     )
 
 
@@ -280,6 +285,12 @@ def lookup(entry: Any, tables: Mapping[str, Mapping[str, type]], where: str) -> 
             "@tp.register_serializable (and 'module': 'custom')"
         )
     return target, config
+
+
+def _brief(obj: Any) -> str:
+    """``repr(obj)`` on one line, cut to 80 characters (an array's repr runs over many)."""
+    text = " ".join(repr(obj).split())
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _looks_like_path(name: str) -> bool:

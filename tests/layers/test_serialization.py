@@ -177,3 +177,15 @@ def test_every_keras_layer_argument_is_in_the_config() -> None:
     config = tp.layers.Conv2D(2, 3).get_config()
     assert set(config) == {k for k in signature.parameters if k != "self"}
     assert np.array(config["kernel_size"]).tolist() == [3, 3] or config["kernel_size"] == 3
+
+
+def test_a_value_that_is_not_plain_is_named_on_one_line() -> None:
+    @tp.register_serializable(name="tests.FromArray")
+    class FromArray(tp.layers.Layer):
+        def __init__(self, values: Any, name: str | None = None) -> None:
+            super().__init__(name=name)
+            self.values = values
+
+    with pytest.raises(ValueError, match=r"\.values: a ndarray .* is not a plain value") as caught:
+        FromArray(np.ones((30, 30)), name="fa").get_config()
+    assert "\n" not in str(caught.value) and len(str(caught.value)) < 300
