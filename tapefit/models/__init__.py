@@ -226,11 +226,10 @@ def _rebuild_optimizer(entry: Any, tables: dict[str, dict[str, type]]) -> Any:
     elif isinstance(learning_rate, (dict, list)):
         raise serialization.ConfigError("optimizer: learning_rate must be a number or a schedule's entry")
     for key, value in config.items():
-        if key != "learning_rate" and isinstance(value, (dict, list)) and key != "exclude_from_weight_decay":
+        if key != "learning_rate" and isinstance(value, (dict, list)):
             raise serialization.ConfigError(f"optimizer: {key} must be a plain value")
     try:
-        signature = inspect.signature(cls)
-        signature.bind(**config)
+        inspect.signature(cls).bind(**config)
         return cls.from_config(config)
     except (TypeError, ValueError) as error:
         raise serialization.ConfigError(f"optimizer {cls.__name__}: {_first_line(error)}") from None

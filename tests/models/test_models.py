@@ -385,3 +385,36 @@ def test_nested_models_shared_layers_masks_and_lists_round_trip(tmp_path: Path) 
         type(loaded.get_layer("inner")) is tp.Model
         and type(loaded.get_layer("block")) is tp.layers.Sequential
     )
+
+
+@pytest.mark.parametrize(
+    ("learning_rate", "match"),
+    [
+        (
+            {"type": "tests_never_imported_schedule:Payload"},
+            "learning_rate must be a number or a schedule's entry",
+        ),
+        (
+            {
+                "module": "tapefit.optimizers.schedules",
+                "class_name": "tests_never_imported_schedule:X",
+                "config": {},
+            },
+            "is an import path",
+        ),
+    ],
+)
+def test_a_crafted_learning_rate_is_refused_and_never_imported(
+    tmp_path: Path, learning_rate: dict[str, Any], match: str
+) -> None:
+    x, y = _data(16)
+    trainer = _trainer(_functional(), tp.optimizers.SGD(0.1))
+    _fit(trainer, x, y)
+    trainer.save(tmp_path / "t.tapefit")
+    with zipfile.ZipFile(tmp_path / "t.tapefit") as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    config = json.loads(members["config.json"])
+    config["optimizer"]["config"]["learning_rate"] = learning_rate
+    members["config.json"] = json.dumps(config).encode()
+    _refused(_write_zip(tmp_path / "bad.tapefit", members), match)
+    assert "tests_never_imported_schedule" not in sys.modules
