@@ -387,8 +387,7 @@ def _structure(value: Any, leaves: list[Any]) -> dict[str, Any]:
 
 def _unstructure(config: Any, what: str) -> tuple[Any, list[Any]]:
     """The leaves of a ``_structure`` dict, and a function packing values into its structure."""
-    if not isinstance(config, dict) or set(config) != {"structure", "keys", "items"}:
-        raise _error(f"Model: '{what}' must be an object with the keys structure, keys, items")
+    _expect_keys(config, ("structure", "keys", "items"), f"Model: '{what}'")
     kind, keys, items = config["structure"], config["keys"], config["items"]
     if not isinstance(items, list) or not items:
         raise _error(f"Model: '{what}.items' must be a non-empty list")
@@ -401,6 +400,18 @@ def _unstructure(config: Any, what: str) -> tuple[Any, list[Any]]:
     if kind == "one" and len(items) == 1:
         return (lambda values: values[0]), items
     raise _error(f"Model: '{what}.structure' must be 'one' (one item), 'list' or 'dict'")
+
+
+def _expect_keys(value: Any, keys: tuple[str, ...], at: str) -> None:
+    """Checks that ``value`` is a dict with exactly ``keys``; the error names the first other one."""
+    if not isinstance(value, dict):
+        raise _error(f"{at} must be an object with the keys {', '.join(keys)}")
+    for key in value:
+        if key not in keys:
+            raise _error(f"{at}: unknown key {str(key)[:80]!r} (known: {', '.join(keys)})")
+    for key in keys:
+        if key not in value:
+            raise _error(f"{at}: the key {key!r} is missing")
 
 
 def _error(message: str) -> Exception:
@@ -481,8 +492,7 @@ def _config_inputs(specs: list[Any], layers: dict[str, Module], where: str) -> l
     """The ``tp.Input`` tensors of a functional config's input specs."""
     inputs: list[SymbolicTensor] = []
     for position, spec in enumerate(specs):
-        if not isinstance(spec, dict) or set(spec) != {"name", "shape", "dtype"}:
-            raise _error(f"{where}: inputs.items[{position}] must have the keys name, shape, dtype")
+        _expect_keys(spec, ("name", "shape", "dtype"), f"{where}: inputs.items[{position}]")
         if (
             not isinstance(spec["name"], str)
             or spec["name"] in layers
@@ -538,8 +548,7 @@ def _model_from_config(cls: type[Model], config: dict[str, Any]) -> Model:
     calls: dict[str, int] = {}
     for position, call in enumerate(config["calls"]):
         at = f"{where}, calls[{position}]"
-        if not isinstance(call, dict) or set(call) != {"layer", "args", "kwargs"}:
-            raise _error(f"{at}: a call must have the keys layer, args, kwargs")
+        _expect_keys(call, ("layer", "args", "kwargs"), at)
         layer = layers.get(call["layer"]) if isinstance(call["layer"], str) else None
         if layer is None:
             raise _error(f"{at}: no layer is named {str(call['layer'])[:80]!r}")

@@ -194,8 +194,11 @@ def _rebuild_model(contents: saving.ModelFile, tables: dict[str, dict[str, type]
         raise serialization.ConfigError(f"'model' describes a {type(model).__name__}, not a model")
     build = contents.config["build_config"]
     if build is not None:
-        if set(build) != {"input_spec"}:
-            raise serialization.ConfigError("build_config must have the one key 'input_spec'")
+        unknown = [k for k in build if k != "input_spec"]
+        if unknown:
+            raise serialization.ConfigError(f"unknown key {str(unknown[0])[:80]!r} in build_config")
+        if "input_spec" not in build:
+            raise serialization.ConfigError("build_config has no 'input_spec'")
         try:
             saving.build_from_spec(model, build["input_spec"])
         except (TypeError, ValueError, IndexError, MemoryError) as error:

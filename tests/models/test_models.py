@@ -418,3 +418,13 @@ def test_a_crafted_learning_rate_is_refused_and_never_imported(
     members["config.json"] = json.dumps(config).encode()
     _refused(_write_zip(tmp_path / "bad.tapefit", members), match)
     assert "tests_never_imported_schedule" not in sys.modules
+
+
+def test_unknown_keys_inside_a_functional_config_are_named(tmp_path: Path) -> None:
+    _functional().save(tmp_path / "m.tapefit")
+    with zipfile.ZipFile(tmp_path / "m.tapefit") as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    config = json.loads(members["config.json"])
+    config["model"]["config"]["calls"][0]["training"] = True
+    members["config.json"] = json.dumps(config).encode()
+    _refused(_write_zip(tmp_path / "bad.tapefit", members), r"calls\[0\]: unknown key 'training'")
