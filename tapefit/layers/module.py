@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import math
 import os
 import re
 import threading
@@ -92,6 +93,29 @@ def observe_calls(observer: Callable[[Module, bool], None]) -> Iterator[None]:
         yield
     finally:
         _context.call_observer = previous
+
+
+class _WeightBudget(threading.local):
+    """How many more weight elements ``add_weight`` may make in this thread (``None``: any)."""
+
+    def __init__(self) -> None:
+        self.remaining: int | None = None
+
+
+_budget = _WeightBudget()
+
+
+@contextlib.contextmanager
+def weight_budget(elements: int) -> Iterator[None]:
+    """Inside the ``with`` block, ``add_weight`` refuses to make more than ``elements`` weight
+    elements in all: a model file's config cannot ask for more weights than the file holds,
+    so a crafted config cannot make the loader allocate without bound."""
+    previous = _budget.remaining
+    _budget.remaining = int(elements)
+    try:
+        yield
+    finally:
+        _budget.remaining = previous
 
 
 _training_params: dict[Callable[..., Any], tuple[bool, int | None]] = {}
@@ -503,6 +527,14 @@ class Module:
         """
         dtype = _dt.as_dtype(dtype if dtype is not None else getattr(self, "dtype", None) or _dt.float32)
         shape = () if shape is None else tuple(int(n) for n in shape)
+        if _budget.remaining is not None:
+            size = math.prod(shape)
+            if size > _budget.remaining:
+                raise ValueError(
+                    f"{type(self).__name__} '{self.name}' asks for a weight of shape {shape}, more than "
+                    "the weights the model file holds"
+                )
+            _budget.remaining -= size
         if initializer is None:
             initializer = "glorot_uniform" if dtype.kind == "f" else "zeros"
         init = initializers.get(initializer)

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tapefit.layers import saving, serialization
-from tapefit.layers.module import Module
+from tapefit.layers.module import Module, weight_budget
 from tapefit.layers.saving import ModelFileError
 from tapefit.layers.serialization import register_serializable
 
@@ -186,13 +186,25 @@ def _first_line(error: BaseException) -> str:
 
 
 def _rebuild_model(contents: saving.ModelFile, tables: dict[str, dict[str, type]]) -> Module:
+    # The config may ask for no more weights than the file holds: a crafted Dense(units=10**9)
+    # is refused before it allocates.
+    with weight_budget(sum(array.size for array in contents.weights.values())):
+        try:
+            model = serialization.deserialize(contents.config["model"], tables, "model")
+        except RecursionError:
+            raise serialization.ConfigError("the model's layers nest too deeply") from None
+        _build(model, contents.config["build_config"])
     try:
-        model = serialization.deserialize(contents.config["model"], tables, "model")
-    except RecursionError:
-        raise serialization.ConfigError("the model's layers nest too deeply") from None
+        model.set_weights([contents.weights[path] for path in contents.config["weight_paths"]])
+    except ValueError as error:
+        raise serialization.ConfigError(f"the weights do not fit the model: {_first_line(error)}") from None
+    return model
+
+
+def _build(model: Any, build: Any) -> None:
+    """Makes the variables of a rebuilt model as its first call did, from ``build_config``."""
     if not isinstance(model, Module):
         raise serialization.ConfigError(f"'model' describes a {type(model).__name__}, not a model")
-    build = contents.config["build_config"]
     if build is not None:
         unknown = [k for k in build if k != "input_spec"]
         if unknown:
@@ -203,11 +215,6 @@ def _rebuild_model(contents: saving.ModelFile, tables: dict[str, dict[str, type]
             saving.build_from_spec(model, build["input_spec"])
         except (TypeError, ValueError, IndexError, MemoryError) as error:
             raise serialization.ConfigError(f"the model cannot be built: {_first_line(error)}") from None
-    try:
-        model.set_weights([contents.weights[path] for path in contents.config["weight_paths"]])
-    except ValueError as error:
-        raise serialization.ConfigError(f"the weights do not fit the model: {_first_line(error)}") from None
-    return model
 
 
 def _rebuild_optimizer(entry: Any, tables: dict[str, dict[str, type]]) -> Any:

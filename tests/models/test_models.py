@@ -312,7 +312,7 @@ def test_an_unknown_member_and_corrupt_weights_are_refused(tmp_path: Path) -> No
 
 
 def test_weights_that_do_not_fit_are_refused(tmp_path: Path) -> None:
-    path = _with_config(tmp_path, lambda c: _layer(c)["config"].update(units=5))
+    path = _with_config(tmp_path, lambda c: _layer(c)["config"].update(use_bias=False))
     _refused(path, "the weights do not fit the model")
 
 
@@ -428,3 +428,18 @@ def test_unknown_keys_inside_a_functional_config_are_named(tmp_path: Path) -> No
     config["model"]["config"]["calls"][0]["training"] = True
     members["config.json"] = json.dumps(config).encode()
     _refused(_write_zip(tmp_path / "bad.tapefit", members), r"calls\[0\]: unknown key 'training'")
+
+
+def test_a_config_asking_for_more_weights_than_the_file_holds_allocates_nothing(tmp_path: Path) -> None:
+    path = _with_config(tmp_path, lambda c: _layer(c)["config"].update(units=10**9))
+    _refused(
+        path,
+        r"Dense 'dense(_\d+)?' asks for a weight of shape \(3, 1000000000\), more than the weights the model file holds",
+    )
+    _functional().save(tmp_path / "f.tapefit")
+    with zipfile.ZipFile(tmp_path / "f.tapefit") as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    config = json.loads(members["config.json"])
+    config["model"]["config"]["layers"][0]["config"]["units"] = 10**9
+    members["config.json"] = json.dumps(config).encode()
+    _refused(_write_zip(tmp_path / "g.tapefit", members), "more than the weights the model file holds")
