@@ -65,6 +65,7 @@ class Block(tp.Module):
         return x + self.down(self.up(self.norm2(x)))
 
 
+@tp.register_serializable  # so that tp.models.load_model can rebuild a saved .tapefit file
 class CharTransformer(tp.Module):
     """Character embeddings plus learned position embeddings, ``blocks`` Transformer blocks,
     a final LayerNormalization and the logits over the vocabulary at every position."""

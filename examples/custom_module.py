@@ -1,7 +1,9 @@
 """A user model for ``configs/custom_module.yaml``: a ``tp.Module`` subclass found by import path.
 
 ``train`` imports ``examples.custom_module``, takes ``ResidualMLP`` and calls it with the
-config's other model keys: ``ResidualMLP(num_classes=10, units=64, blocks=2)``.
+config's other model keys: ``ResidualMLP(num_classes=10, units=64, blocks=2)``. Registered with
+``@tp.register_serializable``, it can be saved in a ``.tapefit`` file and loaded back with
+``tp.models.load_model`` once this module is imported.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import tapefit as tp
 
 
+@tp.register_serializable
 class ResidualMLP(tp.Module):
     """Dense layers with residual connections: ``h = relu(h + W2 relu(W1 h))`` per block.
 

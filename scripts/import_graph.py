@@ -13,7 +13,7 @@ The rules:
 3. The CLI imports no concrete plugin class (it reads plugins through documented attributes).
 4. ``tapefit.core`` imports nothing of tapefit outside ``tapefit.core``.
 5. The ladder of DESIGN.md: ``core`` <- ``layers``, ``optimizers`` <- ``data``,
-   ``checkpointing``, ``distributed`` <- ``training``, ``plugins`` <- ``cli`` <- the public faces
+   ``checkpointing``, ``distributed``, ``models`` <- ``training``, ``plugins`` <- ``cli`` <- the public faces
    at the root; no import runs back up it.
 6. The package root holds only the public faces (``__init__``, ``__main__``, ``math``, ``nn``);
    everything else lives in a subpackage named for what it does.
@@ -38,6 +38,7 @@ LADDER = {
     "tapefit.data": 2,
     "tapefit.checkpointing": 2,
     "tapefit.distributed": 2,
+    "tapefit.models": 2,
     "tapefit.training": 3,
     "tapefit.plugins": 3,
     "tapefit.cli": 4,
@@ -96,7 +97,7 @@ def check(edges: dict[str, set[str]]) -> dict[str, list[str]]:
         "no plugin imports another plugin": [],
         "the CLI imports no concrete plugin class": [],
         "tapefit.core imports only tapefit.core": [],
-        "no import runs back up the ladder (core, layers/optimizers, data/checkpointing/distributed, "
+        "no import runs back up the ladder (core, layers/optimizers, data/checkpointing/distributed/models, "
         "training/plugins, cli)": [],
         "the package root holds only the public faces": [],
     }

@@ -1,9 +1,9 @@
 """tapefit: a readable, tape-based autodiff and training loop on NumPy.
 
 ``import tapefit as tp``. ``tp.__all__`` lists the public names: the tensors, the tape and the
-ops (``tapefit.core``), ``Module``, ``Trainer`` and ``History``, the marks ``hookimpl`` and
-``configurable``, and the public subpackages; ``dir(tp)`` (tab completion) shows those. The
-packages behind them (``core``, ``training``, ``distributed``, ``cli``) are importable by their
+ops (``tapefit.core``), ``Module``, ``Trainer`` and ``History``, the marks ``hookimpl``,
+``configurable`` and ``register_serializable``, and the public subpackages; ``dir(tp)`` (tab
+completion) shows those. The packages behind them (``core``, ``training``, ``distributed``, ``cli``) are importable by their
 dotted names.
 """
 
@@ -14,6 +14,7 @@ from tapefit import core as _core
 from tapefit import data as data
 from tapefit import layers as layers
 from tapefit import math as math
+from tapefit import models as models
 from tapefit import nn as nn
 from tapefit import optimizers as optimizers
 from tapefit import plugins as plugins
@@ -29,6 +30,7 @@ from tapefit.layers import initializers as initializers
 from tapefit.layers import losses as losses
 from tapefit.layers import metrics as metrics
 from tapefit.layers import regularizers as regularizers
+from tapefit.layers.serialization import register_serializable as register_serializable
 from tapefit.plugins import hookimpl as hookimpl
 from tapefit.training.trainer import History as History
 from tapefit.training.trainer import Trainer as Trainer
@@ -50,6 +52,7 @@ __all__ = [
     "Trainer",
     "configurable",
     "hookimpl",
+    "register_serializable",
     # the public subpackages
     "activations",
     "checkpointing",
@@ -59,6 +62,7 @@ __all__ = [
     "losses",
     "math",
     "metrics",
+    "models",
     "nn",
     "optimizers",
     "plugins",

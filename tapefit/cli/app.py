@@ -514,19 +514,27 @@ def _say_the_learning_rate_is_restored(
 
 
 def export(run: Run, path: Path, out: Any) -> int:
-    """``train --export PATH``: the weights of the checkpoint ``--resume`` chose, as ``.safetensors``."""
+    """``train --export PATH``: the checkpoint ``--resume`` chose, as the weights alone
+    (``.safetensors``) or as a whole-model file (``.tapefit``: the architecture, the weights,
+    the optimizer with its state, the loss and the metrics; ``tp.models.load_model`` reads it)."""
+    whole = path.suffix == ".tapefit"
     try:
         if run.resume_from is None or run.resume_contents is None:
             raise ConfigError("--export: there is no checkpoint to export (the run has not saved one yet)")
         try:
             run.model.load_state_dict(run.resume_contents["model"])
-            _export(run.model, path)
+            if whole:
+                run.optimizer.set_state(run.resume_contents["optimizer"])
+                run.trainer.save(path)
+            else:
+                _export(run.model, path)
         except (OSError, ValueError) as e:
             raise ConfigError(f"--export: {error_text(e)}") from e
     finally:
         if run.lock is not None:
             run.lock.release(undo=True)  # export writes nothing into the run folder
-    print(f"train: exported the weights of {run.resume_from} to {path}", file=out)
+    what = "the model" if whole else "the weights"
+    print(f"train: exported {what} of {run.resume_from} to {path}", file=out)
     return 0
 
 
@@ -640,8 +648,9 @@ def build_parser(prog: str = "train") -> argparse.ArgumentParser:
         "--export",
         metavar="PATH",
         help=(
-            "write the model weights of the checkpoint that --resume names (default: the run's newest) to "
-            "PATH, a .safetensors file, and exit without training"
+            "write the checkpoint that --resume names (default: the run's newest) to PATH and exit without "
+            "training: a .safetensors file holds the model weights, a .tapefit file the whole model (its "
+            "architecture, weights, optimizer, loss and metrics; tp.models.load_model reads it)"
         ),
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
@@ -664,8 +673,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "train") -> int:
                 parser.error(
                     "--export writes a checkpoint's weights and trains nothing; drop --overwrite/--print-config"
                 )
-            if not args.export.endswith(".safetensors"):
-                parser.error(f"--export: the file name must end in '.safetensors', got {args.export!r}")
+            if not args.export.endswith((".safetensors", ".tapefit")):
+                parser.error(
+                    f"--export: the file name must end in '.safetensors' or '.tapefit', got {args.export!r}"
+                )
             args.resume = args.resume or "auto"
     except SystemExit as e:  # --help, --version and usage errors
         return e.code if isinstance(e.code, int) else 2

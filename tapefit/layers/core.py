@@ -339,6 +339,13 @@ class Sequential(Layer):
             )
         self._layers.append(layer)
 
+    def get_config(self) -> dict[str, Any]:
+        """``name``, ``trainable`` and ``layers`` (each layer's serialized config), as Keras's."""
+        from tapefit.layers import serialization
+
+        config = {"name": self.name, "trainable": self.trainable, "layers": self._layers}
+        return serialization.to_plain(config, f"Sequential '{self.name}'")
+
     def pop(self) -> Module:
         """Removes and returns the last layer."""
         if not self._layers:

@@ -287,6 +287,29 @@ class Model(Layer):
         assert self._last_masks is not None
         return self._last_masks[1]
 
+    # -- configs -------------------------------------------------------------
+
+    def get_config(self) -> dict[str, Any]:
+        """The graph as plain values: ``name``, ``trainable``, ``layers`` (each once, serialized),
+        ``calls`` (in the order the model runs them, tensors as ``{"tensor": [layer, call,
+        output]}``), ``inputs`` (name, shape, dtype of each) and ``outputs``, with the
+        structures (one, list, dict) ``Model`` was given.
+
+        Raises:
+            ValueError: (``ConfigError``) two inputs or layers share a name, or a layer holds
+                what a file cannot describe.
+        """
+        return _model_get_config(self)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Model:
+        """Rebuilds the graph of ``get_config``: makes the layers, then replays the calls.
+
+        Raises:
+            ValueError: (``ConfigError``) an unknown key, class, layer or tensor, named.
+        """
+        return _model_from_config(cls, config)
+
     # -- summary -------------------------------------------------------------
 
     def summary(self, line_length: int = 100, print_fn: Callable[[str], Any] | None = None) -> None:
@@ -341,3 +364,211 @@ class Model(Layer):
         if tensor.node is None or tensor.node.id not in calls:
             return f"{tensor.name}[0][0]"
         return f"{tensor.node.layer.name}[{calls[tensor.node.id]}][{tensor.index}]"
+
+
+# -- configs ------------------------------------------------------------------------------
+#
+# A functional model's config lists its layers once each (their serialized configs, by name),
+# then its calls in the order the model runs them: {"layer": name, "args": [...], "kwargs": {...}}
+# where a symbolic tensor is {"tensor": [layer name, call index, output index]} (an input is
+# [its name, 0, 0]); "inputs" and "outputs" keep the structure the model was given.
+
+_CONFIG_KEYS = ("name", "trainable", "layers", "calls", "inputs", "outputs")
+
+
+def _structure(value: Any, leaves: list[Any]) -> dict[str, Any]:
+    """``{"structure": "one" | "list" | "dict", "keys": [...], "items": leaves}``."""
+    if isinstance(value, dict):
+        return {"structure": "dict", "keys": sorted(value), "items": leaves}
+    if isinstance(value, (list, tuple)):
+        return {"structure": "list", "keys": None, "items": leaves}
+    return {"structure": "one", "keys": None, "items": leaves}
+
+
+def _unstructure(config: Any, what: str) -> tuple[Any, list[Any]]:
+    """The leaves of a ``_structure`` dict, and a function packing values into its structure."""
+    _expect_keys(config, ("structure", "keys", "items"), f"Model: '{what}'")
+    kind, keys, items = config["structure"], config["keys"], config["items"]
+    if not isinstance(items, list) or not items:
+        raise _error(f"Model: '{what}.items' must be a non-empty list")
+    if kind == "dict":
+        if not isinstance(keys, list) or len(keys) != len(items) or not all(isinstance(k, str) for k in keys):
+            raise _error(f"Model: '{what}.keys' must name each item")
+        return (lambda values: dict(zip(keys, values))), items
+    if kind == "list":
+        return (lambda values: list(values)), items
+    if kind == "one" and len(items) == 1:
+        return (lambda values: values[0]), items
+    raise _error(f"Model: '{what}.structure' must be 'one' (one item), 'list' or 'dict'")
+
+
+def _expect_keys(value: Any, keys: tuple[str, ...], at: str) -> None:
+    """Checks that ``value`` is a dict with exactly ``keys``; the error names the first other one."""
+    if not isinstance(value, dict):
+        raise _error(f"{at} must be an object with the keys {', '.join(keys)}")
+    for key in value:
+        if key not in keys:
+            raise _error(f"{at}: unknown key {str(key)[:80]!r} (known: {', '.join(keys)})")
+    for key in keys:
+        if key not in value:
+            raise _error(f"{at}: the key {key!r} is missing")
+
+
+def _error(message: str) -> Exception:
+    from tapefit.layers.serialization import ConfigError
+
+    return ConfigError(message)
+
+
+def _model_get_config(model: Model) -> dict[str, Any]:
+    from tapefit.layers import serialization
+
+    where = f"Model '{model.name}'"
+    names = [t.name for t in model._flat_inputs] + [layer.name for layer in model._layers]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise serialization.ConfigError(
+            f"{where}: its inputs and layers must have distinct names to be saved; used twice: {twice}"
+        )
+    index: dict[int, tuple[str, int]] = {}
+    counts: dict[int, int] = {}
+    for node in model._nodes:
+        index[node.id] = (node.layer.name, counts.get(id(node.layer), 0))
+        counts[id(node.layer)] = counts.get(id(node.layer), 0) + 1
+    inputs = {id(t) for t in model._flat_inputs}
+
+    def reference(tensor: SymbolicTensor) -> dict[str, Any]:
+        if id(tensor) in inputs or tensor.node is None:
+            return {"tensor": [tensor.name, 0, 0]}
+        layer_name, call = index[tensor.node.id]
+        return {"tensor": [layer_name, call, tensor.index]}
+
+    def plain(value: Any, at: str) -> Any:
+        leaves = nest.flatten(value)
+        converted = [
+            reference(v) if isinstance(v, SymbolicTensor) else serialization.to_plain(v, at) for v in leaves
+        ]
+        return serialization.to_plain(nest.pack_sequence_as(value, converted), at)
+
+    calls = [
+        {
+            "layer": node.layer.name,
+            "args": plain(list(node.args), f"{where}, call of '{node.layer.name}'"),
+            "kwargs": plain(dict(node.kwargs), f"{where}, call of '{node.layer.name}'"),
+        }
+        for node in model._nodes
+    ]
+    specs = [{"name": t.name, "shape": list(t.shape[1:]), "dtype": t.dtype.name} for t in model._flat_inputs]
+    return {
+        "name": model.name,
+        "trainable": model.trainable,
+        "layers": [
+            serialization.serialize(layer, f"{where}, layer '{layer.name}'") for layer in model._layers
+        ],
+        "calls": calls,
+        "inputs": _structure(model._inputs_structure, specs),
+        "outputs": _structure(model._outputs_structure, [reference(t) for t in model._flat_outputs]),
+    }
+
+
+def _config_layers(entries: Any, tables: Any, where: str) -> dict[str, Module]:
+    """The layers of a functional config, by name."""
+    from tapefit.layers import serialization
+
+    if not isinstance(entries, list):
+        raise _error(f"{where}: 'layers' must be a list")
+    layers: dict[str, Module] = {}
+    for position, entry in enumerate(entries):
+        layer = serialization.deserialize(entry, tables, f"{where}, layers[{position}]")
+        if not isinstance(layer, Module):
+            raise _error(f"{where}: layers[{position}] is a {type(layer).__name__}, not a layer")
+        if layer.name in layers:
+            raise _error(f"{where}: two layers are named {layer.name!r}")
+        layers[layer.name] = layer
+    return layers
+
+
+def _config_inputs(specs: list[Any], layers: dict[str, Module], where: str) -> list[SymbolicTensor]:
+    """The ``tp.Input`` tensors of a functional config's input specs."""
+    inputs: list[SymbolicTensor] = []
+    for position, spec in enumerate(specs):
+        _expect_keys(spec, ("name", "shape", "dtype"), f"{where}: inputs.items[{position}]")
+        if (
+            not isinstance(spec["name"], str)
+            or spec["name"] in layers
+            or spec["name"] in [t.name for t in inputs]
+        ):
+            raise _error(
+                f"{where}: the input name {str(spec['name'])[:80]!r} is used twice or is not a string"
+            )
+        if spec["dtype"] not in _INPUT_DTYPES:
+            raise _error(f"{where}: inputs.items[{position}] has the dtype {str(spec['dtype'])[:40]!r}")
+        inputs.append(Input(spec["shape"], dtype=spec["dtype"], name=spec["name"]))
+    return inputs
+
+
+def _model_from_config(cls: type[Model], config: dict[str, Any]) -> Model:
+    from tapefit.layers import serialization
+
+    serialization.check_arguments(
+        cls, config, function=lambda name, trainable, layers, calls, inputs, outputs: 0
+    )
+    missing = [k for k in _CONFIG_KEYS if k not in config]
+    if missing:
+        raise _error(f"Model: its config has no {missing[0]!r}")
+    name = config["name"]
+    where = f"Model {str(name)[:80]!r}"
+    tables = serialization.layer_tables()
+    if not isinstance(config["calls"], list):
+        raise _error(f"{where}: 'calls' must be a list")
+    layers = _config_layers(config["layers"], tables, where)
+    pack_inputs, specs = _unstructure(config["inputs"], "inputs")
+    tensors: dict[tuple[str, int], list[Any]] = {}
+    flat_inputs = _config_inputs(specs, layers, where)
+    for tensor in flat_inputs:
+        tensors[(tensor.name, 0)] = [tensor]
+
+    def resolve(value: Any, at: str) -> Any:
+        if isinstance(value, dict) and set(value) == {"tensor"}:
+            ref = value["tensor"]
+            if not (isinstance(ref, list) and len(ref) == 3 and isinstance(ref[0], str)):
+                raise _error(f"{at}: a tensor reference is [layer name, call, output], got {str(ref)[:80]}")
+            made = tensors.get((ref[0], ref[1])) if isinstance(ref[1], int) else None
+            if made is None or not isinstance(ref[2], int) or not 0 <= ref[2] < len(made):
+                raise _error(f"{at}: no tensor {str(ref)[:80]} has been made before this call")
+            return made[ref[2]]
+        if serialization.is_entry(value):
+            return serialization.deserialize(value, tables, at)
+        if isinstance(value, list):
+            return [resolve(v, at) for v in value]
+        if isinstance(value, dict):
+            return {k: resolve(v, at) for k, v in value.items()}
+        return value
+
+    calls: dict[str, int] = {}
+    for position, call in enumerate(config["calls"]):
+        at = f"{where}, calls[{position}]"
+        _expect_keys(call, ("layer", "args", "kwargs"), at)
+        layer = layers.get(call["layer"]) if isinstance(call["layer"], str) else None
+        if layer is None:
+            raise _error(f"{at}: no layer is named {str(call['layer'])[:80]!r}")
+        args, kwargs = resolve(call["args"], at), resolve(call["kwargs"], at)
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise _error(f"{at}: 'args' must be a list and 'kwargs' an object")
+        outputs = layer(*args, **kwargs)
+        count = calls.get(layer.name, 0)
+        calls[layer.name] = count + 1
+        tensors[(layer.name, count)] = [v for v in nest.flatten(outputs) if isinstance(v, SymbolicTensor)]
+    pack_outputs, references = _unstructure(config["outputs"], "outputs")
+    outputs = [resolve(ref, f"{where}, outputs") for ref in references]
+    if not all(isinstance(t, SymbolicTensor) for t in outputs):
+        raise _error(f"{where}: every output must be a tensor reference")
+    trainable = config["trainable"]
+    if not isinstance(trainable, bool):
+        raise _error(f"{where}: 'trainable' must be true or false")
+    return cls(pack_inputs(flat_inputs), pack_outputs(outputs), name=name, trainable=trainable)
+
+
+_INPUT_DTYPES = frozenset(
+    ["bool", "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"]
+)

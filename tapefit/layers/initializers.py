@@ -60,6 +60,23 @@ class Initializer:
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
+    def get_config(self) -> dict[str, Any]:
+        """The constructor's arguments as the initializer holds them now (Keras's ``get_config``)."""
+        from tapefit.layers import serialization
+
+        return serialization.attribute_config(self)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Initializer:
+        """An initializer from what ``get_config`` returned.
+
+        Raises:
+            ValueError: a key its constructor does not take (named).
+        """
+        from tapefit.layers import serialization
+
+        return serialization.from_constructor_config(cls, config)
+
 
 class Zeros(Initializer):
     """All zeros."""

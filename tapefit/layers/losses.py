@@ -86,6 +86,23 @@ class Loss:
         self.name = name or self.default_name
         self.reduction = reduction
 
+    def get_config(self) -> dict[str, Any]:
+        """The constructor's arguments as the loss holds them now (Keras's ``get_config``)."""
+        from tapefit.layers import serialization
+
+        return serialization.attribute_config(self)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Loss:
+        """A loss from what ``get_config`` returned.
+
+        Raises:
+            ValueError: a key its constructor does not take (named).
+        """
+        from tapefit.layers import serialization
+
+        return serialization.from_constructor_config(cls, config)
+
     def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
         """The per-sample losses."""
         raise NotImplementedError

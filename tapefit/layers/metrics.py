@@ -55,6 +55,23 @@ class Metric:
         """Adds a batch."""
         raise NotImplementedError
 
+    def get_config(self) -> dict[str, Any]:
+        """The constructor's arguments as the metric holds them now (Keras's ``get_config``)."""
+        from tapefit.layers import serialization
+
+        return serialization.attribute_config(self)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Metric:
+        """A metric from what ``get_config`` returned.
+
+        Raises:
+            ValueError: a key its constructor does not take (named).
+        """
+        from tapefit.layers import serialization
+
+        return serialization.from_constructor_config(cls, config)
+
     def _accumulate(self, values: np.ndarray, sample_weight: Any) -> None:
         """Adds ``values`` (one or more per sample), weighted by ``sample_weight`` (broadcast)."""
         values = np.asarray(values, dtype=np.float64)

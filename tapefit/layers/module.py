@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import math
 import os
 import re
 import threading
@@ -36,7 +37,17 @@ from tapefit.layers.symbolic import has_symbolic, record_call
 
 # Attributes of Module itself that hold no user state and are not walked.
 _INTERNAL = frozenset(
-    ["_name", "_name_given", "_trainable", "_built", "_added_weights", "_output_shape", "_regularizers"]
+    [
+        "_name",
+        "_name_given",
+        "_trainable",
+        "_built",
+        "_added_weights",
+        "_output_shape",
+        "_regularizers",
+        "_init_args",
+        "_build_input",
+    ]
 )
 
 _name_counts: dict[str, int] = {}
@@ -82,6 +93,29 @@ def observe_calls(observer: Callable[[Module, bool], None]) -> Iterator[None]:
         yield
     finally:
         _context.call_observer = previous
+
+
+class _WeightBudget(threading.local):
+    """How many more weight elements ``add_weight`` may make in this thread (``None``: any)."""
+
+    def __init__(self) -> None:
+        self.remaining: int | None = None
+
+
+_budget = _WeightBudget()
+
+
+@contextlib.contextmanager
+def weight_budget(elements: int) -> Iterator[None]:
+    """Inside the ``with`` block, ``add_weight`` refuses to make more than ``elements`` weight
+    elements in all: a model file's config cannot ask for more weights than the file holds,
+    so a crafted config cannot make the loader allocate without bound."""
+    previous = _budget.remaining
+    _budget.remaining = int(elements)
+    try:
+        yield
+    finally:
+        _budget.remaining = previous
 
 
 _training_params: dict[Callable[..., Any], tuple[bool, int | None]] = {}
@@ -173,6 +207,19 @@ def _shape_of(value: Any) -> Any:
     return None
 
 
+def _spec_of(value: Any) -> Any:
+    """``(shape with the batch axis None, dtype name)`` of a tensor-like value, in the nesting of
+    lists, tuples and dicts of them; ``None`` for anything else (a model file rebuilds the
+    model's variables by calling it on zeros of this spec)."""
+    if isinstance(value, (Tensor, np.ndarray)) and value.ndim >= 1:
+        return ((None, *value.shape[1:]), value.dtype.name)
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _spec_of(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_spec_of(v) for v in value]
+    return None
+
+
 def _container_items(value: Any) -> Iterator[tuple[Any, Any]] | None:
     """The (key, item) pairs of a dict, list or tuple (keys as they are: paths format them)."""
     if isinstance(value, dict):
@@ -227,9 +274,12 @@ class Module:
     _built: bool
     _added_weights: list[Variable]
     _output_shape: Any
+    _init_args: tuple[tuple[Any, ...], dict[str, Any]]
+    _build_input: Any
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Module:
-        # State lives here, so a subclass that forgets super().__init__() still works.
+        # State lives here, so a subclass that forgets super().__init__() still works. The
+        # constructor's arguments are kept as given: get_config rebuilds the module from them.
         self = super().__new__(cls)
         self.__dict__.update(
             _name=None,
@@ -238,6 +288,8 @@ class Module:
             _built=False,
             _added_weights=[],
             _output_shape=None,
+            _init_args=(args, dict(kwargs)),
+            _build_input=None,
         )
         return self
 
@@ -475,6 +527,14 @@ class Module:
         """
         dtype = _dt.as_dtype(dtype if dtype is not None else getattr(self, "dtype", None) or _dt.float32)
         shape = () if shape is None else tuple(int(n) for n in shape)
+        if _budget.remaining is not None:
+            size = math.prod(shape)
+            if size > _budget.remaining:
+                raise ValueError(
+                    f"{type(self).__name__} '{self.name}' asks for a weight of shape {shape}, more than "
+                    "the weights the model file holds"
+                )
+            _budget.remaining -= size
         if initializer is None:
             initializer = "glorot_uniform" if dtype.kind == "f" else "zeros"
         init = initializers.get(initializer)
@@ -519,6 +579,7 @@ class Module:
         try:
             if not self._built:
                 first = args[0] if args else kwargs.get("inputs")
+                self._build_input = _spec_of(first)
                 self.build(_shape_of(first))
                 self._built = True
             outputs = self.call(*args, **kwargs)
@@ -632,6 +693,54 @@ class Module:
         from tapefit.layers import saving
 
         saving.load_weights(self, path)
+
+    def get_config(self) -> dict[str, Any]:
+        """The config that rebuilds this module with ``from_config`` (Keras's ``get_config``).
+
+        It is the arguments the constructor was called with, defaults filled in, with
+        ``name``, ``trainable`` and ``dtype`` as they are now, as plain JSON values: activations
+        by name; layers, initializers and regularizers as ``{"module", "class_name", "config"}``.
+        A subclass whose constructor takes something else (a function, an array) overrides
+        it, and ``from_config`` with it.
+
+        Raises:
+            ValueError: (``ConfigError``) an argument that a file cannot hold, named.
+        """
+        from tapefit.layers import serialization
+
+        args, kwargs = self._init_args
+        config = serialization.constructor_config(self, args, kwargs)
+        return serialization.to_plain(config, f"{type(self).__name__} '{self.name}'")
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Module:
+        """A new module from what ``get_config`` returned (its weights are new ones).
+
+        Raises:
+            ValueError: (``ConfigError``) a key the constructor does not take, or a nested
+                object that is neither built in nor registered.
+        """
+        from tapefit.layers import serialization
+
+        return serialization.from_constructor_config(cls, config)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Writes the whole model to one ``.tapefit`` file: its config and its weights.
+
+        ``tp.models.load_model(path)`` rebuilds it without the code that built it (a class
+        of your own must be registered with ``@tp.register_serializable``). To save the
+        optimizer, loss and metrics too, use ``Trainer.save``.
+
+        Args:
+            path: the file; its name must end in ``.tapefit``, and its folder must exist.
+
+        Raises:
+            ValueError: the model holds something a file cannot describe (an unregistered
+                class, a plain function), named.
+        """
+        from tapefit.layers import saving
+
+        saving.save_model(self, path)
 
     def get_weights(self) -> list[np.ndarray]:
         """Copies of the weights' values, in the order of ``variables`` (Keras's ``get_weights``)."""

@@ -21,6 +21,23 @@ class Regularizer:
     def __call__(self, x: Tensor) -> Tensor:
         raise NotImplementedError
 
+    def get_config(self) -> dict[str, Any]:
+        """The constructor's arguments as the regularizer holds them now (Keras's ``get_config``)."""
+        from tapefit.layers import serialization
+
+        return serialization.attribute_config(self)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Regularizer:
+        """A regularizer from what ``get_config`` returned.
+
+        Raises:
+            ValueError: a key its constructor does not take (named).
+        """
+        from tapefit.layers import serialization
+
+        return serialization.from_constructor_config(cls, config)
+
 
 class L1L2(Regularizer):
     """``l1 * sum(|x|) + l2 * sum(x ** 2)``.

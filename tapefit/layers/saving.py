@@ -1,4 +1,5 @@
-"""Weight files: a Module's ``state_dict`` as a ``.safetensors`` file, and back.
+"""Weight files and whole-model files: a Module's ``state_dict`` as a ``.safetensors`` file, and
+the model with its config (and a trainer's compile state) as one ``.tapefit`` file.
 
 safetensors is the format PyTorch and Hugging Face tools read: a JSON header naming each
 array's dtype, shape and byte range, then the raw bytes. Loading it never runs code (unlike a
@@ -7,8 +8,11 @@ pickle). The keys are the ``state_dict`` paths (``sequential/dense/kernel``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -112,3 +116,328 @@ def load_weights(module: Module, path: str | os.PathLike[str]) -> None:
         module.load_state_dict(state)
     except ValueError as error:
         raise ValueError(f"load_weights from '{path}': {error}") from None
+
+
+# -- whole-model files ------------------------------------------------------------------
+#
+# A ``.tapefit`` file is a zip archive whose members are stored, not compressed: ``config.json``
+# (the architecture, and the compile state when a trainer saved it), ``model.safetensors`` (the
+# weights, keyed by the state_dict paths) and, from a trainer, ``optimizer.safetensors`` (the
+# optimizer's state). Each member is a standard file: unzip it, and json and safetensors tools
+# read the parts. Stored members keep a member's size on disk equal to its size read, so every
+# size is checked against the file before a byte is read, and no member inflates.
+
+MODEL_SUFFIX = ".tapefit"
+FORMAT = "tapefit.model"
+FORMAT_VERSION = 1
+CONFIG_MEMBER = "config.json"
+WEIGHTS_MEMBER = "model.safetensors"
+OPTIMIZER_MEMBER = "optimizer.safetensors"
+MAX_CONFIG_BYTES = 16 * 2**20
+"""The largest ``config.json`` a model file may hold (a config is a few kB per layer)."""
+MAX_JSON_DEPTH = 100
+"""The deepest nesting of lists and dicts ``config.json`` may have."""
+_INPUT_DTYPES = frozenset(
+    ["bool", "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"]
+)
+_MAX_BUILD_ELEMENTS = 2**26
+_TOP_KEYS = (
+    "format",
+    "format_version",
+    "tapefit_version",
+    "model",
+    "build_config",
+    "compile_config",
+    "optimizer",
+    "weight_paths",
+)
+
+
+class ModelFileError(ValueError):
+    """A model file that ``load_model`` refuses: not a ``.tapefit`` file, sizes that lie, JSON too
+    large or too deep, an unknown key or class. The message is one line naming the file."""
+
+
+@dataclasses.dataclass
+class ModelFile:
+    """What a model file holds, checked for shape but not yet rebuilt into objects.
+
+    Attributes:
+        config: ``config.json``, with the keys ``model``, ``build_config``, ``compile_config``
+            and ``optimizer`` (the last two ``None`` for a file ``Module.save`` wrote), and
+            ``weight_paths``, the keys of ``weights`` in the order of the model's ``variables``.
+        weights: the model's arrays by ``state_dict`` path.
+        optimizer_state: the optimizer's ``get_state()`` (``None`` without an optimizer).
+    """
+
+    config: dict[str, Any]
+    weights: dict[str, np.ndarray]
+    optimizer_state: dict[str, Any] | None
+
+
+def save_model(
+    module: Module,
+    path: str | os.PathLike[str],
+    *,
+    compile_config: dict[str, Any] | None = None,
+    optimizer_entry: dict[str, Any] | None = None,
+    optimizer_state: dict[str, Any] | None = None,
+) -> Path:
+    """Writes ``module`` to ``path`` (a ``.tapefit`` file), atomically; returns the path.
+
+    Args:
+        module: the model.
+        path: the file, whose name ends in ``.tapefit``.
+        compile_config: the trainer's loss, metrics and loss weights, as plain values.
+        optimizer_entry: the optimizer's serialized form (``tp.models`` makes it).
+        optimizer_state: the optimizer's ``get_state()``, saved with ``optimizer_entry``.
+
+    Raises:
+        ValueError: the model or optimizer holds what a file cannot describe (named).
+    """
+    from tapefit.layers import serialization
+
+    path = Path(path)
+    if path.suffix != MODEL_SUFFIX:
+        raise ValueError(f"save: the file name must end in '{MODEL_SUFFIX}', got '{path}'")
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"save: the folder '{path.parent}' of '{path}' does not exist")
+    from tapefit import __version__
+
+    build_input = getattr(module, "_build_input", None)
+    state = module.state_dict()
+    config = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "tapefit_version": __version__,
+        "model": serialization.serialize(module, f"model '{module.name}'"),
+        "build_config": None
+        if build_input is None
+        else {"input_spec": serialization.to_plain(build_input, "input")},
+        "compile_config": compile_config,
+        "optimizer": optimizer_entry,
+        # The weights in the order of `variables`: a rebuilt model takes them by position, since
+        # its layers' paths may differ (a name given now, where the saved one had a default).
+        "weight_paths": list(state),
+    }
+    text = json.dumps(config, indent=1, allow_nan=False).encode("utf-8")
+    st = _safetensors_numpy()
+    weights = {key: np.asarray(value, order="C") for key, value in state.items()}
+    members = [(CONFIG_MEMBER, text), (WEIGHTS_MEMBER, st.save(weights, metadata={"format": "np"}))]
+    if (optimizer_entry is None) != (optimizer_state is None):
+        raise ValueError("save: an optimizer's config and its state come together")
+    if optimizer_state is not None:
+        state = {key: np.asarray(value, order="C") for key, value in optimizer_state.items()}
+        members.append((OPTIMIZER_MEMBER, st.save(state, metadata={"format": "np"})))
+
+    def write(f: Any) -> None:
+        with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as archive:
+            for name, data in members:
+                info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+                archive.writestr(info, data, compress_type=zipfile.ZIP_STORED)
+
+    atomic_write(path, write)
+    return path
+
+
+def read_model_file(path: str | os.PathLike[str]) -> ModelFile:
+    """Reads and checks a ``.tapefit`` file, building nothing.
+
+    Every member's declared size is checked against the file's length before it is read, the
+    bytes read against the size declared, ``config.json`` against ``MAX_CONFIG_BYTES`` and
+    ``MAX_JSON_DEPTH``, and its top-level keys against the format's.
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        ModelFileError: anything else wrong with it, in one line naming the file.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"load_model: no such file: '{path}'")
+
+    def refuse(problem: str) -> ModelFileError:
+        return ModelFileError(f"load_model: '{path}': {problem}")
+
+    try:
+        f = open_untrusted(path, "model file")
+    except FileRefused as error:
+        raise ModelFileError(f"load_model: {error}") from None
+    with f:
+        length = file_size(f)
+        try:
+            archive = zipfile.ZipFile(f)
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError):
+            raise refuse("not a tapefit model file (not a zip archive, or a truncated one)") from None
+        with archive:
+            data = _read_members(archive, length, refuse)
+    config = _parse_config(data[CONFIG_MEMBER], refuse)
+    weights = _parse_safetensors(data[WEIGHTS_MEMBER], WEIGHTS_MEMBER, refuse)
+    if set(weights) != set(config["weight_paths"]):
+        extra = sorted(set(weights) ^ set(config["weight_paths"]))
+        raise refuse(f"{WEIGHTS_MEMBER} and weight_paths disagree about {extra[0][:80]!r}")
+    optimizer_state = None
+    if OPTIMIZER_MEMBER in data:
+        optimizer_state = _parse_safetensors(data[OPTIMIZER_MEMBER], OPTIMIZER_MEMBER, refuse)
+    if (optimizer_state is None) != (config["optimizer"] is None):
+        raise refuse("the optimizer's config and its state must come together")
+    return ModelFile(config, weights, optimizer_state)
+
+
+def _read_members(archive: zipfile.ZipFile, length: int, refuse: Any) -> dict[str, bytes]:
+    infos = archive.infolist()
+    allowed = (CONFIG_MEMBER, WEIGHTS_MEMBER, OPTIMIZER_MEMBER)
+    if len(infos) > len(allowed):
+        raise refuse(f"it has {len(infos)} members, a model file at most {len(allowed)}")
+    seen: set[str] = set()
+    total = 0
+    for info in infos:
+        shown = repr(info.filename[:80])
+        if info.filename not in allowed:
+            raise refuse(f"unknown member {shown} (a model file holds {', '.join(allowed)})")
+        if info.filename in seen:
+            raise refuse(f"the member {shown} appears twice")
+        seen.add(info.filename)
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise refuse(f"the member {shown} is compressed; model files store their members")
+        if info.file_size != info.compress_size:
+            raise refuse(
+                f"the member {shown} declares {info.file_size} bytes but stores {info.compress_size}"
+            )
+        total += info.file_size
+        if info.header_offset + info.file_size > length or total > length:
+            raise refuse(f"the member {shown} declares {info.file_size} bytes, more than the file's {length}")
+        if info.filename == CONFIG_MEMBER and info.file_size > MAX_CONFIG_BYTES:
+            raise refuse(
+                f"{CONFIG_MEMBER} is {info.file_size} bytes, more than the {MAX_CONFIG_BYTES} allowed"
+            )
+    for required in (CONFIG_MEMBER, WEIGHTS_MEMBER):
+        if required not in seen:
+            raise refuse(f"it has no {required}")
+    data: dict[str, bytes] = {}
+    for info in infos:
+        try:
+            with archive.open(info) as member:
+                content = member.read(info.file_size + 1)
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as error:
+            raise refuse(f"the member {info.filename!r} cannot be read ({_first_line(error)})") from None
+        if len(content) != info.file_size:
+            raise refuse(
+                f"the member {info.filename!r} holds {len(content)} bytes, it declares {info.file_size}"
+            )
+        data[info.filename] = content
+    return data
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _parse_config(data: bytes, refuse: Any) -> dict[str, Any]:
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key, value in items:
+            if key in result:
+                raise ValueError(f"the key {key[:80]!r} appears twice in one object")
+            result[key] = value
+        return result
+
+    def constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a JSON number")
+
+    try:
+        config = json.loads(data.decode("utf-8"), object_pairs_hook=pairs, parse_constant=constant)
+    except RecursionError:
+        raise refuse(f"{CONFIG_MEMBER} is nested more than {MAX_JSON_DEPTH} levels deep") from None
+    except (UnicodeDecodeError, ValueError) as error:
+        raise refuse(f"{CONFIG_MEMBER} is not valid JSON ({_first_line(error)})") from None
+    depth = _depth(config)
+    if depth > MAX_JSON_DEPTH:
+        raise refuse(f"{CONFIG_MEMBER} is nested {depth} levels deep, more than the {MAX_JSON_DEPTH} allowed")
+    if not isinstance(config, dict):
+        raise refuse(f"{CONFIG_MEMBER} must hold an object, got {type(config).__name__}")
+    unknown = [k for k in config if k not in _TOP_KEYS]
+    if unknown:
+        raise refuse(f"unknown key {unknown[0][:80]!r} in {CONFIG_MEMBER} (known: {', '.join(_TOP_KEYS)})")
+    missing = [k for k in _TOP_KEYS if k not in config]
+    if missing:
+        raise refuse(f"{CONFIG_MEMBER} has no {missing[0]!r}")
+    if config["format"] != FORMAT:
+        raise refuse(f"its format is {str(config['format'])[:80]!r}, not {FORMAT!r}")
+    if config["format_version"] != FORMAT_VERSION:
+        raise refuse(
+            f"format version {str(config['format_version'])[:20]!r}; this tapefit reads version {FORMAT_VERSION}"
+        )
+    for key in ("build_config", "compile_config"):
+        if config[key] is not None and not isinstance(config[key], dict):
+            raise refuse(f"{key} must be an object or null")
+    paths = config["weight_paths"]
+    if (
+        not isinstance(paths, list)
+        or not all(isinstance(p, str) for p in paths)
+        or len(set(paths)) != len(paths)
+    ):
+        raise refuse("weight_paths must be a list of distinct strings")
+    return config
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and dicts nest in ``value`` (a scalar is 0), without recursion."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if depth <= MAX_JSON_DEPTH:
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _parse_safetensors(data: bytes, member: str, refuse: Any) -> dict[str, np.ndarray]:
+    st = _safetensors_numpy()
+    header_bytes = int.from_bytes(data[:8], "little") if len(data) >= 8 else -1
+    if not 0 < header_bytes <= min(len(data) - 8, _MAX_HEADER_BYTES):
+        raise refuse(
+            f"{member} is not a safetensors file (its header claims {header_bytes} bytes of {len(data)})"
+        )
+    declared = _data_bytes(data[8 : 8 + header_bytes])
+    if declared is not None and 8 + header_bytes + declared != len(data):
+        raise refuse(f"{member} declares {8 + header_bytes + declared} bytes, it holds {len(data)}")
+    try:
+        return dict(st.load(data))
+    except Exception as error:  # safetensors raises its own SafetensorError, an Exception
+        raise refuse(f"{member} is not a readable safetensors file ({_first_line(error)})") from None
+
+
+def build_from_spec(module: Module, spec: Any) -> None:
+    """Makes ``module``'s variables by calling it once on zeros of ``spec`` (a batch of one;
+    ``None`` axes of size one), as its first call on data did; ``training`` is off."""
+
+    def zeros(leaf: Any) -> Any:
+        if isinstance(leaf, dict):
+            return {k: zeros(v) for k, v in leaf.items()}
+        if (
+            isinstance(leaf, list)
+            and len(leaf) == 2
+            and isinstance(leaf[1], str)
+            and isinstance(leaf[0], list)
+        ):
+            shape, dtype = leaf
+            dims = [1 if n is None else n for n in shape[1:]]
+            if dtype not in _INPUT_DTYPES or not all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in dims
+            ):
+                raise ValueError(f"build_config: not an input spec: {str(leaf)[:80]}")
+            if math.prod(dims) > _MAX_BUILD_ELEMENTS:
+                raise ValueError(
+                    f"build_config: an input of shape {dims} per sample is too large to build with"
+                )
+            return np.zeros((1, *dims), dtype=np.dtype(dtype))
+        if isinstance(leaf, list):
+            return [zeros(v) for v in leaf]
+        raise ValueError(f"build_config: not an input spec: {str(leaf)[:80]}")
+
+    module(zeros(spec), training=False)

@@ -344,6 +344,8 @@ class Trainer:
     ) -> None:
         self.model = model
         self.optimizer = _resolve_optimizer(optimizer)
+        # As given (names stay names), for save: a model file rebuilds them the same way.
+        self._compile_args = {"loss": loss, "metrics": metrics, "loss_weights": loss_weights}
         self.loss, output_losses = resolve_losses(loss, loss_weights, model, _resolve_loss)
         self.metrics = _resolve_metrics(metrics, loss) + output_losses
         self.plugins = PluginManager()
@@ -379,6 +381,58 @@ class Trainer:
         # checkpoint contents from before it; a step keeps the data's and the plugins' states
         # from before its batch was read (the step itself puts the model and generators back).
         self._boundary = Boundary(self._contents, self._step_plugin_states)
+
+    # -- model files -----------------------------------------------------------
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Writes the model, the optimizer (config and state), the loss, the metrics and the loss
+        weights to one ``.tapefit`` file (Keras's ``model.save`` of a compiled model).
+
+        ``Trainer.load(path)`` makes a trainer that continues exactly where this one stands;
+        ``tp.models.load_model(path)`` gives the model alone. The trainer's position (epoch,
+        History) and plugins are not saved: checkpoints hold those.
+
+        Args:
+            path: the file; its name must end in ``.tapefit`` and its folder must exist.
+
+        Raises:
+            ValueError: the model, loss, metrics or optimizer hold what a file cannot describe
+                (an unregistered class or function), named.
+        """
+        from tapefit import models
+
+        models.save_model(self.model, path, optimizer=self.optimizer, **self._compile_args)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], **kwargs: Any) -> Trainer:
+        """A trainer from a file ``Trainer.save`` wrote: its model with the weights, its optimizer
+        with its state, its loss, metrics and loss weights.
+
+        Args:
+            path: the ``.tapefit`` file.
+            **kwargs: the other arguments of ``Trainer`` (``plugins``, ``output_dir``, ...).
+
+        Raises:
+            FileNotFoundError: there is no such file.
+            ValueError: (``tp.models.ModelFileError``) the file is refused (one line naming
+                it), or holds no optimizer or loss (``Module.save`` wrote it).
+        """
+        from tapefit import models
+
+        compiled = models.load_compiled(path)
+        if compiled.optimizer is None or compiled.loss is None:
+            raise models.ModelFileError(
+                f"Trainer.load: '{path}' holds a model without an optimizer and loss (Module.save wrote "
+                "it); use tp.models.load_model and make a Trainer"
+            )
+        return cls(
+            compiled.model,
+            compiled.optimizer,
+            compiled.loss,
+            compiled.metrics,
+            loss_weights=compiled.loss_weights,
+            **kwargs,
+        )
 
     # -- small helpers ---------------------------------------------------------
 

@@ -1,0 +1,245 @@
+"""``tp.models``: whole-model files, as ``keras.models``: ``save_model`` and ``load_model``.
+
+A ``.tapefit`` file holds a model's architecture (its config, JSON) and its weights
+(safetensors), and, when a ``Trainer`` saved it, the loss, metrics and loss weights it was made
+with and the optimizer's config and state, so that training continues exactly where it stopped.
+The file format and its checks live in ``tapefit.layers.saving``; this package adds what sits
+above the layers: optimizers and their schedules.
+
+Loading runs no code from the file: every class it names is looked up among tapefit's built-in
+classes and those registered with ``@tp.register_serializable``; a file is untrusted input,
+checked as checkpoints are (sizes before reading, JSON size and depth, unknown keys).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from tapefit.layers import saving, serialization
+from tapefit.layers.module import Module, weight_budget
+from tapefit.layers.saving import ModelFileError
+from tapefit.layers.serialization import register_serializable
+
+__all__ = [
+    "CompiledModel",
+    "ModelFileError",
+    "load_compiled",
+    "load_model",
+    "register_serializable",
+    "save_model",
+]
+
+_COMPILE_KEYS = ("loss", "metrics", "loss_weights")
+
+
+def _tables() -> dict[str, dict[str, type]]:
+    """Every built-in class a model file may name, by namespace."""
+    from tapefit import optimizers
+    from tapefit.optimizers import schedules
+
+    tables = serialization.layer_tables()
+    tables["tapefit.optimizers"] = {
+        cls.__name__: cls
+        for cls in vars(optimizers).values()
+        if isinstance(cls, type) and issubclass(cls, optimizers.Optimizer)
+    }
+    tables["tapefit.optimizers.schedules"] = {
+        cls.__name__: cls
+        for cls in vars(schedules).values()
+        if isinstance(cls, type) and issubclass(cls, schedules.LearningRateSchedule)
+    }
+    return tables
+
+
+def _optimizer_entry(optimizer: Any) -> dict[str, Any]:
+    """The optimizer's serialized form, its learning-rate schedule nested as an object."""
+    from tapefit.optimizers import schedules
+
+    config = dict(optimizer.get_config())
+    if isinstance(config.get("learning_rate"), Mapping):  # {"type": ...}: made an object again
+        config["learning_rate"] = schedules.deserialize(config["learning_rate"])
+    return serialization.entry(type(optimizer), config, "optimizer")
+
+
+def save_model(
+    model: Module,
+    path: str | os.PathLike[str],
+    *,
+    optimizer: Any = None,
+    loss: Any = None,
+    metrics: Any = None,
+    loss_weights: Any = None,
+) -> None:
+    """Writes ``model`` (and optionally what a trainer trains it with) to one ``.tapefit`` file.
+
+    ``model.save(path)`` calls this with the model alone; ``Trainer.save(path)`` with its
+    optimizer, loss, metrics and loss weights. The file is written atomically.
+
+    Args:
+        model: the model; built-in layers and registered classes only.
+        path: the file; its name must end in ``.tapefit`` and its folder must exist.
+        optimizer: the optimizer; its config and its state (step count, slots) are saved.
+        loss: the loss as given to ``Trainer`` (a name, a loss object, a registered function,
+            or a list or dict of them, one per output).
+        metrics: the metrics as given to ``Trainer`` (names, metric objects).
+        loss_weights: the loss weights as given to ``Trainer``.
+
+    Raises:
+        ValueError: something in the model or the compile state that a file cannot describe
+            (an unregistered class or function, a plain callable learning rate), named.
+    """
+    compile_config = None
+    if optimizer is not None or loss is not None or metrics is not None or loss_weights is not None:
+        compile_config = {
+            "loss": serialization.to_plain(loss, "loss"),
+            "metrics": serialization.to_plain(metrics, "metrics"),
+            "loss_weights": serialization.to_plain(loss_weights, "loss_weights"),
+        }
+    saving.save_model(
+        model,
+        path,
+        compile_config=compile_config,
+        optimizer_entry=None if optimizer is None else _optimizer_entry(optimizer),
+        optimizer_state=None if optimizer is None else optimizer.get_state(),
+    )
+
+
+@dataclasses.dataclass
+class CompiledModel:
+    """A model file's contents rebuilt: the model and what it was trained with.
+
+    Attributes:
+        model: the model, with its weights.
+        optimizer: the optimizer with its state restored (``None`` if the file has none).
+        loss: the loss as the trainer was given it (names stay names).
+        metrics: the metrics as the trainer was given them.
+        loss_weights: the loss weights as the trainer was given them.
+    """
+
+    model: Module
+    optimizer: Any
+    loss: Any
+    metrics: Any
+    loss_weights: Any
+
+
+def load_compiled(path: str | os.PathLike[str]) -> CompiledModel:
+    """Rebuilds a ``.tapefit`` file's model, optimizer (with its state), loss and metrics.
+
+    ``Trainer.load(path)`` makes a trainer of them; ``load_model`` returns the model alone.
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        ModelFileError: the file is not a model file, lies about its sizes, holds JSON that is
+            too large or too deep, or names an unknown key or class (one line naming the file
+            and the problem).
+    """
+    contents = saving.read_model_file(path)
+    tables = _tables()
+    try:
+        model = _rebuild_model(contents, tables)
+        optimizer = None
+        if contents.config["optimizer"] is not None:
+            optimizer = _rebuild_optimizer(contents.config["optimizer"], tables)
+            assert contents.optimizer_state is not None  # read_model_file checks they come together
+            try:
+                optimizer.set_state(contents.optimizer_state)
+            except (TypeError, ValueError) as error:
+                raise serialization.ConfigError(f"the optimizer's state: {_first_line(error)}") from None
+        compile_config = contents.config["compile_config"] or {
+            "loss": None,
+            "metrics": None,
+            "loss_weights": None,
+        }
+        unknown = [k for k in compile_config if k not in _COMPILE_KEYS]
+        if unknown:
+            raise serialization.ConfigError(
+                f"unknown key {str(unknown[0])[:80]!r} in compile_config (known: {', '.join(_COMPILE_KEYS)})"
+            )
+        compiled = {k: serialization.from_plain(compile_config.get(k), tables, k) for k in _COMPILE_KEYS}
+    except serialization.ConfigError as error:
+        raise ModelFileError(f"load_model: '{path}': {error}") from None
+    return CompiledModel(model, optimizer, compiled["loss"], compiled["metrics"], compiled["loss_weights"])
+
+
+def load_model(path: str | os.PathLike[str]) -> Module:
+    """The model a ``.tapefit`` file holds, with its weights (``keras.models.load_model``).
+
+    Nothing the file names is imported or run: classes are tapefit's built-in ones, or yours
+    registered with ``@tp.register_serializable`` (import the module that registers them
+    first). Predictions equal the saved model's bit for bit.
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        ModelFileError: as ``load_compiled``; an unregistered class is named with the fix.
+    """
+    return load_compiled(path).model
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _rebuild_model(contents: saving.ModelFile, tables: dict[str, dict[str, type]]) -> Module:
+    # The config may ask for no more weights than the file holds: a crafted Dense(units=10**9)
+    # is refused before it allocates.
+    with weight_budget(sum(array.size for array in contents.weights.values())):
+        try:
+            model = serialization.deserialize(contents.config["model"], tables, "model")
+        except RecursionError:
+            raise serialization.ConfigError("the model's layers nest too deeply") from None
+        _build(model, contents.config["build_config"])
+    try:
+        model.set_weights([contents.weights[path] for path in contents.config["weight_paths"]])
+    except ValueError as error:
+        raise serialization.ConfigError(f"the weights do not fit the model: {_first_line(error)}") from None
+    return model
+
+
+def _build(model: Any, build: Any) -> None:
+    """Makes the variables of a rebuilt model as its first call did, from ``build_config``."""
+    if not isinstance(model, Module):
+        raise serialization.ConfigError(f"'model' describes a {type(model).__name__}, not a model")
+    if build is not None:
+        unknown = [k for k in build if k != "input_spec"]
+        if unknown:
+            raise serialization.ConfigError(f"unknown key {str(unknown[0])[:80]!r} in build_config")
+        if "input_spec" not in build:
+            raise serialization.ConfigError("build_config has no 'input_spec'")
+        try:
+            saving.build_from_spec(model, build["input_spec"])
+        except (TypeError, ValueError, IndexError, MemoryError) as error:
+            raise serialization.ConfigError(f"the model cannot be built: {_first_line(error)}") from None
+
+
+def _rebuild_optimizer(entry: Any, tables: dict[str, dict[str, type]]) -> Any:
+    from tapefit.optimizers import Optimizer
+
+    cls, config = serialization.lookup(
+        entry, {"tapefit.optimizers": tables["tapefit.optimizers"]}, "optimizer"
+    )
+    if not (isinstance(cls, type) and issubclass(cls, Optimizer)):
+        raise serialization.ConfigError(f"optimizer: {entry['class_name']!r} is not an optimizer")
+    serialization.check_arguments(cls, config)
+    learning_rate = config.get("learning_rate")
+    if serialization.is_entry(learning_rate):
+        schedules = {"tapefit.optimizers.schedules": tables["tapefit.optimizers.schedules"]}
+        config = {
+            **config,
+            "learning_rate": serialization.deserialize(learning_rate, schedules, "optimizer.learning_rate"),
+        }
+    elif isinstance(learning_rate, (dict, list)):
+        raise serialization.ConfigError("optimizer: learning_rate must be a number or a schedule's entry")
+    for key, value in config.items():
+        if key != "learning_rate" and isinstance(value, (dict, list)):
+            raise serialization.ConfigError(f"optimizer: {key} must be a plain value")
+    try:
+        inspect.signature(cls).bind(**config)
+        return cls.from_config(config)
+    except (TypeError, ValueError) as error:
+        raise serialization.ConfigError(f"optimizer {cls.__name__}: {_first_line(error)}") from None
