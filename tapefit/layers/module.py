@@ -36,7 +36,16 @@ from tapefit.layers.symbolic import has_symbolic, record_call
 
 # Attributes of Module itself that hold no user state and are not walked.
 _INTERNAL = frozenset(
-    ["_name", "_name_given", "_trainable", "_built", "_added_weights", "_output_shape", "_regularizers"]
+    [
+        "_name",
+        "_name_given",
+        "_trainable",
+        "_built",
+        "_added_weights",
+        "_output_shape",
+        "_regularizers",
+        "_build_input_shape",
+    ]
 )
 
 _name_counts: dict[str, int] = {}
@@ -519,7 +528,8 @@ class Module:
         try:
             if not self._built:
                 first = args[0] if args else kwargs.get("inputs")
-                self.build(_shape_of(first))
+                self._build_input_shape = _shape_of(first)  # what export traces with by default
+                self.build(self._build_input_shape)
                 self._built = True
             outputs = self.call(*args, **kwargs)
         finally:
@@ -632,6 +642,24 @@ class Module:
         from tapefit.layers import saving
 
         saving.load_weights(self, path)
+
+    def export(self, path: str | os.PathLike[str], format: str = "onnx", input_signature: Any = None) -> None:
+        """Writes the forward pass in inference mode for serving; see ``tapefit.export.to_onnx``.
+
+        Args:
+            path: the file to write.
+            format: only ``"onnx"``.
+            input_signature: the inputs' shapes (batch axis first) or sample batches; not
+                needed for a functional model or a model called before.
+
+        Raises:
+            ValueError: another ``format``, or a layer or op with no ONNX form.
+        """
+        if format != "onnx":
+            raise ValueError(f"export: format must be 'onnx', got {format!r}")
+        from tapefit.export import to_onnx  # export reads layers: imported only when used
+
+        to_onnx(self, path, input_signature=input_signature)
 
     def get_weights(self) -> list[np.ndarray]:
         """Copies of the weights' values, in the order of ``variables`` (Keras's ``get_weights``)."""
