@@ -123,12 +123,18 @@ class _Builder:
             self._batch = self.node("Shape", [self.names[self.first.inputs[0]]], start=0, end=1)
         return self._batch
 
-    def shape_tensor(self, dims: tuple[int | None, ...]) -> str:
-        """A 1-D int64 shape: fixed sizes as constants, ``-k`` as ``k`` times the batch size."""
+    def shape_tensor(self, dims: tuple[int | None, ...], inferred: set[int] | None = None) -> str:
+        """A 1-D int64 shape: fixed sizes as constants, ``-k`` as ``k`` times the batch size;
+        the positions in ``inferred`` are -1 (Reshape's inferred size)."""
+        inferred = inferred or set()
+        dims = tuple(0 if i in inferred else d for i, d in enumerate(dims))
         if all(d is not None and d >= 0 for d in dims):
-            return self.ints(dims)
+            return self.ints([-1 if i in inferred else d for i, d in enumerate(dims)])
         pieces = []
-        for d in dims:
+        for i, d in enumerate(dims):
+            if i in inferred:
+                pieces.append(self.ints([-1]))
+                continue
             if d is None:
                 raise self.error("depends on the batch size in a way ONNX export cannot follow")
             if d >= 0:
@@ -351,20 +357,17 @@ def _einsum(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
 
 @_converts("Reshape")
 def _reshape(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
-    dims = _batch_attr(g, op, "shape")
-    if -1 in dims and any(d is not None and d < -1 for d in dims):
-        raise g.error("reshapes to a shape with both -1 and a batch axis")
-    return [g.node("Reshape", [x[0], g.shape_tensor(tuple(d if d != -1 else -1 for d in dims))])]
+    a, b = op.attrs["shape"], _second(g, op).attrs["shape"]
+    inferred = {i for i, (u, v) in enumerate(zip(a, b)) if u == -1 and v == -1}
+    return [g.node("Reshape", [x[0], g.shape_tensor(_batch_attr(g, op, "shape"), inferred)])]
 
 
 def _batch_attr(g: _Builder, op: TracedOp, key: str) -> tuple[int | None, ...]:
     """A shape attr in the symbolic form: sizes that differ between the traces are batch sizes."""
-    a, b = op.attrs[key], _second(g, op).attrs[key]
-    dims = _dims(a, b)
+    dims = _dims(op.attrs[key], _second(g, op).attrs[key])
     if dims is None:
         raise g.error(f"has a {key} that depends on the batch size in a way ONNX export cannot follow")
-    # a -1 (inferred) size is the same in both traces and passes through as -1
-    return tuple(-1 if (x == -1 and y == -1) else d for x, y, d in zip(a, b, dims))
+    return dims
 
 
 def _second(g: _Builder, op: TracedOp) -> TracedOp:
