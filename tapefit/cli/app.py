@@ -516,20 +516,29 @@ def _say_the_learning_rate_is_restored(
         )
 
 
+# What --export writes, by the file name's suffix.
+EXPORT_SUFFIXES = (".safetensors", ".onnx")
+
+
 def export(run: Run, path: Path, out: Any) -> int:
-    """``train --export PATH``: the weights of the checkpoint ``--resume`` chose, as ``.safetensors``."""
+    """``train --export PATH``: the checkpoint ``--resume`` chose, as ``.safetensors`` weights or an
+    ONNX graph of the model's forward pass (``.onnx``)."""
     try:
         if run.resume_from is None or run.resume_contents is None:
             raise ConfigError("--export: there is no checkpoint to export (the run has not saved one yet)")
         try:
             run.model.load_state_dict(run.resume_contents["model"])
-            _export(run.model, path)
-        except (OSError, ValueError) as e:
+            if path.suffix == ".onnx":
+                run.model.export(path, format="onnx")
+            else:
+                _export(run.model, path)
+        except (OSError, ValueError, ImportError) as e:
             raise ConfigError(f"--export: {error_text(e)}") from e
     finally:
         if run.lock is not None:
             run.lock.release(undo=True)  # export writes nothing into the run folder
-    print(f"train: exported the weights of {run.resume_from} to {path}", file=out)
+    what = "the model (ONNX)" if path.suffix == ".onnx" else "the weights"
+    print(f"train: exported {what} of {run.resume_from} to {path}", file=out)
     return 0
 
 
@@ -644,7 +653,7 @@ def build_parser(prog: str = "train") -> argparse.ArgumentParser:
         metavar="PATH",
         help=(
             "write the model weights of the checkpoint that --resume names (default: the run's newest) to "
-            "PATH, a .safetensors file, and exit without training"
+            "PATH, a .safetensors file (or the model's forward pass to a .onnx file), and exit without training"
         ),
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
@@ -667,8 +676,11 @@ def main(argv: Sequence[str] | None = None, prog: str = "train") -> int:
                 parser.error(
                     "--export writes a checkpoint's weights and trains nothing; drop --overwrite/--print-config"
                 )
-            if not args.export.endswith(".safetensors"):
-                parser.error(f"--export: the file name must end in '.safetensors', got {args.export!r}")
+            if not args.export.endswith(EXPORT_SUFFIXES):
+                parser.error(
+                    f"--export: the file name must end in {' or '.join(map(repr, EXPORT_SUFFIXES))}, "
+                    f"got {args.export!r}"
+                )
             args.resume = args.resume or "auto"
     except SystemExit as e:  # --help, --version and usage errors
         return e.code if isinstance(e.code, int) else 2

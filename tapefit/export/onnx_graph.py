@@ -679,7 +679,8 @@ def _samples(specs: list[tuple[tuple[int | None, ...], np.dtype, str]], batch: i
             )
         full = (batch, *shape[1:])
         if dtype.kind == "f":
-            arrays.append(rng.standard_normal(full).astype(dtype))
+            # in [0, 1): valid where a model casts its float inputs to ids (they become 0)
+            arrays.append(rng.uniform(0.0, 1.0, full).astype(dtype))
         elif dtype.kind == "b":
             arrays.append(np.ones(full, dtype))
         else:

@@ -6,6 +6,7 @@ of 5 (the batch axis is dynamic), against tapefit's predictions: atol and rtol 1
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -415,3 +416,58 @@ def test_an_input_without_a_fixed_size_is_named(tmp_path):
     model = functional(L.LSTM(3), 4, 2)
     with pytest.raises(ValueError, match=r"^ONNX export: axis 1 of input 'input' has no fixed size"):
         to_onnx(model, tmp_path / "m.onnx", input_signature=(None, None, 2))
+
+
+# -- shipped configs and the CLI ---------------------------------------------------------
+
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
+def test_every_shipped_configs_model(config, tmp_path, monkeypatch):
+    from tapefit.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    args = app.build_parser().parse_args(["--config", str(config), "--set", f"trainer.output_dir={tmp_path / 'run'}"])
+    args.prog = "train"
+    run = app.prepare(args)  # built as train builds it, and run on two samples of its data
+    if run.lock is not None:
+        run.lock.release(undo=True)
+    x = np.asarray(run.data.x_train[:7])
+    path = tmp_path / "model.onnx"
+    to_onnx(run.model, path)
+    np.testing.assert_allclose(run_onnx(path, x)[0], run.trainer.predict(x, batch_size=7), **TOL)
+
+
+SPIRALS = """\
+name: sp
+data: {type: spirals, n_samples: 120, n_classes: 3}
+model: {type: mlp, hidden_units: [8, 8]}
+loss: sparse_categorical_crossentropy
+optimizer: {type: adam, learning_rate: 0.01}
+trainer: {epochs: 1, batch_size: 40}
+plugins:
+  - {type: checkpoint, every_n_epochs: 1}
+"""
+
+
+def test_train_export_writes_an_onnx_file_of_the_checkpoint(tmp_path, monkeypatch, capsys):
+    from tapefit.checkpointing import latest_checkpoint
+    from tapefit.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yaml").write_text(SPIRALS, encoding="utf-8")
+    assert app.main(["--config", "c.yaml"]) == 0
+    assert app.main(["--config", "c.yaml", "--export", "m.onnx"]) == 0
+    out = capsys.readouterr().out
+    assert "exported the model (ONNX) of" in out and "to m.onnx" in out
+    model = L.Sequential([L.Dense(8, activation="relu"), L.Dense(8, activation="relu"), L.Dense(3, activation="softmax")])
+    x = floats(2)
+    model(x)
+    checkpoint = latest_checkpoint(tmp_path / "runs/sp/checkpoints")
+    from tapefit.plugins.checkpoint import load_checkpoint
+
+    model.load_state_dict(load_checkpoint(checkpoint)["model"])
+    np.testing.assert_allclose(run_onnx(tmp_path / "m.onnx", x)[0], predict(model, x)[0], **TOL)
+    assert app.main(["--config", "c.yaml", "--export", "m.tflite"]) == 2
+    assert "must end in '.safetensors' or '.onnx'" in capsys.readouterr().err
