@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from tapefit.core import nest
 from tapefit.core.tensor import Tensor, Variable
 from tapefit.export.trace import BATCHES, ExportError, Trace, TracedOp, trace_call
 from tapefit.layers.module import Module
@@ -29,9 +28,7 @@ def _onnx() -> Any:
     try:
         import onnx
     except ImportError:
-        raise ImportError(
-            "ONNX export needs the onnx package: pip install 'tapefit[onnx]'"
-        ) from None
+        raise ImportError("ONNX export needs the onnx package: pip install 'tapefit[onnx]'") from None
     return onnx
 
 
@@ -100,7 +97,11 @@ class _Builder:
         return name
 
     def node(self, op_type: str, inputs: list[str], outputs: int | list[str] = 1, **attrs: Any) -> Any:
-        names = [self.fresh(f"{op_type.lower()}") for _ in range(outputs)] if isinstance(outputs, int) else outputs
+        names = (
+            [self.fresh(f"{op_type.lower()}") for _ in range(outputs)]
+            if isinstance(outputs, int)
+            else outputs
+        )
         self.nodes.append(
             self.onnx.helper.make_node(op_type, inputs, names, name=self.fresh(f"node_{op_type}"), **attrs)
         )
@@ -188,7 +189,13 @@ class _Builder:
         if b is not None and _same(a, b):
             return self.constant(a)
         dims = _dims(a.shape, b.shape) if b is not None else None
-        if dims is not None and a.size and np.all(a == a.flat[0]) and b is not None and np.all(b == a.flat[0]):
+        if (
+            dims is not None
+            and a.size
+            and np.all(a == a.flat[0])
+            and b is not None
+            and np.all(b == a.flat[0])
+        ):
             return self.node("Expand", [self.scalar(a.flat[0], a.dtype), self.shape_tensor(dims)])
         raise self.error(f"takes a constant of shape {a.shape} that depends on the batch size")
 
@@ -386,7 +393,8 @@ def _broadcast_to(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
     source = g.sym(op.inputs[0])
     offset = len(dims) - len(source)
     fixed = tuple(
-        1 if d is not None and d < 0 and i >= offset and source[i - offset] == d else d for i, d in enumerate(dims)
+        1 if d is not None and d < 0 and i >= offset and source[i - offset] == d else d
+        for i, d in enumerate(dims)
     )
     return [g.node("Expand", [x[0], g.shape_tensor(fixed)])]
 
@@ -502,7 +510,13 @@ def _conv2d(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
     return [_nhwc(g, out)]
 
 
-_REDUCTIONS = {"Sum": "ReduceSum", "Mean": "ReduceMean", "Max": "ReduceMax", "Min": "ReduceMin", "Prod": "ReduceProd"}
+_REDUCTIONS = {
+    "Sum": "ReduceSum",
+    "Mean": "ReduceMean",
+    "Max": "ReduceMax",
+    "Min": "ReduceMin",
+    "Prod": "ReduceProd",
+}
 
 
 @_converts(*_REDUCTIONS, "Any", "All")
@@ -544,18 +558,27 @@ def _getitem(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
     if any(isinstance(p, np.ndarray) for p in parts):
         arrays = [i for i, p in enumerate(parts) if isinstance(p, np.ndarray)]
         p = parts[arrays[0]]
-        simple = len(arrays) == 1 and p.dtype.kind in "iu" and all(
-            isinstance(q, slice) and q == slice(None) for i, q in enumerate(parts) if i != arrays[0]
+        simple = (
+            len(arrays) == 1
+            and p.dtype.kind in "iu"
+            and all(isinstance(q, slice) and q == slice(None) for i, q in enumerate(parts) if i != arrays[0])
         )
         if not simple or Ellipsis in [q for q in parts if not isinstance(q, np.ndarray)]:
-            raise g.error("indexes with arrays in a way that has no ONNX form here (one int array on one axis only)")
+            raise g.error(
+                "indexes with arrays in a way that has no ONNX form here (one int array on one axis only)"
+            )
         return [g.node("Gather", [x[0], g.constant(p.astype(np.int64))], axis=arrays[0])]
     used = sum(1 for p in parts if p is not None and p is not Ellipsis)
     if Ellipsis in parts:
         at = parts.index(Ellipsis)
         parts[at : at + 1] = [slice(None)] * (len(shape) - used)
     parts += [slice(None)] * (len(shape) - sum(1 for p in parts if p is not None))
-    starts, ends, axes, steps, squeeze, unsqueeze = [], [], [], [], [], []
+    starts: list[int] = []
+    ends: list[int] = []
+    axes: list[int] = []
+    steps: list[int] = []
+    squeeze: list[int] = []
+    unsqueeze: list[int] = []
     axis = out_axis = 0
     for p in parts:
         if p is None:
@@ -564,19 +587,27 @@ def _getitem(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
             continue
         if isinstance(p, slice):
             if p != slice(None):
-                if sym[axis] is None or sym[axis] < 0:
+                size = sym[axis]
+                if size is None or size < 0:
                     raise g.error("slices a batch axis, which the exported graph keeps whole")
                 start, stop, step = p.indices(shape[axis])
                 if step < 0 and stop < 0:
                     stop = -_INT64_MAX  # through the first element
-                starts.append(start), ends.append(stop), axes.append(axis), steps.append(step)
+                starts.append(start)
+                ends.append(stop)
+                axes.append(axis)
+                steps.append(step)
             out_axis += 1
         else:
             index = int(p)
-            if sym[axis] is not None and sym[axis] < 0:
+            size = sym[axis]
+            if size is None or size < 0:
                 raise g.error("picks one element of a batch axis, which the exported graph keeps whole")
             index %= shape[axis]
-            starts.append(index), ends.append(index + 1), axes.append(axis), steps.append(1)
+            starts.append(index)
+            ends.append(index + 1)
+            axes.append(axis)
+            steps.append(1)
             squeeze.append(axis)
         axis += 1
     out = x[0]
@@ -650,7 +681,9 @@ def _input_specs(model: Module, input_signature: Any) -> list[tuple[tuple[int | 
         elif isinstance(spec, (np.ndarray, Tensor)):
             array = np.asarray(spec.numpy() if isinstance(spec, Tensor) else spec)
             out.append(((None, *array.shape[1:]), array.dtype, name))
-        elif isinstance(spec, (tuple, list)) and all(d is None or isinstance(d, (int, np.integer)) for d in spec):
+        elif isinstance(spec, (tuple, list)) and all(
+            d is None or isinstance(d, (int, np.integer)) for d in spec
+        ):
             out.append((tuple(None if d is None else int(d) for d in spec), np.dtype(np.float32), name))
         else:
             raise ExportError(
@@ -677,7 +710,7 @@ def _samples(specs: list[tuple[tuple[int | None, ...], np.dtype, str]], batch: i
             raise ExportError(
                 f"ONNX export: axis {missing[0]} of input '{name}' has no fixed size; give it in input_signature"
             )
-        full = (batch, *shape[1:])
+        full = (batch, *(int(d) for d in shape[1:] if d is not None))
         if dtype.kind == "f":
             # in [0, 1): valid where a model casts its float inputs to ids (they become 0)
             arrays.append(rng.uniform(0.0, 1.0, full).astype(dtype))
@@ -704,7 +737,9 @@ def build_model_proto(model: Module, input_signature: Any = None) -> Any:
     specs = _input_specs(model, input_signature)
     pack = _packer(model, len(specs))
     first, second = (trace_call(model, _samples(specs, b), pack) for b in BATCHES)
-    if [op.name for op in first.ops] != [op.name for op in second.ops] or len(first.shapes) != len(second.shapes):
+    if [op.name for op in first.ops] != [op.name for op in second.ops] or len(first.shapes) != len(
+        second.shapes
+    ):
         raise ExportError(
             f"ONNX export: model '{model.name}' runs different ops for different batch sizes; "
             "its graph cannot keep the batch size dynamic"
@@ -739,9 +774,7 @@ def build_model_proto(model: Module, input_signature: Any = None) -> Any:
             helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(first.dtypes[slot]), dims)
         )
     graph = helper.make_graph(g.nodes, model.name, graph_inputs, graph_outputs, g.initializers)
-    proto = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="tapefit"
-    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="tapefit")
     proto.ir_version = min(proto.ir_version, 8)  # onnxruntime 1.17 reads IR 8 with opset 17
     onnx.checker.check_model(proto)
     return proto

@@ -112,7 +112,7 @@ class _Recorder:
             return
         slots = tuple(self.ref(t) for t in inputs)
         outs = outputs if isinstance(outputs, tuple) else (outputs,)
-        name = forward_op_name(forward) or getattr(forward, "__name__", repr(forward))
+        name = forward_op_name(forward) or str(getattr(forward, "__name__", repr(forward)))
         layer = self.layers[-1] if self.layers else None
         out_slots = tuple(self.new_slot(t._value) for t in outs)
         if any(s in self.dynamic for s in slots):

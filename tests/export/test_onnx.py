@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx", reason="ONNX export needs the onnx package (pip install 'tapefit[onnx]')")
-ort = pytest.importorskip("onnxruntime", reason="the export tests run graphs with onnxruntime (tapefit[onnx])")
+ort = pytest.importorskip(
+    "onnxruntime", reason="the export tests run graphs with onnxruntime (tapefit[onnx])"
+)
 
 import tapefit as tp  # noqa: E402
 from tapefit import layers as L  # noqa: E402
@@ -151,7 +153,12 @@ def test_conv1d(config, tmp_path):
 @pytest.mark.parametrize("kind", [L.MaxPool2D, L.AvgPool2D])
 @pytest.mark.parametrize(
     "config",
-    [{}, {"pool_size": 3, "strides": 2}, {"pool_size": (2, 3), "padding": "same"}, {"pool_size": 3, "strides": 1, "padding": "same"}],
+    [
+        {},
+        {"pool_size": 3, "strides": 2},
+        {"pool_size": (2, 3), "padding": "same"},
+        {"pool_size": 3, "strides": 1, "padding": "same"},
+    ],
 )
 def test_pooling(kind, config, tmp_path):
     model = functional(kind(**config), 7, 8, 3)
@@ -251,7 +258,12 @@ def test_concatenate(axis, tmp_path):
 
 @pytest.mark.parametrize(
     "axes, shapes, normalize",
-    [(1, ((4,), (4,)), False), (1, ((4,), (4,)), True), ((2, 2), ((3, 4), (5, 4)), False), ((1, 2), ((3, 4), (5, 3)), True)],
+    [
+        (1, ((4,), (4,)), False),
+        (1, ((4,), (4,)), True),
+        ((2, 2), ((3, 4), (5, 4)), False),
+        ((1, 2), ((3, 4), (5, 3)), True),
+    ],
 )
 def test_dot(axes, shapes, normalize, tmp_path):
     a, b = tp.Input(shapes[0]), tp.Input(shapes[1])
@@ -323,7 +335,11 @@ def test_bidirectional_with_a_mask_and_last_states(tmp_path):
 
 @pytest.mark.parametrize(
     "config, causal",
-    [({"num_heads": 2, "key_dim": 3}, False), ({"num_heads": 3, "key_dim": 2, "value_dim": 4, "output_shape": 5}, True), ({"num_heads": 1, "key_dim": 4, "use_bias": False}, False)],
+    [
+        ({"num_heads": 2, "key_dim": 3}, False),
+        ({"num_heads": 3, "key_dim": 2, "value_dim": 4, "output_shape": 5}, True),
+        ({"num_heads": 1, "key_dim": 4, "use_bias": False}, False),
+    ],
 )
 def test_multi_head_attention(config, causal, tmp_path):
     q, v = tp.Input((4, 6)), tp.Input((5, 6))
@@ -353,8 +369,12 @@ def test_multi_head_attention_with_a_padding_mask(tmp_path):
 
 
 def test_sequential_needs_an_input_shape_or_its_first_call(tmp_path):
-    model = L.Sequential([L.Conv2D(4, 3, padding="same", activation="relu"), L.MaxPool2D(), L.Flatten(), L.Dense(3)])
-    with pytest.raises(ValueError, match=r"^ONNX export: model '.*' has no known input shape; pass input_signature"):
+    model = L.Sequential(
+        [L.Conv2D(4, 3, padding="same", activation="relu"), L.MaxPool2D(), L.Flatten(), L.Dense(3)]
+    )
+    with pytest.raises(
+        ValueError, match=r"^ONNX export: model '.*' has no known input shape; pass input_signature"
+    ):
         to_onnx(model, tmp_path / "m.onnx")
     check(model, floats(8, 8, 1), tmp_path, input_signature=(None, 8, 8, 1))
     fresh = L.Sequential([L.Dense(3)])
@@ -370,12 +390,16 @@ def test_subclassed_model_and_module_export(tmp_path):
             self.out = L.Dense(2)
 
         def call(self, x: Any) -> Any:
-            return self.out(tp.concat([x + self.inner(x), tp.reduce_mean(x, axis=-1, keepdims=True)], axis=-1))
+            return self.out(
+                tp.concat([x + self.inner(x), tp.reduce_mean(x, axis=-1, keepdims=True)], axis=-1)
+            )
 
     model = Residual()
     model(floats(4))
     model.export(tmp_path / "r.onnx")
-    np.testing.assert_allclose(run_onnx(tmp_path / "r.onnx", floats(4))[0], predict(model, floats(4))[0], **TOL)
+    np.testing.assert_allclose(
+        run_onnx(tmp_path / "r.onnx", floats(4))[0], predict(model, floats(4))[0], **TOL
+    )
     with pytest.raises(ValueError, match="format must be 'onnx'"):
         model.export(tmp_path / "r.tflite", format="tflite")
 
@@ -398,7 +422,9 @@ def test_an_op_with_no_onnx_form_is_named_in_one_line(tmp_path):
 
     inputs = tp.Input((4,))
     model = tp.Model(inputs, Odd(name="odd")(inputs))
-    with pytest.raises(ValueError, match=r"^ONNX export: op 'LogSumExpShift' \(in layer 'odd'\) has no ONNX form$"):
+    with pytest.raises(
+        ValueError, match=r"^ONNX export: op 'LogSumExpShift' \(in layer 'odd'\) has no ONNX form$"
+    ):
         to_onnx(model, tmp_path / "m.onnx")
 
 
@@ -408,7 +434,10 @@ def test_a_python_read_of_a_value_is_refused(tmp_path):
             return x * 2 if float(tp.reduce_sum(x)) > 0 else x
 
     inputs = tp.Input((3,))
-    with pytest.raises(ValueError, match=r"^ONNX export: the forward pass uses a tensor's value as a Python value at .*test_onnx\.py:\d+"):
+    with pytest.raises(
+        ValueError,
+        match=r"^ONNX export: the forward pass uses a tensor's value as a Python value at .*test_onnx\.py:\d+",
+    ):
         to_onnx(tp.Model(inputs, Branchy()(inputs)), tmp_path / "m.onnx")
 
 
@@ -428,7 +457,9 @@ def test_every_shipped_configs_model(config, tmp_path, monkeypatch):
     from tapefit.cli import app
 
     monkeypatch.chdir(tmp_path)
-    args = app.build_parser().parse_args(["--config", str(config), "--set", f"trainer.output_dir={tmp_path / 'run'}"])
+    args = app.build_parser().parse_args(
+        ["--config", str(config), "--set", f"trainer.output_dir={tmp_path / 'run'}"]
+    )
     args.prog = "train"
     run = app.prepare(args)  # built as train builds it, and run on two samples of its data
     if run.lock is not None:
@@ -461,7 +492,9 @@ def test_train_export_writes_an_onnx_file_of_the_checkpoint(tmp_path, monkeypatc
     assert app.main(["--config", "c.yaml", "--export", "m.onnx"]) == 0
     out = capsys.readouterr().out
     assert "exported the model (ONNX) of" in out and "to m.onnx" in out
-    model = L.Sequential([L.Dense(8, activation="relu"), L.Dense(8, activation="relu"), L.Dense(3, activation="softmax")])
+    model = L.Sequential(
+        [L.Dense(8, activation="relu"), L.Dense(8, activation="relu"), L.Dense(3, activation="softmax")]
+    )
     x = floats(2)
     model(x)
     checkpoint = latest_checkpoint(tmp_path / "runs/sp/checkpoints")
