@@ -358,8 +358,55 @@ def _matmul(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
 
 @_converts("Einsum")
 def _einsum(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
-    equation = ",".join(op.attrs["subscripts"]) + "->" + op.attrs["output"]
-    return [g.node("Einsum", x, equation=equation)]
+    subscripts, output = list(op.attrs["subscripts"]), op.attrs["output"]
+    if len(x) != 2 or any(len(set(s)) != len(s) for s in subscripts):
+        return [g.node("Einsum", x, equation=",".join(subscripts) + "->" + output)]
+    # Two operands as one batched MatMul (what MultiHeadAttention's einsums are): letters in
+    # both and in the output batch it, letters in both only are contracted, the others stay.
+    sizes: dict[str, int | None] = {}
+    for slot, letters in zip(op.inputs, subscripts):
+        sizes.update(zip(letters, g.sym(slot)))
+    names = list(x)
+    for k in range(2):  # a letter of one operand only, not in the output, is summed out first
+        other = subscripts[1 - k]
+        gone = [i for i, c in enumerate(subscripts[k]) if c not in other and c not in output]
+        if gone:
+            names[k] = g.node("ReduceSum", [names[k], g.ints(gone)], keepdims=0)
+            subscripts[k] = "".join(c for c in subscripts[k] if c in other or c in output)
+    a, b = subscripts
+    batch = [c for c in a if c in b and c in output]
+    contracted = [c for c in a if c in b and c not in output]
+    free_a = [c for c in a if c not in b]
+    free_b = [c for c in b if c not in a]
+
+    def arrange(name: str, letters: str, order: list[str], rows: list[str], cols: list[str]) -> str:
+        perm = [letters.index(c) for c in order]
+        if perm != list(range(len(perm))):
+            name = g.node("Transpose", [name], perm=perm)
+        dims = [sizes[c] for c in batch] + [
+            _product([sizes[c] for c in rows]),
+            _product([sizes[c] for c in cols]),
+        ]
+        return g.node("Reshape", [name, g.shape_tensor(tuple(dims))])
+
+    left = arrange(names[0], a, batch + free_a + contracted, free_a, contracted)
+    right = arrange(names[1], b, batch + contracted + free_b, contracted, free_b)
+    product = g.node("MatMul", [left, right])
+    result_letters = batch + free_a + free_b
+    out = g.node("Reshape", [product, g.shape_tensor(tuple(sizes[c] for c in result_letters))])
+    perm = [result_letters.index(c) for c in output]
+    if perm != list(range(len(perm))):
+        out = g.node("Transpose", [out], perm=perm)
+    return [out]
+
+
+def _product(dims: list[int | None]) -> int | None:
+    """The size of axes merged into one, symbolically: at most one of them a batch axis."""
+    if any(d is None for d in dims) or sum(1 for d in dims if d is not None and d < 0) > 1:
+        return None
+    fixed = math.prod(d for d in dims if d is not None and d >= 0)
+    batch = [d for d in dims if d is not None and d < 0]
+    return batch[0] * fixed if batch else fixed
 
 
 @_converts("Reshape")

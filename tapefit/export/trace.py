@@ -169,7 +169,8 @@ def trace_call(model: Module, arrays: list[np.ndarray], pack: Any) -> Trace:
     recorder.dynamic.update(recorder.trace.inputs)
     _tensor._traces.append(recorder)
     try:
-        with observe_calls(recorder.observe):
+        # the sample values are arbitrary: a 0/0 they cause (a mean over an all-masked row) is no news
+        with observe_calls(recorder.observe), np.errstate(all="ignore"):
             result = model(pack(tensors), training=False)
     finally:
         _tensor._traces.clear()

@@ -365,6 +365,40 @@ def test_multi_head_attention_with_a_padding_mask(tmp_path):
     check(model, ids, tmp_path)
 
 
+@pytest.mark.parametrize(
+    "equation, shapes",
+    [
+        ("btd,dhk->bthk", ((3, 4), (4, 2, 5))),
+        ("dhk,btd->bthk", ((4, 2, 5), (3, 4))),
+        ("bthk,bshk->bhts", ((3, 2, 4), (5, 2, 4))),
+        ("bhts,bshk->bthk", ((2, 3, 5), (5, 2, 4))),
+        ("bthk,hko->bto", ((3, 2, 4), (2, 4, 6))),
+        ("bthk,hko->bt", ((3, 2, 4), (2, 4, 6))),
+        ("bi,bj->bij", ((3,), (4,))),
+        ("bij,bkj->bk", ((3, 2), (4, 2))),
+        ("bij->bji", ((3, 2),)),
+    ],
+)
+def test_einsum_as_matmuls(equation, shapes, tmp_path):
+    operands = equation.split("->")[0].split(",")
+    weights = {i: floats(*s, seed=9)[0] for i, (o, s) in enumerate(zip(operands, shapes)) if "b" not in o}
+
+    class Einsum(L.Layer):
+        def call(self, xs: Any) -> Any:
+            given = iter(xs if isinstance(xs, list) else [xs])
+            return tp.einsum(
+                equation, *[weights[i] if i in weights else next(given) for i in range(len(operands))]
+            )
+
+    inputs = [tp.Input(s) for i, s in enumerate(shapes) if i not in weights]
+    model = tp.Model(inputs, Einsum()(inputs if len(inputs) > 1 else inputs[0]))
+    samples = [floats(*s, seed=i) for i, s in enumerate(shapes) if i not in weights]
+    check(model, samples if len(samples) > 1 else samples[0], tmp_path)
+    graph = onnx.load(tmp_path / "model.onnx")
+    uses_einsum = any(node.op_type == "Einsum" for node in graph.graph.node)
+    assert uses_einsum == (len(shapes) == 1)  # two operands become MatMuls
+
+
 # -- models ---------------------------------------------------------------------------------
 
 
