@@ -169,7 +169,7 @@ class _Builder:
         name = self.names.get(slot)
         if name is not None:
             return name
-        if slot in self.pooled.values() or slot in self.pooled:
+        if slot in self.pooled:
             raise self.error("reads the argmax positions of a max pooling, which has no ONNX form")
         variable = self.first.variables.get(slot)
         if variable is not None:
@@ -499,7 +499,7 @@ def _gather(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
     source = g.pooled.get(op.inputs[1])
     if source is not None:  # max_pool2d: gather(reshape(x, [-1]), MaxPoolIndices(x))
         indices = next(o for o in g.first.ops if o.outputs[0] == op.inputs[1])
-        return [_pool(g, indices, g.names[source], "MaxPool")]
+        return [_pool(g, indices, g.value(source), "MaxPool")]
     if op.attrs["batch_dims"]:
         raise g.error("with batch_dims has no ONNX form here")
     return [g.node("Gather", x, axis=int(op.attrs["axis"]))]
@@ -796,35 +796,53 @@ def build_model_proto(model: Module, input_signature: Any = None) -> Any:
     graph_inputs = []
     for slot, (shape, dtype, name) in zip(first.inputs, specs):
         g.names[slot] = g.fresh(name)
-        dims = ["batch", *shape[1:]]
         graph_inputs.append(
-            helper.make_tensor_value_info(g.names[slot], helper.np_dtype_to_tensor_dtype(dtype), dims)
+            helper.make_tensor_value_info(
+                g.names[slot], helper.np_dtype_to_tensor_dtype(dtype), ["batch", *shape[1:]]
+            )
         )
-    for op in first.ops:
+    # the outputs' names are taken first, so that no node or weight takes them
+    output_names = [g.fresh(base) for base in _output_names(model, len(first.outputs))]
+    for op, again in zip(first.ops, second.ops):
         g.op = op
         convert = _CONVERTERS.get(op.name)
         if convert is None:
             raise g.error("has no ONNX form")
-        inputs = [] if op.name == "MaxPoolIndices" else [g.value(s) for s in op.inputs if s not in g.pooled]
-        if op.name == "GatherV2" and op.inputs[1] in g.pooled:
-            inputs = []
-        outputs = convert(g, op, inputs)
+        if op.name not in _BATCH_ATTRS and not _same(op.attrs, again.attrs):
+            raise g.error("has attributes that depend on the batch size, which ONNX export cannot follow")
+        pooled = op.name == "MaxPoolIndices" or (op.name == "GatherV2" and op.inputs[1] in g.pooled)
+        outputs = convert(g, op, [] if pooled else [g.value(s) for s in op.inputs])
         for slot, name in zip(op.outputs, outputs):
             g.names[slot] = name
     graph_outputs = []
-    for slot, base in zip(first.outputs, _output_names(model, len(first.outputs))):
+    for slot, name in zip(first.outputs, output_names):
         g.op = TracedOp("output", (), {}, (), None)
-        name = g.fresh(base)
         g.node("Identity", [g.value(slot)], [name])  # its own name, also for an input or a weight
         dims = [_dim_param(d) for d in _dims(first.shapes[slot], second.shapes[slot]) or ()]
         graph_outputs.append(
             helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(first.dtypes[slot]), dims)
         )
-    graph = helper.make_graph(g.nodes, model.name, graph_inputs, graph_outputs, g.initializers)
+    nodes, initializers = _used(g.nodes, g.initializers, output_names)
+    graph = helper.make_graph(nodes, model.name, graph_inputs, graph_outputs, initializers)
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="tapefit")
     proto.ir_version = min(proto.ir_version, 8)  # onnxruntime 1.17 reads IR 8 with opset 17
     onnx.checker.check_model(proto)
     return proto
+
+
+# Ops whose converters read the batch axes off their attrs (the others' attrs must not change).
+_BATCH_ATTRS = frozenset(["Reshape", "BroadcastTo"])
+
+
+def _used(nodes: list[Any], initializers: list[Any], outputs: list[str]) -> tuple[list[Any], list[Any]]:
+    """The nodes and initializers the outputs depend on (max pooling leaves a Reshape unread)."""
+    needed = set(outputs)
+    kept = []
+    for node in reversed(nodes):
+        if any(name in needed for name in node.output):
+            kept.append(node)
+            needed.update(node.input)
+    return kept[::-1], [t for t in initializers if t.name in needed]
 
 
 def _dim_param(d: int | None) -> int | str | None:
