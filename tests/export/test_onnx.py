@@ -538,3 +538,40 @@ def test_train_export_writes_an_onnx_file_of_the_checkpoint(tmp_path, monkeypatc
     np.testing.assert_allclose(run_onnx(tmp_path / "m.onnx", x)[0], predict(model, x)[0], **TOL)
     assert app.main(["--config", "c.yaml", "--export", "m.tflite"]) == 2
     assert "must end in '.safetensors' or '.onnx'" in capsys.readouterr().err
+
+
+def test_random_draws_and_assignments_in_inference_are_refused(tmp_path):
+    class Noisy(L.Layer):
+        def call(self, x: Any) -> Any:
+            return tp.nn.dropout(x, 0.5)  # drops even in inference
+
+    class Counting(L.Layer):
+        def build(self, input_shape: Any) -> None:
+            self.calls = self.add_weight((), "zeros", trainable=False, name="calls")
+
+        def call(self, x: Any) -> Any:
+            self.calls.assign_add(1.0)
+            return x
+
+    inputs = tp.Input((3,))
+    with pytest.raises(
+        ValueError, match=r"^ONNX export: the forward pass in inference mode draws random numbers"
+    ):
+        to_onnx(tp.Model(inputs, Noisy()(inputs)), tmp_path / "m.onnx")
+    with pytest.raises(
+        ValueError, match=r"^ONNX export: layer 'counter' changes variable '.*calls' in inference mode"
+    ):
+        to_onnx(tp.Model(inputs, Counting(name="counter")(inputs)), tmp_path / "m.onnx")
+
+
+def test_an_op_whose_attrs_follow_the_batch_is_refused(tmp_path):
+    class FirstRows(L.Layer):
+        def call(self, x: Any) -> Any:
+            return tp.one_hot(tp.zeros((x.shape[0],), tp.int32), x.shape[0])  # depth = the batch size
+
+    inputs = tp.Input((3,))
+    with pytest.raises(
+        ValueError,
+        match=r"^ONNX export: op 'OneHot' \(in layer 'rows'\) has attributes that depend on the batch size",
+    ):
+        to_onnx(tp.Model(inputs, FirstRows(name="rows")(inputs)), tmp_path / "m.onnx")
