@@ -224,6 +224,11 @@ RESHAPING = [
     (lambda: L.UpSampling2D((2, 3)), (3, 4, 2)),
     (lambda: L.UpSampling2D(2), (3, 4, 2)),
     (lambda: L.Flatten(), (3, 4, 2)),
+    (lambda: L.UpSampling2D((2, 3), interpolation="bilinear"), (3, 4, 2)),
+    (lambda: L.UpSampling2D(2, data_format="channels_first", interpolation="bilinear"), (2, 3, 4)),
+    (lambda: L.ZeroPadding2D((1, 2), data_format="channels_first"), (2, 3, 4)),
+    (lambda: L.Cropping2D(((0, 1), (1, 1)), data_format="channels_first"), (2, 3, 4)),
+    (lambda: L.ZeroPadding1D(1, data_format="channels_first"), (2, 3)),
 ]
 
 
@@ -319,6 +324,26 @@ def test_bidirectional(kind, merge_mode, tmp_path):
     model = functional(L.Bidirectional(kind(4, return_sequences=True), merge_mode=merge_mode), 5, 3)
     randomize(model)
     check(model, floats(5, 3), tmp_path)
+
+
+@pytest.mark.parametrize("kind", [L.SimpleRNN, L.LSTM, L.GRU])
+def test_bidirectional_returning_states(kind, tmp_path):
+    model = functional(L.Bidirectional(kind(3, return_state=True)), 4, 2)
+    randomize(model)
+    check(model, floats(4, 2), tmp_path)
+
+
+def test_a_conv_net_of_the_functional_api(tmp_path):
+    """As the MNIST-1D models are built: Input, Reshape, ZeroPadding1D, Conv1D, a residual Add."""
+    inputs = tp.Input((40,))
+    x = L.ZeroPadding1D(2)(L.Reshape((40, 1))(inputs))
+    x = L.Conv1D(8, 5, strides=2, activation="relu")(x)
+    y = L.BatchNormalization()(L.Conv1D(8, 3, padding="same")(x))
+    x = L.Add()([x, L.Activation("relu")(y)])
+    x = L.Dropout(0.3)(L.GlobalMaxPooling1D()(x))
+    model = tp.Model(inputs, L.Dense(10)(x))
+    randomize(model)
+    check(model, floats(40), tmp_path)
 
 
 def test_bidirectional_with_a_mask_and_last_states(tmp_path):
