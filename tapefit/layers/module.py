@@ -36,17 +36,9 @@ from tapefit.layers.symbolic import has_symbolic, record_call
 
 # Attributes of Module itself that hold no user state and are not walked.
 _INTERNAL = frozenset(
-    [
-        "_name",
-        "_name_given",
-        "_trainable",
-        "_built",
-        "_added_weights",
-        "_output_shape",
-        "_regularizers",
-        "_build_input_shape",
-    ]
+    ["_name", "_name_given", "_trainable", "_built", "_added_weights", "_output_shape", "_regularizers"]
 )
+_INTERNAL |= {"_build_input_shape"}  # the first call's input shape, which export traces with
 
 _name_counts: dict[str, int] = {}
 _name_lock = threading.Lock()
