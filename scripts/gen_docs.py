@@ -45,6 +45,7 @@ SUBPACKAGES = (
     "random",
     "testing",
     "checkpointing",
+    "export",
 )
 """The public subpackages, as ``tp.<name>``, in the reference's order; one that does not exist
 (yet) is left out, and a module ``tp.__all__`` lists that is not here gets a page too."""

@@ -45,4 +45,23 @@ def test_each_rule_catches_what_it_forbids():
             "tapefit.data.loader -> tapefit.training.trainer",
         ],
         ["tapefit.trainer"],
+        [],
     ]
+
+
+def test_only_the_cli_and_module_export_import_the_export_package():
+    edges = {
+        "tapefit.layers.module": {"tapefit.export"},  # Module.export, inside the method
+        "tapefit.cli.app": {"tapefit.export.onnx_graph"},
+        "tapefit.export.onnx_graph": {"tapefit.export.trace", "tapefit.layers.module", "tapefit.core.tensor"},
+        "tapefit.training.trainer": {"tapefit.export"},
+        "tapefit.layers.core": {"tapefit.export.trace"},
+    }
+    broken = import_graph.check(edges)
+    rules = list(broken)
+    assert broken[rules[6]] == [
+        "tapefit.training.trainer -> tapefit.export",
+        "tapefit.layers.core -> tapefit.export.trace",
+    ]
+    assert broken[rules[4]] == ["tapefit.layers.core -> tapefit.export.trace"]
+    assert not broken[rules[5]]  # export is a subpackage on the ladder, not a stray root module

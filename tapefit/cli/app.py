@@ -513,27 +513,33 @@ def _say_the_learning_rate_is_restored(
         )
 
 
+# What --export writes, by the file name's suffix.
+EXPORT_SUFFIXES = (".safetensors", ".tapefit", ".onnx")
+
+
 def export(run: Run, path: Path, out: Any) -> int:
     """``train --export PATH``: the checkpoint ``--resume`` chose, as the weights alone
-    (``.safetensors``) or as a whole-model file (``.tapefit``: the architecture, the weights,
-    the optimizer with its state, the loss and the metrics; ``tp.models.load_model`` reads it)."""
-    whole = path.suffix == ".tapefit"
+    (``.safetensors``), a whole-model file (``.tapefit``: the architecture, the weights, the
+    optimizer with its state, the loss and the metrics; ``tp.models.load_model`` reads it) or an
+    ONNX graph of the model's forward pass (``.onnx``)."""
     try:
         if run.resume_from is None or run.resume_contents is None:
             raise ConfigError("--export: there is no checkpoint to export (the run has not saved one yet)")
         try:
             run.model.load_state_dict(run.resume_contents["model"])
-            if whole:
+            if path.suffix == ".tapefit":
                 run.optimizer.set_state(run.resume_contents["optimizer"])
                 run.trainer.save(path)
+            elif path.suffix == ".onnx":
+                run.model.export(path, format="onnx")
             else:
                 _export(run.model, path)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, ImportError) as e:
             raise ConfigError(f"--export: {error_text(e)}") from e
     finally:
         if run.lock is not None:
             run.lock.release(undo=True)  # export writes nothing into the run folder
-    what = "the model" if whole else "the weights"
+    what = {".tapefit": "the model", ".onnx": "the model (ONNX)"}.get(path.suffix, "the weights")
     print(f"train: exported {what} of {run.resume_from} to {path}", file=out)
     return 0
 
@@ -650,7 +656,8 @@ def build_parser(prog: str = "train") -> argparse.ArgumentParser:
         help=(
             "write the checkpoint that --resume names (default: the run's newest) to PATH and exit without "
             "training: a .safetensors file holds the model weights, a .tapefit file the whole model (its "
-            "architecture, weights, optimizer, loss and metrics; tp.models.load_model reads it)"
+            "architecture, weights, optimizer, loss and metrics; tp.models.load_model reads it), a .onnx "
+            "file the model's forward pass for serving"
         ),
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
@@ -673,9 +680,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "train") -> int:
                 parser.error(
                     "--export writes a checkpoint's weights and trains nothing; drop --overwrite/--print-config"
                 )
-            if not args.export.endswith((".safetensors", ".tapefit")):
+            if not args.export.endswith(EXPORT_SUFFIXES):
                 parser.error(
-                    f"--export: the file name must end in '.safetensors' or '.tapefit', got {args.export!r}"
+                    f"--export: the file name must end in {' or '.join(map(repr, EXPORT_SUFFIXES))}, "
+                    f"got {args.export!r}"
                 )
             args.resume = args.resume or "auto"
     except SystemExit as e:  # --help, --version and usage errors

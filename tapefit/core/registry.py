@@ -25,6 +25,9 @@ GradFn = Callable[..., Any]
 
 _GRADIENTS: dict[str, GradFn] = {}
 _NOT_DIFFERENTIABLE: set[str] = set()
+# Each OpDef's forward function -> the op's name: a trace writes down forward functions, and
+# exporters (tapefit.export) read the names back with ``forward_op_name``.
+_OP_NAMES: dict[Any, str] = {}
 
 
 def register_gradient(op_name: str) -> Callable[[F], F]:
@@ -55,6 +58,11 @@ def not_differentiable(op_name: str) -> None:
 def is_not_differentiable(op_name: str) -> bool:
     """Whether ``op_name`` was declared with ``not_differentiable``."""
     return op_name in _NOT_DIFFERENTIABLE
+
+
+def forward_op_name(forward: Callable[..., Any]) -> str | None:
+    """The name of the op whose forward function is ``forward`` (``None`` if no op has it)."""
+    return _OP_NAMES.get(forward)
 
 
 def has_gradient(op_name: str) -> bool:
@@ -90,6 +98,7 @@ class OpDef:
     def __init__(self, name: str, forward: Callable[..., Any], save: str = "all") -> None:
         self.name = name
         self.forward = forward
+        _OP_NAMES.setdefault(forward, name)
         parts = set(save.replace(",", " ").split())
         self.save_outputs = "out" in parts or "all" in parts
         indices = tuple(i for i, n in enumerate("xyz") if n in parts)

@@ -9,9 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-from tapefit.core.custom_gradient import custom_gradient
 from tapefit.core.naming import Registry
 from tapefit.core.ops import math as _math
 from tapefit.core.ops import nn as _nn
@@ -167,34 +164,29 @@ def squareplus(x: Any, b: float = 4.0) -> Tensor:
 
 
 def threshold(x: Any, threshold: float, default_value: float) -> Tensor:
-    """``x`` where ``x > threshold``, else ``default_value``."""
+    """``x`` where ``x > threshold``, else ``default_value``. Not a name for ``activation=``:
+    its two arguments have no defaults (as in Keras, where the name fails when called)."""
     return _math.where(x > threshold, x, default_value)
 
 
 def sparsemax(x: Any, axis: int = -1) -> Tensor:
     """The Euclidean projection of ``x`` onto the probability simplex along ``axis``: like
-    softmax, outputs that sum to 1, but exactly 0 for the small inputs."""
+    softmax, outputs that sum to 1, but exactly 0 for the small inputs.
 
-    @custom_gradient
-    def projected(logits: Tensor) -> Any:
-        z = np.moveaxis(logits.numpy(), axis, -1)
-        ranked = -np.sort(-z, axis=-1)
-        k = np.arange(1, z.shape[-1] + 1, dtype=z.dtype)
-        cumulative = np.cumsum(ranked, axis=-1)
-        support = (1.0 + k * ranked > cumulative).sum(axis=-1, keepdims=True)
-        tau = (np.take_along_axis(cumulative, support - 1, axis=-1) - 1.0) / support.astype(z.dtype)
-        out = np.moveaxis(np.maximum(z - tau, 0.0), -1, axis).astype(z.dtype)
-        inside = convert_to_tensor((out > 0).astype(z.dtype))
-
-        def grad(dy: Tensor) -> Tensor:
-            # The Jacobian on the support: identity minus its mean; zero outside it.
-            size = _reduce.reduce_sum(inside, axis=axis, keepdims=True)
-            mean = _reduce.reduce_sum(dy * inside, axis=axis, keepdims=True) / size
-            return inside * (dy - mean)
-
-        return convert_to_tensor(out), grad
-
-    return projected(convert_to_tensor(x))
+    Without a sort: entry ``i`` is in the support when ``1 + k_i x_i > s_i``, with ``k_i`` and
+    ``s_i`` the count and the sum of the entries at least ``x_i`` (a pairwise comparison, so a
+    row of ``n`` entries costs ``n * n``); the gradient follows from the ops.
+    """
+    x = convert_to_tensor(x)
+    axis = axis % len(x.shape)
+    x_j, x_i = _shape.expand_dims(x, axis), _shape.expand_dims(x, axis + 1)  # j along axis + 1
+    pairs = _math.cast(_math.greater_equal(x_j, x_i), x.dtype)
+    at_least = _reduce.reduce_sum(pairs, axis=axis + 1)  # k_i: the entries j with x_j >= x_i
+    sums = _reduce.reduce_sum(pairs * x_j, axis=axis + 1)  # s_i: their sum
+    support = _math.cast(_math.greater(at_least * x + 1.0, sums), x.dtype)
+    size = _reduce.reduce_sum(support, axis=axis, keepdims=True)
+    tau = (_reduce.reduce_sum(support * x, axis=axis, keepdims=True) - 1.0) / size
+    return _nn.relu(x - tau)
 
 
 swish = silu
@@ -234,7 +226,6 @@ registry: Registry[Callable[..., Any]] = Registry(
         "sparse_sigmoid": sparse_sigmoid,
         "sparsemax": sparsemax,
         "squareplus": squareplus,
-        "threshold": threshold,
     },
     none=linear,
 )

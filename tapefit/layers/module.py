@@ -49,6 +49,7 @@ _INTERNAL = frozenset(
         "_build_input",
     ]
 )
+_INTERNAL |= {"_build_input_shape"}  # the first call's input shape, which export traces with
 
 _name_counts: dict[str, int] = {}
 _name_lock = threading.Lock()
@@ -579,8 +580,9 @@ class Module:
         try:
             if not self._built:
                 first = args[0] if args else kwargs.get("inputs")
-                self._build_input = _spec_of(first)
-                self.build(_shape_of(first))
+                self._build_input = _spec_of(first)  # what a model file rebuilds from
+                self._build_input_shape = _shape_of(first)  # what export traces with by default
+                self.build(self._build_input_shape)
                 self._built = True
             outputs = self.call(*args, **kwargs)
         finally:
@@ -741,6 +743,24 @@ class Module:
         from tapefit.layers import saving
 
         saving.save_model(self, path)
+
+    def export(self, path: str | os.PathLike[str], format: str = "onnx", input_signature: Any = None) -> None:
+        """Writes the forward pass in inference mode for serving; see ``tapefit.export.to_onnx``.
+
+        Args:
+            path: the file to write.
+            format: only ``"onnx"``.
+            input_signature: the inputs' shapes (batch axis first) or sample batches; not
+                needed for a functional model or a model called before.
+
+        Raises:
+            ValueError: another ``format``, or a layer or op with no ONNX form.
+        """
+        if format != "onnx":
+            raise ValueError(f"export: format must be 'onnx', got {format!r}")
+        from tapefit.export import to_onnx  # export reads layers: imported only when used
+
+        to_onnx(self, path, input_signature=input_signature)
 
     def get_weights(self) -> list[np.ndarray]:
         """Copies of the weights' values, in the order of ``variables`` (Keras's ``get_weights``)."""

@@ -293,3 +293,38 @@ def test_user_op_gradient_passes_check_gradients():
     with tp.GradientTape() as tape:
         y = _logcosh(x)
     np.testing.assert_allclose(tape.gradient(y, x).numpy(), np.tanh(x.numpy()), rtol=1e-12)
+
+
+def test_forward_op_name_finds_an_op_by_its_forward_function():
+    from tapefit.core import tensor as tensor_module
+    from tapefit.core.ops import nn as nn_ops
+    from tapefit.core.registry import OpDef, forward_op_name
+
+    def twice(x):
+        return x * 2
+
+    assert forward_op_name(twice) is None
+    name = _unique("Twice")
+    OpDef(name, twice)
+    assert forward_op_name(twice) == name
+    assert forward_op_name(nn_ops._dense) == "Dense"  # a built-in op
+    assert forward_op_name(np.add) == "Add"  # a lean binary op's forward is the ufunc
+
+    cube_name = _unique("Cube")
+
+    @tp.primitive(cube_name)
+    def cube(x):
+        return x**3
+
+    seen = []  # what an exporter's trace sees: the forward function, and the name read from it
+
+    class Recorder:
+        def op(self, forward, inputs, attrs, outputs):
+            seen.append(forward_op_name(forward))
+
+    tensor_module._traces.append(Recorder())
+    try:
+        cube(tp.constant([1.0, 2.0]))
+    finally:
+        tensor_module._traces.clear()
+    assert seen == [cube_name]

@@ -70,7 +70,7 @@ KERAS_WRONG = {"sparsemax"}
 )
 def test_activations_equal_keras(name):
     x = REFERENCE["activation_x"]
-    fn = tp.layers.activations.get(name)
+    fn = getattr(tp.layers.activations, name)
     out = fn(tp.constant(x), 0.3, -1.0) if name == "threshold" else fn(tp.constant(x))
     np.testing.assert_allclose(np.asarray(out), REFERENCE[f"activation/{name}"], rtol=1e-5, atol=1e-6)
 
@@ -111,7 +111,7 @@ def test_sparsemax_is_the_projection_onto_the_simplex():
     ],
 )
 def test_new_activations_gradients_match_finite_differences(name):
-    fn = tp.layers.activations.get(name)
+    fn = getattr(tp.layers.activations, name)
     # points away from the kinks (|x| = 0.5, 1, 3, 0.3), where finite differences straddle them
     x = np.array([[-3.7, -1.6, -0.8, -0.1, 0.2, 0.7, 1.4, 4.2]], np.float64)
     call = (lambda t: fn(t, 0.3, -1.0)) if name == "threshold" else fn
