@@ -79,7 +79,9 @@ def test_a_user_script_type_checks_with_mypy(tmp_path, request):
         "[mypy-numpy.*,pluggy.*,tqdm.*,yaml.*,tensorboardX.*,safetensors.*,threadpoolctl.*]\n"
         "follow_imports = skip\n"
     )
-    cache = request.config.cache.mkdir("mypy") if getattr(request.config, "cache", None) else tmp_path / "cache"
+    cache = (
+        request.config.cache.mkdir("mypy") if getattr(request.config, "cache", None) else tmp_path / "cache"
+    )
     stdout, stderr, status = api.run([str(script), "--config-file", str(config), "--cache-dir", str(cache)])
     assert status == 0, stdout + stderr
     assert "Success: no issues found" in stdout
