@@ -107,11 +107,17 @@ def _record_activity(module: Module, outputs: Any) -> None:
     penalties = module.__dict__.setdefault("_activity_losses", [])
     for output in nest.flatten(outputs):
         if isinstance(output, Tensor):
-            penalty = as_tensor(regularizer(output))
-            if output.ndim > 0:
-                batch = output.shape[0]
-                penalty = penalty / float(batch) if batch else penalty * 0.0
-            penalties.append(penalty)
+            penalties.append(activity_penalty(regularizer, output))
+
+
+def activity_penalty(regularizer: Callable[[Tensor], Any], output: Tensor) -> Tensor:
+    """``regularizer(output)``, divided by the batch size (the first axis; 0 for an empty
+    batch) when ``output`` has axes: Keras 3's activity penalty."""
+    penalty = as_tensor(regularizer(output))
+    if output.ndim > 0:
+        batch = output.shape[0]
+        penalty = penalty / float(batch) if batch else penalty * 0.0
+    return penalty
 
 
 @contextlib.contextmanager
@@ -930,6 +936,11 @@ class Layer(Module):
             are cast to it, as Keras autocasts (integer inputs of ``Dense`` included).
     """
 
+    activity_regularizer: Callable[[Tensor], Any] | None
+    """Applied to each output Tensor of every call; the penalties, divided by the batch size,
+    go to ``losses`` until the next outermost call (Keras 3's rule). ``None``: none."""
+    _activity_losses: list[Tensor]
+
     def __new__(cls, *args: Any, **kwargs: Any) -> Layer:
         # As Module.__new__: a subclass that forgets super().__init__() gets the defaults.
         self = super().__new__(cls, *args, **kwargs)
@@ -968,6 +979,13 @@ class Layer(Module):
         self.activity_regularizer = regularizers.get(regularizer)
         if self.activity_regularizer is not None:
             _activity_seen = True
+
+    def _add_activity_penalty(self, regularizer: Callable[[Tensor], Any], output: Tensor) -> None:
+        """Adds ``regularizer(output) / batch size`` to this call's ``losses`` (for an activity
+        penalty on an inner result, as Keras's sublayers add theirs)."""
+        global _activity_seen
+        _activity_seen = True
+        self._activity_losses.append(activity_penalty(regularizer, output))
 
     def _regularization_losses(self) -> list[Tensor]:
         weights = [
