@@ -12,6 +12,10 @@ JAX and Keras are used, not tapefit.
   ``lstm_reg`` (layers with kernel, recurrent, bias and activity regularizers, from the weights
   ``<case>/w/<i>``): the MSE plus ``model.losses`` on one batch, the sum of ``model.losses``
   alone, and the gradients of the loss for the weights.
+- ``activity/gru``, ``activity/conv2d``: the sum of ``losses`` after one call of a
+  ``GRU(3, return_sequences=True, return_state=True)`` on ``seq`` with an L2(0.05) activity
+  regularizer (each output penalized) and of a ``Conv2D(2, 2)`` on ``img`` with an L1(0.02)
+  one, from the weights ``activity/<case>/w/<i>``.
 - ``orthogonal/<case>``: each case of ``ORTHOGONAL`` applied to ``w`` (or ``w_zero_row``).
 - ``identity/<rows>x<cols>``: ``Identity(gain=2.0)`` of that shape.
 
@@ -80,6 +84,12 @@ def data() -> dict[str, np.ndarray]:
         "lstm_reg/w/0": rng.normal(scale=0.5, size=(2, 12)).astype(np.float32),
         "lstm_reg/w/1": rng.normal(scale=0.5, size=(3, 12)).astype(np.float32),
         "lstm_reg/w/2": rng.normal(scale=0.1, size=12).astype(np.float32),
+        "img": rng.normal(size=(3, 4, 4, 2)).astype(np.float32),
+        "activity/gru/w/0": rng.normal(scale=0.5, size=(2, 9)).astype(np.float32),
+        "activity/gru/w/1": rng.normal(scale=0.5, size=(3, 9)).astype(np.float32),
+        "activity/gru/w/2": rng.normal(scale=0.1, size=(2, 9)).astype(np.float32),
+        "activity/conv2d/w/0": rng.normal(scale=0.5, size=(2, 2, 2, 2)).astype(np.float32),
+        "activity/conv2d/w/1": rng.normal(scale=0.1, size=2).astype(np.float32),
     }
 
 
@@ -148,6 +158,19 @@ def compute() -> dict[str, np.ndarray]:
     lstm.set_weights([d[f"lstm_reg/w/{i}"] for i in range(3)])
     for key, value in _loss_and_grads(keras, model, d["seq"], d["seq_y"]).items():
         out[f"lstm_reg/{key}"] = value
+
+    gru = keras.layers.GRU(
+        3, return_sequences=True, return_state=True, activity_regularizer=keras.regularizers.L2(0.05)
+    )
+    gru(d["seq"][:1])
+    gru.set_weights([d[f"activity/gru/w/{i}"] for i in range(3)])
+    gru(d["seq"])
+    out["activity/gru"] = np.sum([np.asarray(v) for v in gru.losses])
+    conv = keras.layers.Conv2D(2, 2, activity_regularizer=keras.regularizers.L1(0.02))
+    conv(d["img"][:1])
+    conv.set_weights([d[f"activity/conv2d/w/{i}"] for i in range(2)])
+    conv(d["img"])
+    out["activity/conv2d"] = np.sum([np.asarray(v) for v in conv.losses])
 
     for case, (factor, mode, key) in ORTHOGONAL.items():
         regularizer = keras.regularizers.OrthogonalRegularizer(factor=factor, mode=mode)

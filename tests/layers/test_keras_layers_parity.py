@@ -117,6 +117,27 @@ def test_lstm_regularizers_loss_and_gradients_equal_keras():
         np.testing.assert_allclose(g.numpy(), REFERENCE[f"lstm_reg/grad/{i}"], atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    ("case", "make", "x"),
+    [
+        (
+            "gru",
+            lambda: tp.layers.GRU(
+                3, return_sequences=True, return_state=True, activity_regularizer=regularizers.L2(0.05)
+            ),
+            "seq",
+        ),
+        ("conv2d", lambda: tp.layers.Conv2D(2, 2, activity_regularizer=regularizers.L1(0.02)), "img"),
+    ],
+)
+def test_activity_penalties_of_every_output_equal_keras(case, make, x):
+    layer = make()
+    layer(REFERENCE[x][:1])
+    layer.set_weights([REFERENCE[k] for k in sorted(REFERENCE) if k.startswith(f"activity/{case}/w/")])
+    layer(REFERENCE[x])
+    np.testing.assert_allclose(float(tp.add_n(layer.losses)), REFERENCE[f"activity/{case}"], atol=1e-5)
+
+
 @pytest.mark.parametrize("case", sorted(script.ORTHOGONAL))
 def test_orthogonal_regularizer_equals_keras(case):
     factor, mode, key = script.ORTHOGONAL[case]
