@@ -37,6 +37,7 @@ SUBPACKAGES = (
     "activations",
     "initializers",
     "regularizers",
+    "constraints",
     "plugins",
     "data",
     "models",

@@ -26,6 +26,7 @@ from tapefit.layers import Input as Input
 from tapefit.layers import Model as Model
 from tapefit.layers import Module as Module
 from tapefit.layers import activations as activations
+from tapefit.layers import constraints as constraints
 from tapefit.layers import initializers as initializers
 from tapefit.layers import losses as losses
 from tapefit.layers import metrics as metrics
@@ -37,7 +38,7 @@ from tapefit.training.trainer import Trainer as Trainer
 
 # As with os.path: these live in subpackages but are importable by the dotted names users
 # see (``from tapefit.testing import check_gradients``, ``from tapefit.losses import Huber``).
-for _module in (random, testing, activations, initializers, losses, metrics, regularizers):
+for _module in (random, testing, activations, constraints, initializers, losses, metrics, regularizers):
     _sys.modules[f"{__name__}.{_module.__name__.rpartition('.')[2]}"] = _module
 del _module
 
@@ -56,6 +57,7 @@ __all__ = [
     # the public subpackages
     "activations",
     "checkpointing",
+    "constraints",
     "data",
     "initializers",
     "layers",

@@ -195,13 +195,16 @@ class Variable(Tensor):
             ``trainable_variables``.
         name: a name for summaries and checkpoints (default ``"Variable"``).
         dtype: the dtype to convert ``initial_value`` to.
+        constraint: ``None`` or a callable ``(variable) -> Tensor`` (a
+            ``tp.layers.constraints`` object); optimizers assign its result to the variable
+            right after each update, as Keras 3 does.
 
     ``assign*`` write into the stored array only when nothing else holds it; while a
     tape, a view or an ``np.asarray`` result holds it they swap in a new array, so a
     value saved for a backward pass never changes (as in TensorFlow).
     """
 
-    __slots__ = ("_trainable", "_name")
+    __slots__ = ("_trainable", "_name", "_constraint")
     _is_variable = True
 
     def __init__(
@@ -210,6 +213,7 @@ class Variable(Tensor):
         trainable: bool = True,
         name: str | None = None,
         dtype: _dt.DTypeLike = None,
+        constraint: Callable[[Any], Any] | None = None,
     ) -> None:
         if callable(initial_value) and not isinstance(initial_value, (Tensor, np.ndarray)):
             initial_value = initial_value()
@@ -220,6 +224,18 @@ class Variable(Tensor):
         self._tid = _next_id()
         self._trainable = builtins_bool(trainable)
         self._name = "Variable" if name is None else str(name)
+        self.constraint = constraint
+
+    @property
+    def constraint(self) -> Callable[[Any], Any] | None:
+        """The projection optimizers apply after each update (``None``: none)."""
+        return self._constraint
+
+    @constraint.setter
+    def constraint(self, value: Callable[[Any], Any] | None) -> None:
+        if value is not None and not callable(value):
+            raise TypeError(f"Variable: constraint must be None or a callable, got {value!r}")
+        self._constraint = value
 
     @property
     def trainable(self) -> bool:

@@ -1,9 +1,10 @@
-"""``tp.layers``: Module, the built-in layers, and (as submodules) losses, metrics, initializers.
+"""``tp.layers``: Module, the built-in layers, and (as submodules) losses, metrics, initializers,
+regularizers, constraints.
 
 Layers import the core; the core never imports layers.
 """
 
-from tapefit.layers import activations, initializers, losses, metrics, regularizers
+from tapefit.layers import activations, constraints, initializers, losses, metrics, regularizers
 from tapefit.layers.attention import MultiHeadAttention
 from tapefit.layers.convolutional import (
     AveragePooling2D,
@@ -85,6 +86,7 @@ __all__ = [
     "ZeroPadding1D",
     "ZeroPadding2D",
     "activations",
+    "constraints",
     "initializers",
     "losses",
     "metrics",

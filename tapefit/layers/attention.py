@@ -12,7 +12,7 @@ from tapefit.core.ops import nn as _nn
 from tapefit.core.ops import shape as _shape
 from tapefit.core.ops.linalg import einsum
 from tapefit.core.tensor import Tensor, Variable, as_tensor
-from tapefit.layers import initializers
+from tapefit.layers import constraints, initializers, regularizers
 from tapefit.layers.module import Layer
 
 __all__ = ["MultiHeadAttention"]
@@ -38,6 +38,15 @@ class MultiHeadAttention(Layer):
         kernel_initializer: initializer of the kernels (name or callable), as Keras.
         bias_initializer: initializer of the biases (name or callable), as Keras.
         seed: the dropout's op seed; with ``tp.random.set_seed`` the masks repeat.
+        kernel_regularizer: ``None``, a regularizer name or a callable for each of the four
+            kernels; the penalties go to ``losses``.
+        bias_regularizer: as ``kernel_regularizer``, for each bias.
+        activity_regularizer: as ``kernel_regularizer``, for the output of each of the four
+            projections (as Keras, which hands it to its ``EinsumDense`` sublayers): each call
+            adds the penalties divided by the batch size to ``losses``.
+        kernel_constraint: ``None``, a constraint name or a callable for each kernel;
+            optimizers project the weights with it after each update.
+        bias_constraint: as ``kernel_constraint``, for each bias.
 
     Called as ``mha(query, value, key=None, query_mask=None, value_mask=None, key_mask=None,
     attention_mask=None, return_attention_scores=False, training=None, use_causal_mask=False)``
@@ -73,6 +82,11 @@ class MultiHeadAttention(Layer):
         bias_initializer: Any = "zeros",
         name: str | None = None,
         seed: int | None = None,
+        kernel_regularizer: Any = None,
+        bias_regularizer: Any = None,
+        activity_regularizer: Any = None,
+        kernel_constraint: Any = None,
+        bias_constraint: Any = None,
     ) -> None:
         super().__init__(name=name)
         for what, value in (
@@ -90,14 +104,26 @@ class MultiHeadAttention(Layer):
         self.seed = seed
         self.kernel_initializer = initializers.get(kernel_initializer)
         self.bias_initializer = initializers.get(bias_initializer)
+        self.kernel_constraint = constraints.get(kernel_constraint)
+        self.bias_constraint = constraints.get(bias_constraint)
+        # As Keras's, on each of the four projections' outputs, not on the layer's output.
+        self._projection_activity = regularizers.get(activity_regularizer)
+        for projection in ("query", "key", "value", "output"):
+            self._add_regularizer(f"{projection}_kernel", kernel_regularizer)
+            self._add_regularizer(f"{projection}_bias", bias_regularizer)
         self._built_dims: tuple[int, int, int] | None = None
 
     def _projection(self, name: str, shape: tuple[int, ...], bias_shape: tuple[int, ...]) -> None:
-        setattr(
-            self, f"{name}_kernel", self.add_weight(shape, self.kernel_initializer, name=f"{name}/kernel")
+        kernel = self.add_weight(
+            shape, self.kernel_initializer, name=f"{name}/kernel", constraint=self.kernel_constraint
         )
+        setattr(self, f"{name}_kernel", kernel)
         bias = (
-            self.add_weight(bias_shape, self.bias_initializer, name=f"{name}/bias") if self.use_bias else None
+            self.add_weight(
+                bias_shape, self.bias_initializer, name=f"{name}/bias", constraint=self.bias_constraint
+            )
+            if self.use_bias
+            else None
         )
         setattr(self, f"{name}_bias", bias)
 
@@ -170,12 +196,17 @@ class MultiHeadAttention(Layer):
         output = einsum("bthk,hko->bto", context, self.output_kernel)
         if self.output_bias is not None:
             output = output + self.output_bias
+        if self._projection_activity is not None:
+            self._add_activity_penalty(self._projection_activity, output)
         return (output, weights) if return_attention_scores else output
 
     def _project(self, x: Tensor, name: str, equation: str) -> Tensor:
         projected = einsum(equation, x, getattr(self, f"{name}_kernel"))
         bias = getattr(self, f"{name}_bias")
-        return projected + bias if bias is not None else projected
+        projected = projected + bias if bias is not None else projected
+        if self._projection_activity is not None:
+            self._add_activity_penalty(self._projection_activity, projected)
+        return projected
 
     def _mask(
         self,

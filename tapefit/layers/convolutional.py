@@ -73,6 +73,11 @@ class Conv2D(_KernelLayer):
         groups: split the input channels and the filters into this many groups, each group's
             filters seeing only its channels; ``kernel`` is then ``(kh, kw, in_channels //
             groups, filters)``.
+        activity_regularizer: as ``kernel_regularizer``, for the output: each call adds its
+            penalty divided by the batch size to ``losses`` (Keras 3's rule).
+        kernel_constraint: ``None``, a constraint name or a callable; optimizers project the
+            kernel with it after each update.
+        bias_constraint: as ``kernel_constraint``, for the bias.
     """
 
     def __init__(
@@ -92,6 +97,9 @@ class Conv2D(_KernelLayer):
         trainable: bool = True,
         dilation_rate: int | tuple[int, int] = 1,
         groups: int = 1,
+        activity_regularizer: Any = None,
+        kernel_constraint: Any = None,
+        bias_constraint: Any = None,
     ) -> None:
         super().__init__(trainable=trainable, name=name, dtype=dtype)
         self.filters = _positive_int(filters, "filters", "Conv2D")
@@ -107,7 +115,15 @@ class Conv2D(_KernelLayer):
         if self.filters % self.groups:
             raise ValueError(f"Conv2D: filters ({self.filters}) must be a multiple of groups ({self.groups})")
         self._init_kernel(
-            activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer
+            activation,
+            use_bias,
+            kernel_initializer,
+            bias_initializer,
+            kernel_regularizer,
+            bias_regularizer,
+            kernel_constraint,
+            bias_constraint,
+            activity_regularizer,
         )
 
     def build(self, input_shape: Any) -> None:
@@ -257,6 +273,9 @@ class Conv1D(_KernelLayer):
         trainable: bool = True,
         dilation_rate: int | tuple[int] = 1,
         groups: int = 1,
+        activity_regularizer: Any = None,
+        kernel_constraint: Any = None,
+        bias_constraint: Any = None,
     ) -> None:
         super().__init__(trainable=trainable, name=name, dtype=dtype)
         self.filters = _positive_int(filters, "filters", "Conv1D")
@@ -274,7 +293,15 @@ class Conv1D(_KernelLayer):
         if self.filters % self.groups:
             raise ValueError(f"Conv1D: filters ({self.filters}) must be a multiple of groups ({self.groups})")
         self._init_kernel(
-            activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer
+            activation,
+            use_bias,
+            kernel_initializer,
+            bias_initializer,
+            kernel_regularizer,
+            bias_regularizer,
+            kernel_constraint,
+            bias_constraint,
+            activity_regularizer,
         )
 
     def build(self, input_shape: Any) -> None:

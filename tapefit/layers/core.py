@@ -16,7 +16,7 @@ from tapefit.core.ops import shape as _shape
 from tapefit.core.ops.linalg import matmul
 from tapefit.core.ops.math import cast
 from tapefit.core.tensor import Tensor, Variable, as_tensor
-from tapefit.layers import activations, initializers
+from tapefit.layers import activations, constraints, initializers
 from tapefit.layers.module import Layer, Module
 
 
@@ -46,6 +46,9 @@ class _KernelLayer(Layer):
         bias_initializer: Any,
         kernel_regularizer: Any,
         bias_regularizer: Any,
+        kernel_constraint: Any = None,
+        bias_constraint: Any = None,
+        activity_regularizer: Any = None,
     ) -> None:
         self.activation = activations.get(activation)
         self.use_bias = bool(use_bias)
@@ -56,12 +59,19 @@ class _KernelLayer(Layer):
         self.bias = None
         self._add_regularizer("kernel", kernel_regularizer)
         self._add_regularizer("bias", bias_regularizer)
+        self.kernel_constraint = constraints.get(kernel_constraint)
+        self.bias_constraint = constraints.get(bias_constraint)
+        self._set_activity_regularizer(activity_regularizer)
 
     def _build_kernel(self, kernel_shape: tuple[int, ...], outputs: int) -> None:
         """Creates ``kernel`` of ``kernel_shape`` and (with ``use_bias``) ``bias`` of ``(outputs,)``."""
-        self.kernel = self.add_weight(kernel_shape, self.kernel_initializer, name="kernel")
+        self.kernel = self.add_weight(
+            kernel_shape, self.kernel_initializer, name="kernel", constraint=self.kernel_constraint
+        )
         if self.use_bias:
-            self.bias = self.add_weight((outputs,), self.bias_initializer, name="bias")
+            self.bias = self.add_weight(
+                (outputs,), self.bias_initializer, name="bias", constraint=self.bias_constraint
+            )
 
     def _bias_and_activation(self, y: Tensor) -> Tensor:
         if self.bias is not None:
@@ -88,6 +98,11 @@ class Dense(_KernelLayer):
         name: the layer's name.
         kernel_regularizer: ``None``, ``"l1"``/``"l2"`` or a callable; its penalty goes to ``losses``.
         bias_regularizer: as ``kernel_regularizer``, for the bias.
+        activity_regularizer: as ``kernel_regularizer``, for the output: each call adds its
+            penalty divided by the batch size to ``losses`` (Keras 3's rule).
+        kernel_constraint: ``None``, a name (``"max_norm"``, ``"non_neg"``, ...) or a callable;
+            optimizers project the kernel with it after each update.
+        bias_constraint: as ``kernel_constraint``, for the bias.
         dtype: the dtype of the weights and computations (default float32).
         trainable: whether the weights are trainable.
     """
@@ -105,13 +120,24 @@ class Dense(_KernelLayer):
         *,
         kernel_regularizer: Any = None,
         bias_regularizer: Any = None,
+        activity_regularizer: Any = None,
+        kernel_constraint: Any = None,
+        bias_constraint: Any = None,
         dtype: Any = None,
         trainable: bool = True,
     ) -> None:
         super().__init__(trainable=trainable, name=name, dtype=dtype)
         self.units = _positive_int(units, "units", "Dense")
         self._init_kernel(
-            activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer
+            activation,
+            use_bias,
+            kernel_initializer,
+            bias_initializer,
+            kernel_regularizer,
+            bias_regularizer,
+            kernel_constraint,
+            bias_constraint,
+            activity_regularizer,
         )
 
     def build(self, input_shape: Any) -> None:
@@ -188,6 +214,10 @@ class Embedding(Layer):
         embeddings_initializer: initializer name or callable (Keras default ``"uniform"``,
             uniform on ``[-0.05, 0.05)``).
         embeddings_regularizer: ``None``, a name or a callable; its penalty goes to ``losses``.
+        embeddings_constraint: ``None``, a constraint name or a callable; optimizers project
+            the embeddings with it after each update.
+        activity_regularizer: ``None``, a regularizer name or a callable for the output: each
+            call adds its penalty divided by the batch size to ``losses`` (Keras 3's rule).
         mask_zero: id 0 is padding: the layer's mask (``compute_mask``) marks the other ids,
             and ``Sequential`` hands it to the next layers that take a ``mask`` (recurrent
             layers skip the padded steps), as in Keras. ``input_dim`` counts the padding id.
@@ -206,13 +236,20 @@ class Embedding(Layer):
         dtype: Any = None,
         trainable: bool = True,
         mask_zero: bool = False,
+        embeddings_constraint: Any = None,
+        activity_regularizer: Any = None,
     ) -> None:
         super().__init__(trainable=trainable, name=name, dtype=dtype)
+        self.embeddings_constraint = constraints.get(embeddings_constraint)
+        self._set_activity_regularizer(activity_regularizer)
         self.mask_zero = bool(mask_zero)
         self.input_dim = _positive_int(input_dim, "input_dim", "Embedding")
         self.output_dim = _positive_int(output_dim, "output_dim", "Embedding")
         self.embeddings = self.add_weight(
-            (self.input_dim, self.output_dim), embeddings_initializer, name="embeddings"
+            (self.input_dim, self.output_dim),
+            embeddings_initializer,
+            name="embeddings",
+            constraint=self.embeddings_constraint,
         )
         self._add_regularizer("embeddings", embeddings_regularizer)
 

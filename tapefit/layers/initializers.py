@@ -103,6 +103,24 @@ class Constant(Initializer):
         return np.full(shape, self.value)
 
 
+class Identity(Initializer):
+    """``gain`` times the identity matrix (ones on the main diagonal of a 2-D shape, which
+    need not be square).
+
+    Args:
+        gain: the factor applied to the matrix.
+    """
+
+    def __init__(self, gain: float = 1.0) -> None:
+        super().__init__()
+        self.gain = float(gain)
+
+    def sample(self, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+        if len(shape) != 2:
+            raise ValueError(f"Identity needs a 2-D shape, got {shape}")
+        return self.gain * np.eye(*shape)
+
+
 class RandomNormal(Initializer):
     """Normal with ``mean`` and ``stddev`` (Keras default stddev 0.05)."""
 
@@ -277,6 +295,11 @@ registry: Registry[type[Initializer]] = Registry(
         "lecun_normal": LecunNormal,
         "lecun_uniform": LecunUniform,
         "orthogonal": Orthogonal,
+        "orthogonal_initializer": Orthogonal,
+        "identity": Identity,
+        "identity_initializer": Identity,
+        "one": Ones,
+        "zero": Zeros,
     },
     instantiate=True,
     callable_form=" (shape, dtype) -> value",
@@ -300,6 +323,7 @@ __all__ = [
     "GlorotUniform",
     "HeNormal",
     "HeUniform",
+    "Identity",
     "Initializer",
     "LecunNormal",
     "Orthogonal",

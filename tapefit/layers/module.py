@@ -32,7 +32,7 @@ from tapefit.core import nest
 from tapefit.core.naming import to_snake_case
 from tapefit.core.ops.math import cast
 from tapefit.core.tensor import Tensor, Variable, as_tensor
-from tapefit.layers import initializers, regularizers
+from tapefit.layers import constraints, initializers, regularizers
 from tapefit.layers.symbolic import has_symbolic, record_call
 
 # Attributes of Module itself that hold no user state and are not walked.
@@ -81,6 +81,43 @@ class _CallContext(threading.local):
 
 
 _context = _CallContext()
+
+# Whether any layer has had an activity regularizer: until then an outermost call skips the
+# walk that clears the previous call's activity penalties.
+_activity_seen = False
+
+
+def _clear_activity_losses(root: Module) -> None:
+    """Forgets the activity penalties of ``root`` and the modules below it (Keras clears a
+    layer's losses when a call of it starts that no other layer's call encloses)."""
+    for module in (root, *root._walk(paths=False)[1]):
+        if module.__dict__.get("_activity_losses"):
+            module.__dict__["_activity_losses"] = []
+
+
+def _record_activity(module: Module, outputs: Any) -> None:
+    """Keras 3's activity regularization: ``regularizer(output)`` for each Tensor output,
+    divided by the output's batch size (0 for an empty batch) when it has axes, kept for
+    ``losses`` until the next outermost call."""
+    global _activity_seen
+    regularizer = module.__dict__.get("activity_regularizer")
+    if regularizer is None:
+        return
+    _activity_seen = True
+    penalties = module.__dict__.setdefault("_activity_losses", [])
+    for output in nest.flatten(outputs):
+        if isinstance(output, Tensor):
+            penalties.append(activity_penalty(regularizer, output))
+
+
+def activity_penalty(regularizer: Callable[[Tensor], Any], output: Tensor) -> Tensor:
+    """``regularizer(output)``, divided by the batch size (the first axis; 0 for an empty
+    batch) when ``output`` has axes: Keras 3's activity penalty."""
+    penalty = as_tensor(regularizer(output))
+    if output.ndim > 0:
+        batch = output.shape[0]
+        penalty = penalty / float(batch) if batch else penalty * 0.0
+    return penalty
 
 
 @contextlib.contextmanager
@@ -170,12 +207,15 @@ def _call_override(fn: Callable[..., Any]) -> Callable[..., Any]:
         if has_symbolic(args, kwargs):
             return record_call(self, args, kwargs)
         args, training = _resolve_training(args, kwargs, fn)
+        if not _context.training and _activity_seen:
+            _clear_activity_losses(self)
         _context.training.append(training)
         observer = _context.call_observer
         if observer is not None:
             observer(self, True)
         try:
             outputs = fn(self, *args, **kwargs)
+            _record_activity(self, outputs)
         finally:
             _context.training.pop()
             if observer is not None:
@@ -487,7 +527,8 @@ class Module:
 
     @property
     def losses(self) -> list[Tensor]:
-        """The regularization losses of this module and its submodules, computed now.
+        """The regularization losses of this module and its submodules: the weights' penalties,
+        computed now, and the activity penalties of the last call (``activity_regularizer``).
 
         Read it inside the ``GradientTape`` so the penalties are differentiated:
         ``loss = loss_fn(y, model(x)) + tp.add_n(model.losses)``.
@@ -512,6 +553,7 @@ class Module:
         dtype: Any = None,
         trainable: bool = True,
         name: str | None = None,
+        constraint: Any = None,
     ) -> Variable:
         """Creates a Variable owned by this module (Keras's ``add_weight``).
 
@@ -523,6 +565,8 @@ class Module:
             dtype: the dtype; by default the module's ``dtype`` (float32).
             trainable: whether it is trainable.
             name: the variable's name (``kernel``, ``bias``, ...).
+            constraint: ``None``, a constraint name (``"max_norm"``, ...) or a callable; the
+                optimizers apply it after each update (``Variable.constraint``).
 
         The variable is tracked even when it is not assigned to an attribute.
         """
@@ -540,7 +584,11 @@ class Module:
             initializer = "glorot_uniform" if dtype.kind == "f" else "zeros"
         init = initializers.get(initializer)
         variable = Variable(
-            lambda: init(shape, dtype=dtype), trainable=trainable, name=name or "Variable", dtype=dtype
+            lambda: init(shape, dtype=dtype),
+            trainable=trainable,
+            name=name or "Variable",
+            dtype=dtype,
+            constraint=constraints.get(constraint),
         )
         self._added_weights.append(variable)
         return variable
@@ -573,6 +621,8 @@ class Module:
         if has_symbolic(args, kwargs):
             return record_call(self, args, kwargs)
         args, training = _resolve_training(args, kwargs, type(self).call)
+        if not _context.training and _activity_seen:
+            _clear_activity_losses(self)
         _context.training.append(training)
         observer = _context.call_observer
         if observer is not None:
@@ -585,6 +635,7 @@ class Module:
                 self.build(self._build_input_shape)
                 self._built = True
             outputs = self.call(*args, **kwargs)
+            _record_activity(self, outputs)
         finally:
             _context.training.pop()
             if observer is not None:
@@ -885,10 +936,17 @@ class Layer(Module):
             are cast to it, as Keras autocasts (integer inputs of ``Dense`` included).
     """
 
+    activity_regularizer: Callable[[Tensor], Any] | None
+    """Applied to each output Tensor of every call; the penalties, divided by the batch size,
+    go to ``losses`` until the next outermost call (Keras 3's rule). ``None``: none."""
+    _activity_losses: list[Tensor]
+
     def __new__(cls, *args: Any, **kwargs: Any) -> Layer:
         # As Module.__new__: a subclass that forgets super().__init__() gets the defaults.
         self = super().__new__(cls, *args, **kwargs)
-        self.__dict__.update(dtype=_dt.float32, _regularizers={})
+        self.__dict__.update(
+            dtype=_dt.float32, _regularizers={}, activity_regularizer=None, _activity_losses=[]
+        )
         return self  # type: ignore[return-value]
 
     def __init__(self, trainable: bool = True, name: str | None = None, dtype: Any = None) -> None:
@@ -914,12 +972,28 @@ class Layer(Module):
         if fn is not None:
             self._regularizers[attribute] = fn
 
+    def _set_activity_regularizer(self, regularizer: Any) -> None:
+        """Sets ``activity_regularizer`` (``None``, a name or a callable): each call then adds
+        ``regularizer(output) / batch size`` to ``losses``, as Keras 3 does."""
+        global _activity_seen
+        self.activity_regularizer = regularizers.get(regularizer)
+        if self.activity_regularizer is not None:
+            _activity_seen = True
+
+    def _add_activity_penalty(self, regularizer: Callable[[Tensor], Any], output: Tensor) -> None:
+        """Adds ``regularizer(output) / batch size`` to this call's ``losses`` (for an activity
+        penalty on an inner result, as Keras's sublayers add theirs)."""
+        global _activity_seen
+        _activity_seen = True
+        self._activity_losses.append(activity_penalty(regularizer, output))
+
     def _regularization_losses(self) -> list[Tensor]:
-        return [
+        weights = [
             fn(getattr(self, attr))
             for attr, fn in self._regularizers.items()
             if getattr(self, attr, None) is not None
         ]
+        return [*self.__dict__.get("_activity_losses", ()), *weights]
 
     def _cast_input(self, inputs: Any) -> Tensor:
         """``inputs`` as a Tensor of the layer's dtype."""

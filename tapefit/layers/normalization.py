@@ -8,7 +8,7 @@ from tapefit.core.ops.math import sqrt, square
 from tapefit.core.ops.reduce import normalize_axes, reduce_mean
 from tapefit.core.ops.shape import reshape
 from tapefit.core.tensor import Tensor, Variable
-from tapefit.layers import initializers
+from tapefit.layers import constraints, initializers
 from tapefit.layers.module import Layer
 
 
@@ -38,13 +38,23 @@ class _Normalization(Layer):
     scale: bool  # set by the subclasses' __init__
     center: bool
 
+    def _init_penalties(
+        self, beta_regularizer: Any, gamma_regularizer: Any, beta_constraint: Any, gamma_constraint: Any
+    ) -> None:
+        self._add_regularizer("beta", beta_regularizer)
+        self._add_regularizer("gamma", gamma_regularizer)
+        self.beta_constraint = constraints.get(beta_constraint)
+        self.gamma_constraint = constraints.get(gamma_constraint)
+
     def _build_scale_and_shift(
         self, own: tuple[int, ...], gamma_initializer: Any, beta_initializer: Any
     ) -> None:
         if self.scale:
-            self.gamma = self.add_weight(own, gamma_initializer, name="gamma")
+            self.gamma = self.add_weight(
+                own, gamma_initializer, name="gamma", constraint=self.gamma_constraint
+            )
         if self.center:
-            self.beta = self.add_weight(own, beta_initializer, name="beta")
+            self.beta = self.add_weight(own, beta_initializer, name="beta", constraint=self.beta_constraint)
 
     def _scale_and_shift(self, y: Tensor) -> Tensor:
         if self.gamma is not None:
@@ -70,6 +80,12 @@ class LayerNormalization(_Normalization):
         name: the layer's name.
         dtype: the dtype of the weights and computations (default float32).
         trainable: whether ``gamma`` and ``beta`` are trainable.
+        beta_regularizer: ``None``, a regularizer name or a callable for ``beta``; its penalty
+            goes to ``losses``.
+        gamma_regularizer: as ``beta_regularizer``, for ``gamma``.
+        beta_constraint: ``None``, a constraint name or a callable for ``beta``; optimizers
+            project the weight with it after each update.
+        gamma_constraint: as ``beta_constraint``, for ``gamma``.
     """
 
     supports_masking = True  # the steps' mask passes on to the next layer
@@ -85,8 +101,13 @@ class LayerNormalization(_Normalization):
         name: str | None = None,
         dtype: Any = None,
         trainable: bool = True,
+        beta_regularizer: Any = None,
+        gamma_regularizer: Any = None,
+        beta_constraint: Any = None,
+        gamma_constraint: Any = None,
     ) -> None:
         super().__init__(trainable=trainable, name=name, dtype=dtype)
+        self._init_penalties(beta_regularizer, gamma_regularizer, beta_constraint, gamma_constraint)
         self.axis = axis
         self.epsilon = float(epsilon)
         self.center, self.scale = bool(center), bool(scale)
@@ -141,6 +162,12 @@ class BatchNormalization(_Normalization):
         name: the layer's name.
         dtype: the dtype of the weights and computations (default float32).
         trainable: whether ``gamma`` and ``beta`` are trainable.
+        beta_regularizer: ``None``, a regularizer name or a callable for ``beta``; its penalty
+            goes to ``losses``.
+        gamma_regularizer: as ``beta_regularizer``, for ``gamma``.
+        beta_constraint: ``None``, a constraint name or a callable for ``beta``; optimizers
+            project the weight with it after each update.
+        gamma_constraint: as ``beta_constraint``, for ``gamma``.
     """
 
     moving_mean: Variable | None  # None until build
@@ -160,8 +187,13 @@ class BatchNormalization(_Normalization):
         name: str | None = None,
         dtype: Any = None,
         trainable: bool = True,
+        beta_regularizer: Any = None,
+        gamma_regularizer: Any = None,
+        beta_constraint: Any = None,
+        gamma_constraint: Any = None,
     ) -> None:
         super().__init__(trainable=trainable, name=name, dtype=dtype)
+        self._init_penalties(beta_regularizer, gamma_regularizer, beta_constraint, gamma_constraint)
         if not 0.0 <= momentum <= 1.0:
             raise ValueError(f"BatchNormalization: momentum must be in [0, 1], got {momentum!r}")
         self.axis = axis

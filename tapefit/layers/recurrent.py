@@ -20,7 +20,7 @@ from tapefit.core.ops import shape as _shape
 from tapefit.core.ops.linalg import matmul
 from tapefit.core.ops.recurrent import gru_cell, lstm_cell, rnn_cell
 from tapefit.core.tensor import Tensor, Variable, as_tensor
-from tapefit.layers import activations, initializers
+from tapefit.layers import activations, constraints, initializers
 from tapefit.layers.module import Layer
 
 __all__ = ["GRU", "LSTM", "Bidirectional", "SimpleRNN"]
@@ -52,6 +52,14 @@ class _RNN(Layer):
         dropout: float = 0.0,
         recurrent_dropout: float = 0.0,
         zero_output_for_mask: bool = False,
+        *,
+        kernel_regularizer: Any = None,
+        recurrent_regularizer: Any = None,
+        bias_regularizer: Any = None,
+        activity_regularizer: Any = None,
+        kernel_constraint: Any = None,
+        recurrent_constraint: Any = None,
+        bias_constraint: Any = None,
     ) -> None:
         super().__init__(name=name)
         for what, rate in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
@@ -69,6 +77,13 @@ class _RNN(Layer):
         self.return_sequences, self.return_state = bool(return_sequences), bool(return_state)
         self.go_backwards = bool(go_backwards)
         self.zero_output_for_mask = bool(zero_output_for_mask)
+        self._add_regularizer("kernel", kernel_regularizer)
+        self._add_regularizer("recurrent_kernel", recurrent_regularizer)
+        self._add_regularizer("bias", bias_regularizer)
+        self._set_activity_regularizer(activity_regularizer)
+        self.kernel_constraint = constraints.get(kernel_constraint)
+        self.recurrent_constraint = constraints.get(recurrent_constraint)
+        self.bias_constraint = constraints.get(bias_constraint)
         self._arguments = {
             "units": units,
             "activation": activation,
@@ -81,6 +96,13 @@ class _RNN(Layer):
             "dropout": dropout,
             "recurrent_dropout": recurrent_dropout,
             "zero_output_for_mask": zero_output_for_mask,
+            "kernel_regularizer": kernel_regularizer,
+            "recurrent_regularizer": recurrent_regularizer,
+            "bias_regularizer": bias_regularizer,
+            "activity_regularizer": activity_regularizer,
+            "kernel_constraint": kernel_constraint,
+            "recurrent_constraint": recurrent_constraint,
+            "bias_constraint": bias_constraint,
         }
         self.kernel = self.recurrent_kernel = self.bias = None
 
@@ -98,12 +120,22 @@ class _RNN(Layer):
                 f"got shape {input_shape}"
             )
         width = self._gates * self.units
-        self.kernel = self.add_weight((input_shape[-1], width), self.kernel_initializer, name="kernel")
+        self.kernel = self.add_weight(
+            (input_shape[-1], width),
+            self.kernel_initializer,
+            name="kernel",
+            constraint=self.kernel_constraint,
+        )
         self.recurrent_kernel = self.add_weight(
-            (self.units, width), self.recurrent_initializer, name="recurrent_kernel"
+            (self.units, width),
+            self.recurrent_initializer,
+            name="recurrent_kernel",
+            constraint=self.recurrent_constraint,
         )
         if self.use_bias:
-            self.bias = self.add_weight(self._bias_shape(), self._bias_initial, name="bias")
+            self.bias = self.add_weight(
+                self._bias_shape(), self._bias_initial, name="bias", constraint=self.bias_constraint
+            )
 
     def _input_projection(self, x: Tensor) -> list[Tensor]:
         """``x @ kernel + bias`` for every time step in one product, then one (batch,
@@ -226,6 +258,17 @@ class SimpleRNN(_RNN):
             same at every step, as Keras), drawn from ``tp.random``'s generators.
         recurrent_dropout: likewise, on the state the recurrent kernel multiplies.
         zero_output_for_mask: a masked step outputs zeros, not the previous step's output.
+        kernel_regularizer: ``None``, a regularizer name or a callable for ``kernel``; its
+            penalty goes to ``losses``.
+        recurrent_regularizer: as ``kernel_regularizer``, for ``recurrent_kernel``.
+        bias_regularizer: as ``kernel_regularizer``, for ``bias``.
+        activity_regularizer: as ``kernel_regularizer``, for each output Tensor (the states
+            too, with ``return_state``): each call adds its penalty divided by the batch size
+            to ``losses`` (Keras 3's rule).
+        kernel_constraint: ``None``, a constraint name or a callable for ``kernel``; optimizers
+            project the weight with it after each update.
+        recurrent_constraint: as ``kernel_constraint``, for ``recurrent_kernel``.
+        bias_constraint: as ``kernel_constraint``, for ``bias``.
 
     Called as ``layer(inputs, mask=None, initial_state=None)``; ``mask`` (batch, time) of
     booleans marks the real steps. As in Keras, a masked step keeps the states and outputs

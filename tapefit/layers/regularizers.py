@@ -6,13 +6,18 @@ collected, computed fresh, in ``module.losses``.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from tapefit.core.naming import Registry
-from tapefit.core.ops.math import abs, square
+from tapefit.core.ops.linalg import matmul, transpose
+from tapefit.core.ops.math import abs, maximum, sqrt, square
 from tapefit.core.ops.reduce import reduce_sum
-from tapefit.core.tensor import Tensor
+from tapefit.core.tensor import Tensor, as_tensor
 
 
 class Regularizer:
@@ -79,14 +84,65 @@ class L2(L1L2):
         super().__init__(l2=l2)
 
 
+class OrthogonalRegularizer(Regularizer):
+    """Pushes the rows (or columns) of a matrix toward orthogonality: with ``u`` the rows
+    scaled to unit L2 norm (norms below 1e-7 count as 1e-7), the penalty is
+    ``factor * 0.5 * sum(|u @ u.T| off the diagonal) / (n * (n - 1) / 2)`` for ``n`` rows.
+
+    Args:
+        factor: the factor (Keras default 0.01).
+        mode: ``"rows"`` or ``"columns"``: which vectors should be orthogonal; for a ``Dense``
+            kernel ``(input_dim, units)``, ``"columns"`` acts on the units' weight vectors.
+    """
+
+    def __init__(self, factor: float = 0.01, mode: str = "rows") -> None:
+        if (
+            isinstance(factor, bool)
+            or not isinstance(factor, numbers.Real)
+            or not math.isfinite(factor)
+            or factor < 0
+        ):
+            raise ValueError(f"OrthogonalRegularizer: factor must be a finite number >= 0, got {factor!r}")
+        if mode not in ("rows", "columns"):
+            raise ValueError(f"OrthogonalRegularizer: mode must be 'rows' or 'columns', got {mode!r}")
+        self.factor: float = float(factor)
+        self.mode: str = mode
+
+    def __call__(self, x: Tensor) -> Tensor:
+        x = as_tensor(x)
+        if x.ndim != 2:
+            raise ValueError(f"OrthogonalRegularizer needs a matrix (rank 2), got shape {x.shape}")
+        vectors = x if self.mode == "rows" else transpose(x)
+        size = vectors.shape[0]
+        # Keras's normalize: x * min(rsqrt(sum(x**2)), 1 / 1e-7), i.e. x / sqrt(max(sum, 1e-14)).
+        squares = reduce_sum(square(vectors), axis=1, keepdims=True)
+        unit = vectors / sqrt(maximum(squares, 1e-14))
+        product = matmul(unit, transpose(unit)) * (1.0 - np.eye(size, dtype=x.dtype.name))
+        pairs = size * (size - 1.0) / 2.0
+        return reduce_sum(abs(product)) * (self.factor * 0.5) / pairs
+
+    def __repr__(self) -> str:
+        return f"OrthogonalRegularizer(factor={self.factor}, mode={self.mode!r})"
+
+
 registry: Registry[Callable[[], Regularizer]] = Registry(
-    "regularizer", {"l1": L1, "l2": L2, "l1_l2": lambda: L1L2(0.01, 0.01)}, instantiate=True, none=None
+    "regularizer",
+    {
+        "l1": L1,
+        "l2": L2,
+        "l1_l2": lambda: L1L2(0.01, 0.01),
+        "l1l2": L1L2,
+        "orthogonal_regularizer": OrthogonalRegularizer,
+    },
+    instantiate=True,
+    none=None,
 )
 """The regularizers by name (``registry.names()``); each entry makes one with Keras's factors."""
 
 
 def get(identifier: str | Callable[..., Any] | None) -> Callable[..., Any] | None:
-    """A regularizer from ``None``, a name (``"l1"``, ``"l2"``, ``"l1_l2"``) or a callable.
+    """A regularizer from ``None``, a name (``"l1"``, ``"l2"``, ``"l1_l2"``, ``"l1l2"``,
+    ``"orthogonal_regularizer"``, or a class name) or a callable.
 
     Raises:
         ValueError: an unknown name (the message lists the known ones).
@@ -95,4 +151,4 @@ def get(identifier: str | Callable[..., Any] | None) -> Callable[..., Any] | Non
     return registry.get(identifier)
 
 
-__all__ = ["L1", "L1L2", "L2", "Regularizer", "get", "registry"]
+__all__ = ["L1", "L1L2", "L2", "OrthogonalRegularizer", "Regularizer", "get", "registry"]

@@ -3,14 +3,14 @@
 An object's serialized form is ``{"module": namespace, "class_name": name, "config": {...}}``,
 Keras 3's form: ``config`` is what ``get_config()`` returns and ``from_config(config)`` takes.
 ``module`` is a namespace, never imported: ``"tapefit.layers"``, ``"tapefit.losses"``,
-``"tapefit.metrics"``, ``"tapefit.initializers"``, ``"tapefit.regularizers"``,
+``"tapefit.metrics"``, ``"tapefit.initializers"``, ``"tapefit.regularizers"``, ``"tapefit.constraints"``,
 ``"tapefit.optimizers"``, ``"tapefit.optimizers.schedules"`` for the built-in classes, and
 ``"custom"`` for what a user registered with ``register_serializable``. Deserializing looks a
 class up in a table of these namespaces: a name that is not there is refused, whatever it is.
 
 A layer's config is the arguments its constructor was called with (``Module`` records them),
 defaults filled in, with ``name``, ``trainable`` and ``dtype`` as they are now; activations
-by name, initializers, regularizers and layers nested in their serialized form.
+by name, initializers, regularizers, constraints and layers nested in their serialized form.
 """
 
 from __future__ import annotations
@@ -108,6 +108,7 @@ def _namespace(cls: type) -> str | None:
         ("tapefit.layers.metrics", "tapefit.metrics"),
         ("tapefit.layers.initializers", "tapefit.initializers"),
         ("tapefit.layers.regularizers", "tapefit.regularizers"),
+        ("tapefit.layers.constraints", "tapefit.constraints"),
         ("tapefit.optimizers.schedules", "tapefit.optimizers.schedules"),
         ("tapefit.optimizers", "tapefit.optimizers"),
         ("tapefit.layers", "tapefit.layers"),
@@ -120,7 +121,7 @@ def _namespace(cls: type) -> str | None:
 def layer_tables() -> dict[str, dict[str, type]]:
     """The built-in classes that layers' configs may name: ``{namespace: {class name: class}}``."""
     from tapefit import layers
-    from tapefit.layers import initializers, losses, metrics, regularizers
+    from tapefit.layers import constraints, initializers, losses, metrics, regularizers
     from tapefit.layers.module import Module
 
     def classes(module: Any, base: type, names: Any) -> dict[str, type]:
@@ -138,6 +139,7 @@ def layer_tables() -> dict[str, dict[str, type]]:
         "tapefit.metrics": classes(metrics, metrics.Metric, vars(metrics)),
         "tapefit.initializers": classes(initializers, initializers.Initializer, initializers.__all__),
         "tapefit.regularizers": classes(regularizers, regularizers.Regularizer, regularizers.__all__),
+        "tapefit.constraints": classes(constraints, constraints.Constraint, constraints.__all__),
     }
 
 

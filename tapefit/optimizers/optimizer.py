@@ -4,7 +4,8 @@ A subclass only says which slot variables it keeps per model variable
 (``slot_initial_values``) and how one variable is updated (``update_step``), as in Keras 3.
 ``update_step`` changes variables only through ``Variable.assign``, ``assign_add`` and
 ``assign_sub``; the arithmetic runs in NumPy on the variables' arrays with as few
-temporaries as it can, in the variable's dtype.
+temporaries as it can, in the variable's dtype. After every update of a step, the base class
+assigns ``variable.constraint(variable)`` to each updated variable that has a constraint.
 """
 
 from __future__ import annotations
@@ -248,6 +249,7 @@ class Optimizer:
             self._apply_weight_decay(variables, lr)
             for g, v in zip(grads, variables):
                 self.update_step(g, v, lr)
+            _apply_constraints(variables)
             self._iterations.assign_add(1)
         return self._iterations
 
@@ -490,6 +492,17 @@ class Optimizer:
         for variable in variables:
             if self._use_weight_decay(variable):
                 variable.assign_sub(np.multiply(value_array(variable), factor))
+
+
+def _apply_constraints(variables: list[Variable]) -> None:
+    """Assigns ``variable.constraint(variable)`` to each updated variable that has a constraint,
+    after every update of the step (Keras 3's ``optimizer.apply``), whatever the optimizer."""
+    for variable in variables:
+        constraint = variable.constraint
+        if constraint is not None:
+            value = constraint(variable)
+            array = value._value if isinstance(value, Tensor) else np.asarray(value)
+            variable.assign(np.asarray(array, dtype=value_array(variable).dtype))
 
 
 def _learning_rate_arg(value: Any) -> float | schedules.LearningRateSchedule | Callable[..., Any]:

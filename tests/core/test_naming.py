@@ -4,7 +4,7 @@ import pytest
 
 import tapefit as tp
 from tapefit.core.naming import Registry, to_snake_case
-from tapefit.layers import activations, initializers, losses, metrics, regularizers
+from tapefit.layers import activations, constraints, initializers, losses, metrics, regularizers
 from tapefit.optimizers import schedules
 
 
@@ -69,7 +69,11 @@ def test_every_listed_name_is_accepted_by_its_get():
     for name in initializers.registry.names():
         assert initializers.get(name)((2, 3)).shape == (2, 3)
     for name in regularizers.registry.names():
-        assert float(regularizers.get(name)(tp.ones((2,)))) > 0
+        # a matrix: orthogonal_regularizer takes rank 2 only; Keras's "l1l2" has factors 0
+        penalty = float(regularizers.get(name)(tp.constant([[1.0, 2.0], [3.0, 4.0]])))
+        assert penalty > 0 or (name == "l1l2" and penalty == 0)
+    for name in constraints.registry.names():
+        assert constraints.get(name)(tp.ones((2, 3))).shape == (2, 3)
     for name in losses.registry.names():
         assert isinstance(losses.get(name), losses.Loss)
     for name in metrics.registry.names():

@@ -234,5 +234,5 @@ def test_dense_rejects_an_unknown_initializer_when_constructed():
     # As Keras: the name is checked when the layer is made, not at its first call.
     with pytest.raises(ValueError, match="unknown initializer 'glorot'"):
         Dense(2, kernel_initializer="glorot")
-    with pytest.raises(ValueError, match="unknown initializer 'zero'"):
-        Dense(2, bias_initializer="zero")
+    with pytest.raises(ValueError, match="unknown initializer 'zeroes'"):
+        Dense(2, bias_initializer="zeroes")

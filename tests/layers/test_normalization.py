@@ -122,12 +122,12 @@ def test_batch_normalization_errors():
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: tp.layers.LayerNormalization(gamma_initializer="one"),
-        lambda: tp.layers.BatchNormalization(moving_variance_initializer="one"),
+        lambda: tp.layers.LayerNormalization(gamma_initializer="onez"),
+        lambda: tp.layers.BatchNormalization(moving_variance_initializer="onez"),
     ],
 )
 def test_normalizations_reject_an_unknown_initializer_when_constructed(make):
-    with pytest.raises(ValueError, match="unknown initializer 'one'"):
+    with pytest.raises(ValueError, match="unknown initializer 'onez'"):
         make()
 
 

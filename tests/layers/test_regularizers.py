@@ -26,7 +26,9 @@ def test_names_give_keras_default_factors():
     assert regularizers.get(None) is None
     mine = regularizers.L2(1.0)
     assert regularizers.get(mine) is mine
-    with pytest.raises(ValueError, match=r"unknown regularizer 'l3'; known: l1, l1_l2, l2"):
+    with pytest.raises(
+        ValueError, match=r"unknown regularizer 'l3'; known: l1, l1_l2, l1l2, l2, orthogonal_regularizer"
+    ):
         regularizers.get("l3")
     with pytest.raises(TypeError, match="a regularizer must be None, a name or a callable"):
         regularizers.get(0.1)
