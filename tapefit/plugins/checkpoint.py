@@ -120,7 +120,10 @@ class Checkpoint:
             default) says nothing of routine saves.
 
     Keras's ``filepath`` and ``save_weights_only`` have no twin: a checkpoint is the whole
-    training state, in a folder whose file names and pointers a resume reads.
+    training state, in a folder whose file names and pointers a resume reads. A ``dirpath``
+    that looks like Keras's ``filepath`` (a ``.keras`` or ``.h5`` name, a ``{epoch}``
+    template) is refused. Arguments after ``dirpath`` are keyword-only (their order is not
+    Keras's).
 
     Attributes:
         interrupted_path: the ``interrupted.npz`` written when an exception ended the
@@ -138,6 +141,7 @@ class Checkpoint:
     def __init__(
         self,
         dirpath: str | None = None,
+        *,
         every_n_epochs: int | None = 1,
         every_n_steps: int | None = None,
         keep_last: int | None = None,
@@ -163,6 +167,12 @@ class Checkpoint:
             raise ValueError(f"keep_last must be a positive integer or None, got {keep_last!r}")
         if save_best_only and monitor is None:
             raise ValueError("save_best_only=True needs a monitor (an epoch log key such as 'val_loss')")
+        if dirpath is not None and ("{" in str(dirpath) or Path(dirpath).suffix in (".keras", ".h5")):
+            # Keras's ModelCheckpoint(filepath) names a file; here it would silently be a folder
+            raise ValueError(
+                f"checkpoint: dirpath is a folder, not Keras's filepath template, got {str(dirpath)!r}; "
+                "checkpoint files are named epoch{E}-step{S}.npz inside it"
+            )
         self.dirpath = None if dirpath is None else Path(dirpath)
         self.every_n_epochs = every_n_epochs or 0
         self.every_n_steps = every_n_steps or 0
