@@ -37,9 +37,8 @@ CALLABLES = {
     "LambdaCallback": "callbacks.LambdaCallback",
     "ProgbarLogger": "callbacks.ProgbarLogger",
 }
-LAYERS = [
-    "Dense", "Conv1D", "Conv2D", "MaxPooling1D", "MaxPooling2D", "AveragePooling1D",
-    "AveragePooling2D", "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalMaxPooling1D",
+LAYERS = [  # the layers tapefit has
+    "Dense", "Conv1D", "Conv2D", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalMaxPooling1D",
     "GlobalMaxPooling2D", "BatchNormalization", "LayerNormalization", "Embedding", "Dropout",
     "SimpleRNN", "LSTM", "GRU", "Bidirectional", "MultiHeadAttention", "Flatten", "Reshape",
     "Permute", "RepeatVector", "ZeroPadding1D", "ZeroPadding2D", "Cropping1D", "Cropping2D",
