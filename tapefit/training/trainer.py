@@ -371,6 +371,7 @@ class Trainer:
         self._pass_training = _accepts_training(model)
         self._has_losses: bool | None = None  # None: not known yet (see _total_loss)
         self._loader: Batches | None = None
+        self._validation_data: tuple[Any, Any, Any] | None = None  # of the current fit
         self._validation: tuple[int | None, int | None, int] = (
             None,
             None,
@@ -456,6 +457,12 @@ class Trainer:
         """From a step's optimizer update to the end of its ``on_train_batch_end`` hooks: no state
         is whole, so a checkpoint is not taken (``tapefit.plugins.hookspecs``)."""
         return self._boundary.update_in_progress
+
+    @property
+    def validates_later(self) -> bool:
+        """Whether this fit validates, but not after every epoch (``validation_freq`` > 1): an
+        epoch's logs may lack the ``val_`` keys that later ones have."""
+        return self._validation_data is not None and self._validation[2] > 1
 
     @property
     def running_loss(self) -> float:
@@ -656,6 +663,7 @@ class Trainer:
             checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
             self._start_fit(source, epochs, initial_epoch, resumed=checkpoint is not None)
             self._validation = (validation_steps, validation_batch_size, validation_freq)
+            self._validation_data = validation_data
             if checkpoint is not None:
                 self._restore(checkpoint, source, resume_from)
                 if self.finished_by(checkpoint) is not None:
