@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +161,16 @@ class Checkpoint:
             every_n_epochs, every_n_steps = 0, save_freq
         elif save_freq is not None:
             raise ValueError(f"save_freq must be 'epoch' or a positive number of steps, got {save_freq!r}")
+        if save_best_only and save_freq not in (None, "epoch"):
+            # Keras saves such a step only when the batch logs' monitor improved; here the step
+            # checkpoints are resume points, saved every n-th step whatever the monitor says
+            warnings.warn(
+                f"checkpoint: save_best_only ranks epoch ends only; with save_freq={save_freq!r} "
+                "every n-th step is saved whatever the monitor (Keras saves a step only when it "
+                "improved). Use save_freq='epoch' to keep only the best",
+                UserWarning,
+                stacklevel=2,
+            )
         for name, value in (("every_n_epochs", every_n_epochs), ("every_n_steps", every_n_steps)):
             if value is not None and (not isinstance(value, int) or value < 0):
                 raise ValueError(f"{name} must be a non-negative integer or None, got {value!r}")

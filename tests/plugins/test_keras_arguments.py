@@ -229,3 +229,16 @@ def test_arguments_placed_otherwise_than_keras_are_keyword_only(call):
 def test_checkpoint_refuses_a_keras_filepath(path):
     with pytest.raises(ValueError, match="dirpath is a folder, not Keras's filepath"):
         tp.plugins.Checkpoint(path)
+
+
+def test_checkpoint_says_save_best_only_does_not_rank_steps():
+    """Keras's ModelCheckpoint(save_freq=n, save_best_only=True) saves a step only when the
+    batch logs' monitor improved; tapefit's step checkpoints are resume points, saved anyway."""
+    import warnings
+
+    with pytest.warns(UserWarning, match="save_best_only ranks epoch ends only; with save_freq=2"):
+        tp.plugins.Checkpoint(monitor="loss", save_best_only=True, save_freq=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tp.plugins.Checkpoint(monitor="loss", save_best_only=True, save_freq="epoch")
+        tp.plugins.Checkpoint(monitor="loss", save_best_only=True)
