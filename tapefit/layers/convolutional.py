@@ -357,7 +357,9 @@ def _single(value: Any, what: str) -> int:
 class _GlobalPool(Layer):
     _rank = 0
 
-    def __init__(self, keepdims: bool = False, name: str | None = None, dtype: Any = None) -> None:
+    # Keyword-only: Keras's first argument is data_format, which a position here would take
+    # for keepdims without a word.
+    def __init__(self, *, keepdims: bool = False, name: str | None = None, dtype: Any = None) -> None:
         super().__init__(name=name, dtype=dtype)
         self.keepdims = bool(keepdims)
 

@@ -191,8 +191,12 @@ class Activation(Layer):
 class Flatten(Layer):
     """Flattens every axis but the first (batch): ``(batch, ...)`` -> ``(batch, product)``.
 
-    Keeps the input's dtype.
+    Keeps the input's dtype. Its arguments are keyword-only: Keras's first is ``data_format``,
+    which a position here would silently take for another.
     """
+
+    def __init__(self, *, trainable: bool = True, name: str | None = None, dtype: Any = None) -> None:
+        super().__init__(trainable=trainable, name=name, dtype=dtype)
 
     def call(self, inputs: Any) -> Tensor:
         """Flattens the input."""

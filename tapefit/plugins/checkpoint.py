@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,10 @@ class Checkpoint:
             default) says nothing of routine saves.
 
     Keras's ``filepath`` and ``save_weights_only`` have no twin: a checkpoint is the whole
-    training state, in a folder whose file names and pointers a resume reads.
+    training state, in a folder whose file names and pointers a resume reads. A ``dirpath``
+    that looks like Keras's ``filepath`` (a ``.keras`` or ``.h5`` name, a ``{epoch}``
+    template) is refused. Arguments after ``dirpath`` are keyword-only (their order is not
+    Keras's).
 
     Attributes:
         interrupted_path: the ``interrupted.npz`` written when an exception ended the
@@ -138,6 +142,7 @@ class Checkpoint:
     def __init__(
         self,
         dirpath: str | None = None,
+        *,
         every_n_epochs: int | None = 1,
         every_n_steps: int | None = None,
         keep_last: int | None = None,
@@ -156,6 +161,16 @@ class Checkpoint:
             every_n_epochs, every_n_steps = 0, save_freq
         elif save_freq is not None:
             raise ValueError(f"save_freq must be 'epoch' or a positive number of steps, got {save_freq!r}")
+        if save_best_only and save_freq not in (None, "epoch"):
+            # Keras saves such a step only when the batch logs' monitor improved; here the step
+            # checkpoints are resume points, saved every n-th step whatever the monitor says
+            warnings.warn(
+                f"checkpoint: save_best_only ranks epoch ends only; with save_freq={save_freq!r} "
+                "every n-th step is saved whatever the monitor (Keras saves a step only when it "
+                "improved). Use save_freq='epoch' to keep only the best",
+                UserWarning,
+                stacklevel=2,
+            )
         for name, value in (("every_n_epochs", every_n_epochs), ("every_n_steps", every_n_steps)):
             if value is not None and (not isinstance(value, int) or value < 0):
                 raise ValueError(f"{name} must be a non-negative integer or None, got {value!r}")
@@ -163,6 +178,12 @@ class Checkpoint:
             raise ValueError(f"keep_last must be a positive integer or None, got {keep_last!r}")
         if save_best_only and monitor is None:
             raise ValueError("save_best_only=True needs a monitor (an epoch log key such as 'val_loss')")
+        if dirpath is not None and ("{" in str(dirpath) or Path(dirpath).suffix in (".keras", ".h5")):
+            # Keras's ModelCheckpoint(filepath) names a file; here it would silently be a folder
+            raise ValueError(
+                f"checkpoint: dirpath is a folder, not Keras's filepath template, got {str(dirpath)!r}; "
+                "checkpoint files are named epoch{E}-step{S}.npz inside it"
+            )
         self.dirpath = None if dirpath is None else Path(dirpath)
         self.every_n_epochs = every_n_epochs or 0
         self.every_n_steps = every_n_steps or 0

@@ -89,11 +89,15 @@ class CSVLogger:
         return header[1:]
 
     @hookimpl
-    def on_epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+    def on_epoch_end(self, trainer: Any, epoch: int, logs: dict[str, float]) -> None:
         if self._file is None:
             return
         if self._keys is None:
             self._keys = sorted(logs)
+            if trainer.validates_later and not any(k.startswith("val_") for k in logs):
+                # validation_freq > 1: the first epoch has no val_ keys yet; Keras's CSVLogger
+                # adds their columns then, or the later epochs' validation would not be logged
+                self._keys += [f"val_{k}" for k in self._keys]
             self._writer.writerow(["epoch", *self._keys])
         for key in logs:
             if key not in self._keys and key not in self._warned:

@@ -46,6 +46,7 @@ class EarlyStopping:
     def __init__(
         self,
         monitor: str = "val_loss",
+        *,
         patience: int = 0,
         mode: str = "auto",
         min_delta: float = 0.0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 
 logger = logging.getLogger("tapefit")
 
@@ -32,6 +33,16 @@ def infer_mode(monitor: str, mode: str) -> str:
     return "max" if name.startswith(("acc", "auc")) or name.endswith(("accuracy", "auc")) else "min"
 
 
+_DOWN = ("loss", "mse", "mae", "mean_squared_error", "mean_absolute_error", "crossentropy", "error")
+
+
+def _direction_known(monitor: str) -> bool:
+    """Whether ``"auto"`` can tell ``monitor``'s direction from its name: a loss or one of the
+    built-in metrics (Keras 3 asks the metric itself, and refuses a key it cannot place)."""
+    name = monitor.removeprefix("val_")
+    return infer_mode(monitor, "auto") == "max" or name.endswith(_DOWN)
+
+
 class Monitor:
     """Reads one key of the epoch logs and says whether a value improves on another.
 
@@ -49,6 +60,15 @@ class Monitor:
         self.plugin = plugin
         self.key = key
         self.mode = infer_mode(key, mode)
+        if mode == "auto" and not _direction_known(key):
+            # Keras 3 raises here (or reads the metric's own direction: precision goes up);
+            # guessing min without a word would stop or cut on the wrong side.
+            warnings.warn(
+                f"{plugin}: mode='auto' cannot tell whether {key!r} should go down or up; "
+                "minimizing it. Pass mode='min' or mode='max' (Keras 3 refuses to guess)",
+                UserWarning,
+                stacklevel=3,
+            )
         self.min_delta = abs(float(min_delta))
         self.missing_note = missing_note
         self.reset()

@@ -45,6 +45,7 @@ class ReduceLROnPlateau:
         monitor: str = "val_loss",
         factor: float = 0.1,
         patience: int = 10,
+        *,
         mode: str = "auto",
         min_delta: float = 1e-4,
         cooldown: int = 0,

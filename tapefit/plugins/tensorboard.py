@@ -261,6 +261,7 @@ class TensorBoard:
     def __init__(
         self,
         log_dir: str | None = None,
+        *,
         log_every_n_steps: int = 1,
         histogram_every_n_steps: int | None = None,
         log_grad_norm: bool = True,

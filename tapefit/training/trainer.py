@@ -371,6 +371,7 @@ class Trainer:
         self._pass_training = _accepts_training(model)
         self._has_losses: bool | None = None  # None: not known yet (see _total_loss)
         self._loader: Batches | None = None
+        self._validation_data: tuple[Any, Any, Any] | None = None  # of the current fit
         self._validation: tuple[int | None, int | None, int] = (
             None,
             None,
@@ -458,6 +459,12 @@ class Trainer:
         return self._boundary.update_in_progress
 
     @property
+    def validates_later(self) -> bool:
+        """Whether this fit validates, but not after every epoch (``validation_freq`` > 1): an
+        epoch's logs may lack the ``val_`` keys that later ones have."""
+        return self._validation_data is not None and self._validation[2] > 1
+
+    @property
     def running_loss(self) -> float:
         """The loss averaged over the epoch's batches so far (NaN before the first), as Keras's bar shows it."""
         return self.state.running_loss
@@ -542,6 +549,7 @@ class Trainer:
         self,
         x: Any,
         y: Any = None,
+        *,
         epochs: int = 1,
         batch_size: int = 32,
         validation_data: tuple[Any, ...] | None = None,
@@ -560,6 +568,10 @@ class Trainer:
         validation_freq: int = 1,
     ) -> History:
         """Trains the model for ``epochs`` epochs.
+
+        All arguments after ``y`` are keyword-only: Keras's third and fourth positional
+        arguments are ``batch_size`` and ``epochs``, tapefit's were ``epochs`` and
+        ``batch_size``, so ``fit(x, y, 32, 10)`` would have meant another run in each.
 
         Args:
             x: the inputs: an array, or a dict/list of arrays (memory-mapped ones too, see
@@ -651,6 +663,7 @@ class Trainer:
             checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
             self._start_fit(source, epochs, initial_epoch, resumed=checkpoint is not None)
             self._validation = (validation_steps, validation_batch_size, validation_freq)
+            self._validation_data = validation_data
             if checkpoint is not None:
                 self._restore(checkpoint, source, resume_from)
                 if self.finished_by(checkpoint) is not None:
@@ -919,8 +932,10 @@ class Trainer:
         x: Any,
         y: Any = None,
         batch_size: int = 32,
+        *,
         steps: int | None = None,
         sample_weight: Any = None,
+        return_dict: bool = True,
     ) -> dict[str, float]:
         """The loss (with regularization, as Keras) and metrics over ``(x, y)``, as a dict.
 
@@ -928,7 +943,17 @@ class Trainer:
         takes (``steps``: evaluate at most this many of its batches). ``sample_weight`` (with
         arrays) weighs each sample's loss as in ``fit``; metrics stay unweighted. The metrics'
         running training state is kept, so this can be called in the middle of a fit.
+
+        ``steps`` and ``sample_weight`` are keyword-only (Keras's fourth positional argument
+        is ``verbose``). The result is always a dict, as Keras's ``return_dict=True``; the
+        argument is taken for Keras's scripts, and ``return_dict=False`` (Keras's list) is an
+        error.
         """
+        if return_dict is not True:
+            raise ValueError(
+                "evaluate: return_dict=False (Keras's list of values) is not supported; "
+                "evaluate always returns a dict keyed by log name"
+            )
         # a stream's batches carry their own targets: _batches refuses weights beside them
         weights = sample_weight if streamed(x, y) else sample_weights(y, sample_weight, None, self.loss)
         saved_states = self._metric_states()
@@ -960,12 +985,13 @@ class Trainer:
             self._set_metric_states(saved_states)
             self.state.loss_sum, self.state.loss_count = saved_loss
 
-    def predict(self, x: Any, batch_size: int = 32, steps: int | None = None) -> Any:
+    def predict(self, x: Any, batch_size: int = 32, *, steps: int | None = None) -> Any:
         """The model's outputs for ``x`` (``training=False``), batch by batch, as one ndarray.
 
         ``x`` may be arrays or a stream as ``fit`` takes (of ``x`` or ``(x, y)`` batches; at
-        most ``steps`` of them). A model with several outputs (a tuple, list or dict of
-        tensors) gets the same structure back with one ndarray per output, as Keras's ``predict``.
+        most ``steps`` of them, keyword-only: Keras's third positional argument is
+        ``verbose``). A model with several outputs (a tuple, list or dict of tensors) gets the
+        same structure back with one ndarray per output, as Keras's ``predict``.
         """
         structure: Any = None
         columns: list[list[np.ndarray]] = []

@@ -155,3 +155,19 @@ def test_identity_initializer_equals_keras(shape):
     np.testing.assert_array_equal(
         tp.initializers.get("identity")(shape).numpy(), np.eye(*shape, dtype=np.float32)
     )
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        "Flatten",
+        "GlobalAveragePooling1D",
+        "GlobalMaxPooling1D",
+        "GlobalAveragePooling2D",
+        "GlobalMaxPooling2D",
+    ],
+)
+def test_a_keras_positional_data_format_is_refused_not_taken_for_another_argument(layer):
+    # Keras's first argument of these is data_format; here it set trainable or keepdims silently.
+    with pytest.raises(TypeError, match="positional argument"):
+        getattr(tp.layers, layer)("channels_first")

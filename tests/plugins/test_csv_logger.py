@@ -95,3 +95,26 @@ def test_file_is_closed_on_exception(tmp_path, make_trainer, make_data):
         make_trainer([Fail(), logger]).fit(x, y, epochs=3, batch_size=6)
     assert logger._file is None
     assert len(read_rows(tmp_path / "log.csv")) == 3  # header and two flushed rows
+
+
+def test_validation_every_other_epoch_gets_its_columns(tmp_path, make_trainer, make_data):
+    """With validation_freq=2 the first epoch has no val_ keys: as Keras's CSVLogger, the header
+    has their columns anyway (empty on the epochs without validation), not a warning and no
+    validation in the file."""
+    x, y = make_data(12)
+    path = tmp_path / "log.csv"
+    history = make_trainer([CSVLogger(str(path))]).fit(
+        x, y, epochs=4, batch_size=5, validation_data=(x, y), validation_freq=2, verbose=0
+    )
+    rows = read_rows(path)
+    assert rows[0] == ["epoch", "accuracy", "loss", "val_accuracy", "val_loss"]
+    column = rows[0].index("val_loss")
+    assert [row[column] for row in rows[1:]][0::2] == ["", ""]
+    assert [float(row[column]) for row in rows[1:][1::2]] == history.history["val_loss"][1::2]
+
+
+def test_no_validation_columns_without_validation(tmp_path, make_trainer, make_data):
+    x, y = make_data(12)
+    path = tmp_path / "log.csv"
+    make_trainer([CSVLogger(str(path))]).fit(x, y, epochs=2, batch_size=5, validation_freq=2, verbose=0)
+    assert read_rows(path)[0] == ["epoch", "accuracy", "loss"]

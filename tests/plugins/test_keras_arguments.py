@@ -178,3 +178,67 @@ def test_tensorboard_takes_keras_update_freq_histograms_graph_and_speed(tmp_path
         ValueError, match="update_freq must be 'batch', 'epoch' or a positive number of steps"
     ):
         tp.plugins.TensorBoard(update_freq="sometimes")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda mode: tp.plugins.EarlyStopping(monitor="val_precision", mode=mode),
+        lambda mode: tp.plugins.ReduceLROnPlateau(monitor="val_precision", mode=mode),
+        lambda mode: tp.plugins.Checkpoint(monitor="val_precision", mode=mode),
+    ],
+)
+def test_auto_mode_says_when_it_cannot_tell_the_direction(make):
+    """Keras 3 refuses mode="auto" for a key it cannot place (or asks the metric: precision goes
+    up); minimizing it without a word would stop or cut on the wrong side."""
+    with pytest.warns(UserWarning, match="mode='auto' cannot tell whether 'val_precision'"):
+        assert make("auto").mode == "min"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert make("max").mode == "max"
+
+
+@pytest.mark.parametrize("key", ["loss", "val_loss", "val_out_loss", "accuracy", "val_auc", "val_mae", "mse"])
+def test_auto_mode_is_quiet_for_keys_it_knows(key):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tp.plugins.EarlyStopping(monitor=key)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: tp.plugins.EarlyStopping("val_loss", 0.01),  # Keras: min_delta=0.01
+        lambda: tp.plugins.ReduceLROnPlateau("val_loss", 0.5, 2, 1),  # Keras: verbose=1
+        lambda: tp.plugins.TensorBoard("logs", 1),  # Keras: histogram_freq=1
+        lambda: tp.plugins.Checkpoint("ckpt", "val_loss"),  # Keras: monitor="val_loss"
+    ],
+)
+def test_arguments_placed_otherwise_than_keras_are_keyword_only(call):
+    """Where the plugin's positional order is not Keras's, a Keras call by position fails
+    instead of setting another argument (TensorBoard("logs", 1) was log_every_n_steps=1)."""
+    with pytest.raises(TypeError, match="positional"):
+        call()
+
+
+@pytest.mark.parametrize("path", ["best.keras", "w.weights.h5", "ckpt/{epoch:02d}-{val_loss:.2f}"])
+def test_checkpoint_refuses_a_keras_filepath(path):
+    with pytest.raises(ValueError, match="dirpath is a folder, not Keras's filepath"):
+        tp.plugins.Checkpoint(path)
+
+
+def test_checkpoint_says_save_best_only_does_not_rank_steps():
+    """Keras's ModelCheckpoint(save_freq=n, save_best_only=True) saves a step only when the
+    batch logs' monitor improved; tapefit's step checkpoints are resume points, saved anyway."""
+    import warnings
+
+    with pytest.warns(UserWarning, match="save_best_only ranks epoch ends only; with save_freq=2"):
+        tp.plugins.Checkpoint(monitor="loss", save_best_only=True, save_freq=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tp.plugins.Checkpoint(monitor="loss", save_best_only=True, save_freq="epoch")
+        tp.plugins.Checkpoint(monitor="loss", save_best_only=True)
