@@ -197,7 +197,7 @@ def mapped_batch(data: Data, section: dict[str, Any]) -> Data:
     except Exception as e:
         fail("data.map", f"{section['map']!r} failed on the first batch: {error_text(e)}")
     try:
-        x, y = split_batch(first, 0)
+        x, y, _ = split_batch(first, 0)
         x, y = np.asarray(x), np.asarray(y)
     except Exception as e:
         fail("data.map", f"{section['map']!r}: its first batch: {error_text(e)}")
@@ -250,7 +250,7 @@ def _grain_data(target: Any, kwargs: dict[str, Any], section: dict[str, Any], so
     train, validation = made if isinstance(made, tuple) and len(made) == 2 else (made, None)
     try:
         first = next(iter(train.to_iter_dataset() if hasattr(train, "to_iter_dataset") else train))
-        x, y = split_batch(first, 0)
+        x, y, _ = split_batch(first, 0)
         x, y = np.asarray(x), np.asarray(y)
     except StopIteration:
         fail("data.source", f"{section['source']!r} gave an empty data set")

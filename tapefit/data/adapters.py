@@ -87,11 +87,14 @@ def _as_batch(data: Any) -> Any:
 
 
 def stream_batch(batch: Any, index: int, targets: bool = True) -> Any:
-    """A stream's batch number ``index`` as ``(x, y)`` float32 arrays (``x`` alone without targets)."""
-    x, y = split_batch(batch, index, targets)
+    """A stream's batch number ``index`` as ``(x, y, sample weights or None)`` float32 arrays
+    (``x`` alone without targets)."""
+    x, y, weights = split_batch(batch, index, targets)
     if not targets:
         return float32_inputs(_as_batch(x))
-    return float32_inputs(_as_batch(x)), float32_inputs(_as_batch(y))
+    if weights is not None:
+        weights = np.asarray(weights, dtype=np.float32).reshape(-1)
+    return float32_inputs(_as_batch(x)), float32_inputs(_as_batch(y)), weights
 
 
 def streamed(x: Any, y: Any) -> bool:
@@ -280,9 +283,11 @@ class Batches:
         """
         batch = self.source.next_batch()
         if self.stream or self._lazy:
-            batch = stream_batch(batch, index)
-        x, y = batch
-        y, weights = y if self._weighted else (y, None)
+            x, y, weights = stream_batch(batch, index)  # a stream's batch may carry its weights
+        else:
+            (x, y), weights = batch, None
+        if self._weighted:  # arrays with fit's sample_weight or class_weight: (y, weights)
+            y, weights = y
         return x, y, weights
 
     def first_inputs(self) -> Any:

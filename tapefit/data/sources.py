@@ -56,40 +56,44 @@ def is_stream(data: Any) -> bool:
 
 
 def is_batch_list(data: Any) -> bool:
-    """``data`` is a non-empty list or tuple of ``(x, y)`` batches: each an ``(x, y)`` pair of
-    arrays or a ``{"x": ..., "y": ...}`` dict. ``fit``, ``evaluate`` and ``predict`` read it as
-    a stream when no ``y`` is given; with ``y``, a list stays Keras's multi-input arrays."""
+    """``data`` is a non-empty list or tuple of batches: each an ``(x, y)`` or ``(x, y,
+    sample_weight)`` tuple of arrays or a ``{"x": ..., "y": ...}`` dict (``sample_weight`` too).
+    ``fit``, ``evaluate`` and ``predict`` read it as a stream when no ``y`` is given; with ``y``,
+    a list stays Keras's multi-input arrays."""
     if not isinstance(data, (list, tuple)) or not data:
         return False
-    return all(_is_pair(item) for item in data)
+    return all(_is_batch(item) for item in data)
 
 
-def _is_pair(item: Any) -> bool:
+def _is_batch(item: Any) -> bool:
     if isinstance(item, dict):
-        return set(item) == {"x", "y"}
+        return set(item) in ({"x", "y"}, {"x", "y", "sample_weight"})
     return (
         isinstance(item, (list, tuple))
-        and len(item) == 2
+        and len(item) in (2, 3)
         and not any(part is None or np.isscalar(part) for part in item)
     )
 
 
-def split_batch(batch: Any, index: int, targets: bool = True) -> tuple[Any, Any]:
-    """``(x, y)`` of a stream's batch; ``ValueError`` naming the batch when it is neither an
-    ``(x, y)`` pair nor a ``{"x": ..., "y": ...}`` mapping."""
-    if isinstance(batch, dict) and set(batch) == {"x", "y"}:
-        return batch["x"], batch["y"]
-    if isinstance(batch, (tuple, list)) and len(batch) == 2:
-        return batch[0], batch[1]
+def split_batch(batch: Any, index: int, targets: bool = True) -> tuple[Any, Any, Any]:
+    """``(x, y, sample weights or None)`` of a stream's batch, as Keras reads one: an ``(x, y)``
+    or ``(x, y, sample_weight)`` tuple, or a dict with keys ``x``, ``y`` (and ``sample_weight``);
+    ``ValueError`` naming the batch otherwise. Without ``targets`` a batch that is none of
+    those is ``x`` alone."""
+    if isinstance(batch, dict) and set(batch) in ({"x", "y"}, {"x", "y", "sample_weight"}):
+        return batch["x"], batch["y"], batch.get("sample_weight")
+    if isinstance(batch, (tuple, list)) and len(batch) in (2, 3):
+        return batch[0], batch[1], batch[2] if len(batch) == 3 else None
     if not targets:
-        return batch, None
+        return batch, None, None
     shown = type(batch).__name__
     if isinstance(batch, (tuple, list)):
         shown = f"a {shown} of {len(batch)} items"
     elif isinstance(batch, dict):
         shown = f"a dict with keys {sorted(batch)}"
     raise ValueError(
-        f"batch {index} of the data: expected an (x, y) pair or a dict with keys 'x' and 'y', got {shown}"
+        f"batch {index} of the data: expected an (x, y) or (x, y, sample_weight) tuple, or a dict "
+        f"with keys 'x' and 'y' (and 'sample_weight'), got {shown}"
     )
 
 

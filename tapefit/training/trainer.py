@@ -909,7 +909,7 @@ class Trainer:
                     batch = source.next_batch()
                 except StopIteration:
                     return
-                yield (*stream_batch(batch, index), None) if targets else stream_batch(batch, index, False)
+                yield stream_batch(batch, index, targets)
             return
         if targets:
             require_targets(y, "evaluate")

@@ -278,9 +278,9 @@ import tapefit as tp
 
 
 @tp.configurable
-def triple(sample):
+def quadruple(sample):
     x, y = sample
-    return x, y, y
+    return x, y, y, y
 
 
 @tp.configurable
@@ -299,9 +299,10 @@ def squares(sample):  # 2 features in, 4 out: the model must be built for 4
     ("name", "message"),
     [
         (
-            "triple",
-            "data.map: 'mymaps:triple': its first batch: ValueError: batch 0 of the data: expected an (x, y) "
-            "pair or a dict with keys 'x' and 'y', got a tuple of 3 items",
+            "quadruple",
+            "data.map: 'mymaps:quadruple': its first batch: ValueError: batch 0 of the data: expected an "
+            "(x, y) or (x, y, sample_weight) tuple, or a dict with keys 'x' and 'y' (and 'sample_weight'), "
+            "got a tuple of 4 items",
         ),
         ("broken", "data.map: 'mymaps:broken' failed on the first batch: KeyError: 'no such field'"),
     ],

@@ -116,3 +116,30 @@ def test_new_activations_gradients_match_finite_differences(name):
     x = np.array([[-3.7, -1.6, -0.8, -0.1, 0.2, 0.7, 1.4, 4.2]], np.float64)
     call = (lambda t: fn(t, 0.3, -1.0)) if name == "threshold" else fn
     tp.testing.check_gradients(call, [x])
+
+
+def test_a_stream_of_x_y_sample_weight_batches_trains_as_weighted_arrays():
+    # Keras reads (x, y, sample_weight) batches from a generator; tapefit took them for (x, y)
+    x, y, w = REFERENCE["x"], REFERENCE["y"], REFERENCE["w"]
+
+    def trained(data, **fit):
+        model = tp.layers.Sequential([tp.layers.Dense(4, activation="relu"), tp.layers.Dense(3)])
+        model(x[:1])
+        model.set_weights([REFERENCE[f"w/{i}"] for i in range(4)])
+        trainer = tp.Trainer(
+            model, tp.optimizers.SGD(0.1), tp.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
+        history = trainer.fit(*data, epochs=2, verbose=0, **fit)
+        return history.history["loss"], trainer.evaluate(
+            [(x[i : i + 8], y[i : i + 8], w[i : i + 8]) for i in range(0, 32, 8)]
+        )
+
+    batches = [(x[i : i + 8], y[i : i + 8], w[i : i + 8]) for i in range(0, 32, 8)]
+    streamed = trained((batches,))
+    arrays = trained((x, y), sample_weight=w, batch_size=8, shuffle=False)
+    np.testing.assert_allclose(streamed[0], arrays[0], rtol=1e-6)
+    assert streamed[1]["loss"] == pytest.approx(arrays[1]["loss"], rel=1e-6)
+    dicts = [{"x": a, "y": b, "sample_weight": c} for a, b, c in batches]
+    np.testing.assert_allclose(trained((dicts,))[0], arrays[0], rtol=1e-6)
+    with pytest.raises(ValueError, match=r"expected an \(x, y\) or \(x, y, sample_weight\) tuple"):
+        trained((iter([(x[:8], y[:8], w[:8], w[:8])]),))
