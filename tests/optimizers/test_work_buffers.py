@@ -100,3 +100,28 @@ def test_work_arrays_are_shared_and_grow():
         optimizer.apply_gradients([(np.ones(3), small), (np.ones((4, 5)), large)])
     assert sorted(a.size for a in optimizer._work_flat.values()) == [20, 20]
     np.testing.assert_allclose(small.numpy(), 1 - 0.1 - (0.9 * 0.1 + 0.1))
+
+
+def test_gradients_read_after_the_update_are_not_lent():
+    def make(compiled):
+        w = tp.Variable(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4))
+        v = tp.Variable(np.linspace(1, 2, 12, dtype=np.float32).reshape(3, 4))
+        optimizer = tp.optimizers.SGD(0.1)
+
+        def step(x):
+            with tp.GradientTape() as tape:
+                loss = tp.reduce_sum(tp.nn.relu(x @ w) * 2.0)
+            (g,) = tape.gradient(loss, [w])
+            optimizer.apply_gradients([(g, w), (g, v)])  # one gradient for two variables
+            return tp.reduce_sum(g * g)  # read after the update
+
+        return (tp.function(step) if compiled else step), w, v
+
+    eager, ew, ev = make(False)
+    compiled, cw, cv = make(True)
+    rng = np.random.default_rng(2)
+    for _ in range(4):
+        x = rng.standard_normal((5, 3)).astype(np.float32)
+        np.testing.assert_array_equal(eager(x).numpy(), compiled(x).numpy())
+    np.testing.assert_array_equal(ew.numpy(), cw.numpy())
+    np.testing.assert_array_equal(ev.numpy(), cv.numpy())
