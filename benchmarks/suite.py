@@ -726,6 +726,10 @@ def machine() -> dict[str, Any]:
     }
     with contextlib.suppress(Exception):
         info["cores"] = len(os.sched_getaffinity(0))
+    with contextlib.suppress(Exception), open("/proc/cpuinfo") as cpuinfo:
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")]
+        if names:
+            info["cpu"] = names[0]
     with contextlib.suppress(Exception):
         from threadpoolctl import threadpool_info
 

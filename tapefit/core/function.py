@@ -197,7 +197,7 @@ def draw(sample: Callable[[], np.ndarray]) -> np.ndarray:
     return array
 
 
-def host_call(fn: Callable[..., Any], *args: Any) -> Any:
+def host_call(fn: Callable[..., Any], *args: Any, scratch: bool = False) -> Any:
     """Calls ``fn(*args)``; a trace records the call, and every replay calls ``fn`` again.
 
     For Python code that must run on every call of a ``tp.function`` with the values of that
@@ -205,6 +205,11 @@ def host_call(fn: Callable[..., Any], *args: Any) -> Any:
     in ``args`` (also inside lists, tuples and dicts) are passed to the replays' calls with
     the replays' values; Variables and other objects are passed as they are. Nothing ``fn``
     does is traced. A Tensor ``fn`` returns is followed like an op's output.
+
+    With ``scratch=True``, ``fn`` takes a keyword argument ``scratch``: a replay passes the
+    arrays of those Tensors in ``args`` that nothing reads after the call (planned buffers
+    whose value dies there, each behind exactly one Tensor), which ``fn`` may overwrite
+    during the call and must not keep. The trace's own call, like an eager one, gets none.
     """
     if not _tracing or _tracing[-1].thread != get_ident():
         return fn(*args)
@@ -219,7 +224,7 @@ def host_call(fn: Callable[..., Any], *args: Any) -> Any:
     if isinstance(result, Tensor) and not result._is_variable:
         out = trace.new_slot(result._value)
     structure = nest.pack_sequence_as(list(args), template)  # holds no trace-time Tensor
-    trace.code.append((_HOST, fn, (structure, template), out, None))
+    trace.code.append((_HOST, fn, (structure, template), out, scratch or None))
     return result
 
 
@@ -310,11 +315,12 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
     }
     into: dict[int, int] = {}
     lent: dict[int, list[tuple[int, int]]] = {}
+    dying: dict[int, list[int]] = {}  # host call -> the lent buffers it may overwrite
     swapped: list[int] = []  # buffers a host call may keep: globals the replay rebinds
     code, init = program.code, program.init
     if planned:
         code, init = _fold(program)
-        into, program.buffers, lent = _plan(program, code)
+        into, program.buffers, lent, dying = _plan(program, code)
         for k, array in enumerate(program.buffers):
             names[f"b{k}"] = array
     local = _locals(program.inputs, code)
@@ -378,7 +384,7 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
         else:
             body(f"    _a = {_result(b[0], const, slot)}")
             frees(free)  # before the call: the optimizer then updates in place
-            _host_call_lines(body, const(a), c, lent.get(index, []))
+            _host_call_lines(body, const(a), c, lent.get(index, []), dying.get(index) if d else None)
             swapped.extend([k for k, _count in lent.get(index, [])])
     body(f"    return {_result(program.structure, const)}")
     if swapped:
@@ -405,15 +411,23 @@ def _locals(inputs: list[int], code: list[tuple[Any, ...]]) -> set[int]:
 
 
 def _host_call_lines(
-    body: Callable[[str], None], fn: str, out: int | None, checks: list[tuple[int, int]]
+    body: Callable[[str], None],
+    fn: str,
+    out: int | None,
+    checks: list[tuple[int, int]],
+    scratch: list[int] | None = None,
 ) -> None:
     """A host call on the arguments ``_a``; ``checks``: the buffers lent to it, each with the
     number of Tensors made of it. A buffer the call kept (itself, its Tensor or a view: the
     references to it did not all go) is the caller's from then on; the replay takes a new one
-    for that buffer's later uses and the next calls."""
+    for that buffer's later uses and the next calls. ``scratch``: for a call that takes the
+    keyword, the lent buffers it may overwrite (see ``host_call``)."""
     for k, _count in checks:
         body(f"    _c{k} = _refcount(b{k})")
-    body(f"    _h = {fn}(*_a)")
+    if scratch is None:
+        body(f"    _h = {fn}(*_a)")
+    else:
+        body(f"    _h = {fn}(*_a, scratch=({''.join(f'b{k}, ' for k in scratch)}))")
     body("    del _a")
     if out is not None:
         body(f"    s{out} = _h._value")
@@ -583,7 +597,7 @@ def _lives(program: _Program, code: list[tuple[Any, ...]]) -> tuple[dict[int, in
 
 def _plan(
     program: _Program, code: list[tuple[Any, ...]]
-) -> tuple[dict[int, int], list[np.ndarray], dict[int, list[tuple[int, int]]]]:
+) -> tuple[dict[int, int], list[np.ndarray], dict[int, list[tuple[int, int]]], dict[int, list[int]]]:
     """The replay's buffers: which op outputs are written, with ``out=``, into which buffer.
 
     Liveness first: a slot lives from the op that makes it to its last read, and a view keeps
@@ -599,8 +613,11 @@ def _plan(
     dies there (in place), and so may a forward over the inputs ``writes_into`` names; any
     other forward gets a buffer none of its inputs uses.
 
-    Returns the buffer of each planned slot, the buffers, and per host call the buffers it
-    is lent with the number of Tensors made of each.
+    Returns the buffer of each planned slot, the buffers, per host call the buffers it
+    is lent with the number of Tensors made of each, and per host call the lent buffers whose
+    slot dies there behind one Tensor (a ``scratch`` host call may overwrite them: no later
+    instruction reads them, and no view of them lives on, since views passed to a host call
+    and their bases get no buffer).
     """
     last, escaped = _lives(program, code)
     ends: dict[int, list[int]] = {}
@@ -611,6 +628,7 @@ def _plan(
     into: dict[int, int] = {}
     held: dict[int, int] = {}  # slot -> its buffer, while the slot lives
     lent: dict[int, list[tuple[int, int]]] = {}  # host call -> (buffer, Tensors made of it)
+    dying: dict[int, list[int]] = {}  # host call -> lent buffers read for the last time there
 
     def release(slots: Any) -> None:
         for slot in slots:
@@ -639,13 +657,16 @@ def _plan(
             into[d] = held[d] = k
         elif kind == _HOST:
             counts: dict[int, int] = {}
+            ending: dict[int, bool] = {}
             for x in b[1]:
                 if x.__class__ is _Ref and x.slot in held:
                     counts[held[x.slot]] = counts.get(held[x.slot], 0) + 1
+                    ending[held[x.slot]] = last[x.slot] == index
             if counts:
                 lent[index] = sorted(counts.items())
+                dying[index] = sorted(k for k, n in counts.items() if n == 1 and ending[k])
         release(ends.get(index, ()))
-    return into, buffers, lent
+    return into, buffers, lent, dying
 
 
 def _same(a: Any, b: Any) -> bool:

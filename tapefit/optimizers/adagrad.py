@@ -52,13 +52,13 @@ class Adagrad(Optimizer):
         return {"accumulator": self.initial_accumulator_value}
 
     def update_step(self, gradient: np.ndarray, variable: Variable, learning_rate: float) -> None:
-        """One Adagrad step for ``variable``, with two temporary arrays."""
+        """One Adagrad step for ``variable``, with two work arrays the optimizer keeps."""
         acc = self._slots_of(variable)["accumulator"]
-        a = np.square(gradient, out=np.empty_like(gradient))
+        a = np.square(gradient, out=self._work(gradient))
         acc.assign_add(a)
         np.add(value_array(acc), self.epsilon, out=a)
         np.sqrt(a, out=a)
-        b = np.multiply(gradient, learning_rate, out=np.empty_like(gradient))
+        b = np.multiply(gradient, learning_rate, out=self._work(gradient, 1))
         b /= a
         variable.assign_sub(b)
 

@@ -62,15 +62,15 @@ class Adam(Optimizer):
         return slots
 
     def update_step(self, gradient: np.ndarray, variable: Variable, learning_rate: float) -> None:
-        """One Adam step for ``variable``, with one temporary array."""
+        """One Adam step for ``variable``, with one work array the optimizer keeps."""
         slots = self._slots_of(variable)
         m, v = slots["momentum"], slots["velocity"]
         t = int(self._iterations) + 1
         alpha = learning_rate * math.sqrt(1.0 - self.beta_2**t) / (1.0 - self.beta_1**t)
 
-        # `work` is the one temporary; the slots are read inline so that assign* find
+        # `work` is the one work array; the slots are read inline so that assign* find
         # their arrays unshared and update them in place.
-        work = np.subtract(gradient, value_array(m), out=np.empty_like(gradient))
+        work = np.subtract(gradient, value_array(m), out=self._work(gradient))
         work *= 1.0 - self.beta_1
         m.assign_add(work)
         np.square(gradient, out=work)

@@ -133,6 +133,9 @@ class Optimizer:
         self._no_decay_ids: set[int] = set()
         self._no_decay_pattern: re.Pattern[str] | None = None
         self._warned_missing: set[int] = set()
+        self._lent: tuple[np.ndarray, ...] = ()  # gradients update_step may overwrite (_apply_lent)
+        self._work_flat: dict[tuple[int, np.dtype], np.ndarray] = {}  # see _work
+        self._work_views: dict[tuple[int, tuple[int, ...], np.dtype], np.ndarray] = {}
 
     # -- what subclasses define ------------------------------------------
 
@@ -237,7 +240,7 @@ class Optimizer:
         if tracing():
             # In a tp.function the update runs as Python on every call, with that step's
             # learning rate and slots; the trace passes it the gradients of the call.
-            return host_call(self.apply_gradients, list(grads_and_vars))
+            return host_call(self._apply_lent, list(grads_and_vars), scratch=True)
         grads, variables, every = self._checked_pairs(grads_and_vars)
         # Variables without a gradient get their positions too (Keras 3 builds on them all), so
         # positions follow the order of the pairs, not which gradients happened to be None.
@@ -252,6 +255,42 @@ class Optimizer:
             _apply_constraints(variables)
             self._iterations.assign_add(1)
         return self._iterations
+
+    def _apply_lent(
+        self, grads_and_vars: list[tuple[Any, Variable]], scratch: tuple[np.ndarray, ...] = ()
+    ) -> Variable:
+        """``apply_gradients`` as a ``tp.function`` replay calls it: the arrays in ``scratch``
+        are gradients nothing reads after this call, which ``update_step`` may overwrite
+        (``_lent_gradient``); never kept past the call."""
+        self._lent = scratch
+        try:
+            return self.apply_gradients(grads_and_vars)
+        finally:
+            self._lent = ()
+
+    def _lent_gradient(self, gradient: np.ndarray) -> np.ndarray | None:
+        """``gradient``'s own array, writable, when the caller lent it for this step (see
+        ``_apply_lent``), else ``None``: then the gradient is the caller's, never written."""
+        base = gradient.base
+        for array in self._lent:
+            if base is array and gradient.shape == array.shape and gradient.dtype == array.dtype:
+                return array
+        return None
+
+    def _work(self, like: np.ndarray, index: int = 0) -> np.ndarray:
+        """Work array ``index`` for an update of ``like``'s shape and dtype: a view of a buffer the
+        optimizer keeps (one per index and dtype, shared by all variables, as large as the
+        largest), so that a step allocates nothing. Valid until the next ``_work`` of ``index``."""
+        key = (index, like.shape, like.dtype)
+        view = self._work_views.get(key)
+        if view is None:
+            flat = self._work_flat.get((index, like.dtype))
+            if flat is None or flat.size < like.size:
+                flat = self._work_flat[(index, like.dtype)] = np.empty(like.size, like.dtype)
+                for stale in [k for k in self._work_views if k[0] == index and k[2] == like.dtype]:
+                    del self._work_views[stale]
+            view = self._work_views[key] = flat[: like.size].reshape(like.shape)
+        return view
 
     def apply(self, grads: Sequence[Any], trainable_variables: Sequence[Variable] | None = None) -> Variable:
         """Keras 3's form: ``apply_gradients(zip(grads, trainable_variables))``.
@@ -491,7 +530,10 @@ class Optimizer:
         factor = learning_rate * self.weight_decay
         for variable in variables:
             if self._use_weight_decay(variable):
-                variable.assign_sub(np.multiply(value_array(variable), factor))
+                # No local name for the array: assign_sub writes in place only if nothing else holds it.
+                variable.assign_sub(
+                    np.multiply(value_array(variable), factor, out=self._work(value_array(variable)))
+                )
 
 
 def _apply_constraints(variables: list[Variable]) -> None:

@@ -63,18 +63,18 @@ class RMSprop(Optimizer):
         return slots
 
     def update_step(self, gradient: np.ndarray, variable: Variable, learning_rate: float) -> None:
-        """One RMSprop step for ``variable``, with two temporary arrays (three when centered)."""
+        """One RMSprop step for ``variable``, with two work arrays the optimizer keeps (three when centered)."""
         slots = self._slots_of(variable)
         rho = self.rho
-        a = np.square(gradient, out=np.empty_like(gradient))
+        a = np.square(gradient, out=self._work(gradient))
         a *= 1.0 - rho
-        b = np.multiply(value_array(slots["velocity"]), rho, out=np.empty_like(gradient))
+        b = np.multiply(value_array(slots["velocity"]), rho, out=self._work(gradient, 1))
         b += a
         slots["velocity"].assign(b)  # v = rho * v + (1 - rho) * g*g; b keeps v
         if self.centered:
             mg = slots["average_gradient"]
             np.multiply(gradient, 1.0 - rho, out=a)
-            c = np.multiply(value_array(mg), rho, out=np.empty_like(gradient))
+            c = np.multiply(value_array(mg), rho, out=self._work(gradient, 2))
             c += a
             mg.assign(c)  # mg = rho * mg + (1 - rho) * g
             np.square(c, out=c)

@@ -50,13 +50,15 @@ class SGD(Optimizer):
         return {"momentum": 0.0} if self.momentum else {}
 
     def update_step(self, gradient: np.ndarray, variable: Variable, learning_rate: float) -> None:
-        """One SGD step for ``variable``."""
-        step = np.multiply(gradient, learning_rate, out=np.empty_like(gradient))  # lr * g
+        """One SGD step for ``variable``; it allocates nothing (see ``Optimizer._work``)."""
+        lent = self._lent_gradient(gradient)
+        # lr * g, into the gradient itself when the caller lent it (a tp.function replay)
+        step = np.multiply(gradient, learning_rate, out=self._work(gradient) if lent is None else lent)
         if not self.momentum:
             variable.assign_sub(step)
             return
         m = self._slots_of(variable)["momentum"]
-        new_m = np.multiply(value_array(m), self.momentum, out=np.empty_like(gradient))
+        new_m = np.multiply(value_array(m), self.momentum, out=self._work(gradient, 1))
         new_m -= step
         m.assign(new_m)
         if self.nesterov:

@@ -1,0 +1,127 @@
+"""Updates without per-step allocation: kept work arrays, and gradients a replay lends.
+
+The optimizers compute into work arrays they keep, and under ``tp.function`` SGD scales a
+gradient in place when the replay lends it (nothing reads it after the update). Neither may
+change a result, nor an array the caller can hold.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapefit as tp
+
+OPTIMIZERS = {
+    "sgd": lambda: tp.optimizers.SGD(0.05),
+    "momentum": lambda: tp.optimizers.SGD(0.05, momentum=0.9),
+    "nesterov": lambda: tp.optimizers.SGD(0.05, momentum=0.9, nesterov=True),
+    "sgd_decay": lambda: tp.optimizers.SGD(0.05, weight_decay=0.1),
+    "adam": lambda: tp.optimizers.Adam(0.01, amsgrad=True),
+    "adamw": lambda: tp.optimizers.AdamW(0.01),
+    "rmsprop": lambda: tp.optimizers.RMSprop(0.01, momentum=0.5, centered=True),
+    "adagrad": lambda: tp.optimizers.Adagrad(0.05),
+}
+
+
+def _model_step(make_optimizer, compiled, return_grads=False):
+    model = tp.layers.Sequential([tp.layers.Dense(7, activation="relu"), tp.layers.Dense(3)])
+    model(tp.constant(np.zeros((1, 5), np.float32)))
+    rng = np.random.default_rng(0)
+    for v in model.trainable_variables:
+        v.assign(rng.standard_normal(v.shape).astype(np.float32))
+    loss_fn = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
+    optimizer = make_optimizer()
+
+    def step(x, y):
+        with tp.GradientTape() as tape:
+            loss = loss_fn(y, model(x))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return (loss, grads) if return_grads else loss
+
+    return model, (tp.function(step) if compiled else step)
+
+
+def _batches(n=6):
+    rng = np.random.default_rng(1)
+    return [(rng.standard_normal((4, 5)).astype(np.float32), rng.integers(0, 3, 4)) for _ in range(n)]
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_compiled_updates_match_eager_bit_for_bit(name):
+    eager_model, eager = _model_step(OPTIMIZERS[name], compiled=False)
+    compiled_model, compiled = _model_step(OPTIMIZERS[name], compiled=True)
+    for x, y in _batches():
+        eager(x, y)
+        compiled(x, y)
+    for a, b in zip(eager_model.trainable_variables, compiled_model.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_replay_lends_the_dying_gradients_to_the_optimizer():
+    _model, compiled = _model_step(OPTIMIZERS["sgd"], compiled=True)
+    for x, y in _batches(3):
+        compiled(x, y)
+    (program,) = compiled._programs.values()
+    calls = [line for line in program._replay.source.splitlines() if "scratch=" in line]
+    assert len(calls) == 1 and calls[0].count(", ") >= 4  # the gradients of the four variables
+
+
+def test_returned_gradients_are_never_overwritten():
+    eager_model, eager = _model_step(OPTIMIZERS["sgd"], compiled=False, return_grads=True)
+    compiled_model, compiled = _model_step(OPTIMIZERS["sgd"], compiled=True, return_grads=True)
+    for x, y in _batches():
+        _, eager_grads = eager(x, y)
+        _, compiled_grads = compiled(x, y)
+        for a, b in zip(eager_grads, compiled_grads):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())  # not scaled by the learning rate
+    for a, b in zip(eager_model.trainable_variables, compiled_model.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_eager_gradients_are_not_written(name):
+    variables = [tp.Variable(np.ones((3, 2), np.float32)), tp.Variable(np.ones(5, np.float32))]
+    grads = [np.full((3, 2), 0.5, np.float32), np.full(5, 0.25, np.float32)]
+    tensors = [tp.constant(g) for g in grads]
+    optimizer = OPTIMIZERS[name]()
+    for _ in range(3):
+        optimizer.apply_gradients(zip(grads, variables))
+        optimizer.apply_gradients(zip(tensors, variables))
+    for g, t, value in zip(grads, tensors, (0.5, 0.25)):
+        assert np.all(g == value) and np.all(t.numpy() == value)
+
+
+def test_work_arrays_are_shared_and_grow():
+    optimizer = tp.optimizers.SGD(0.1, momentum=0.9)
+    small, large = tp.Variable(np.ones(3)), tp.Variable(np.ones((4, 5)))
+    for _ in range(2):
+        optimizer.apply_gradients([(np.ones(3), small), (np.ones((4, 5)), large)])
+    assert sorted(a.size for a in optimizer._work_flat.values()) == [20, 20]
+    np.testing.assert_allclose(small.numpy(), 1 - 0.1 - (0.9 * 0.1 + 0.1))
+
+
+def test_gradients_read_after_the_update_are_not_lent():
+    def make(compiled):
+        w = tp.Variable(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4))
+        v = tp.Variable(np.linspace(1, 2, 12, dtype=np.float32).reshape(3, 4))
+        optimizer = tp.optimizers.SGD(0.1)
+
+        def step(x):
+            with tp.GradientTape() as tape:
+                loss = tp.reduce_sum(tp.nn.relu(x @ w) * 2.0)
+            (g,) = tape.gradient(loss, [w])
+            optimizer.apply_gradients([(g, w), (g, v)])  # one gradient for two variables
+            return tp.reduce_sum(g * g)  # read after the update
+
+        return (tp.function(step) if compiled else step), w, v
+
+    eager, ew, ev = make(False)
+    compiled, cw, cv = make(True)
+    rng = np.random.default_rng(2)
+    for _ in range(4):
+        x = rng.standard_normal((5, 3)).astype(np.float32)
+        np.testing.assert_array_equal(eager(x).numpy(), compiled(x).numpy())
+    np.testing.assert_array_equal(ew.numpy(), cw.numpy())
+    np.testing.assert_array_equal(ev.numpy(), cv.numpy())
