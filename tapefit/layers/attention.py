@@ -78,6 +78,7 @@ class MultiHeadAttention(Layer):
         dropout: float = 0.0,
         use_bias: bool = True,
         output_shape: int | None = None,
+        *,
         kernel_initializer: Any = "glorot_uniform",
         bias_initializer: Any = "zeros",
         name: str | None = None,

@@ -181,6 +181,7 @@ class _Pool2D(Layer):
         pool_size: int | tuple[int, int] = 2,
         strides: int | tuple[int, int] | None = None,
         padding: str = "valid",
+        *,
         name: str | None = None,
         dtype: Any = None,
     ) -> None:

@@ -236,6 +236,7 @@ class Embedding(Layer):
         output_dim: int,
         embeddings_initializer: Any = "uniform",
         embeddings_regularizer: Any = None,
+        *,
         name: str | None = None,
         dtype: Any = None,
         trainable: bool = True,

@@ -45,6 +45,7 @@ class _RNN(Layer):
         kernel_initializer: Any = "glorot_uniform",
         recurrent_initializer: Any = "orthogonal",
         bias_initializer: Any = "zeros",
+        *,
         return_sequences: bool = False,
         return_state: bool = False,
         go_backwards: bool = False,
@@ -52,7 +53,6 @@ class _RNN(Layer):
         dropout: float = 0.0,
         recurrent_dropout: float = 0.0,
         zero_output_for_mask: bool = False,
-        *,
         kernel_regularizer: Any = None,
         recurrent_regularizer: Any = None,
         bias_regularizer: Any = None,
@@ -433,7 +433,7 @@ class Bidirectional(Layer):
 
     _MODES = ("concat", "sum", "mul", "ave", None)
 
-    def __init__(self, layer: _RNN, merge_mode: str | None = "concat", name: str | None = None) -> None:
+    def __init__(self, layer: _RNN, merge_mode: str | None = "concat", *, name: str | None = None) -> None:
         super().__init__(name=name)
         if not isinstance(layer, _RNN):
             raise TypeError(f"Bidirectional wraps a SimpleRNN, LSTM or GRU layer, got {layer!r}")

@@ -171,3 +171,26 @@ def test_a_keras_positional_data_format_is_refused_not_taken_for_another_argumen
     # Keras's first argument of these is data_format; here it set trainable or keepdims silently.
     with pytest.raises(TypeError, match="positional argument"):
         getattr(tp.layers, layer)("channels_first")
+
+
+@pytest.mark.parametrize(
+    ("make", "keras_meaning"),
+    [
+        # the argument at that place in Keras's signature, which here took another's place
+        (
+            lambda: tp.layers.SimpleRNN(4, "tanh", True, "glorot_uniform", "orthogonal", "zeros", "l2"),
+            "kernel_regularizer",
+        ),
+        (lambda: tp.layers.MaxPooling2D(2, None, "valid", "channels_first"), "data_format"),
+        (lambda: tp.layers.MultiHeadAttention(2, 4, None, 0.0, True, None, (1,)), "attention_axes"),
+        (lambda: tp.layers.Embedding(10, 3, "uniform", None, "max_norm"), "embeddings_constraint"),
+        (
+            lambda: tp.layers.LayerNormalization(-1, 1e-3, True, True, "zeros", "ones", "l2"),
+            "beta_regularizer",
+        ),
+    ],
+)
+def test_a_keras_positional_argument_is_refused_where_the_places_differ(make, keras_meaning):
+    # Keras's argument at this place is keras_meaning; here it set another argument silently
+    with pytest.raises(TypeError, match="positional argument"):
+        make()
