@@ -242,3 +242,19 @@ def test_checkpoint_says_save_best_only_does_not_rank_steps():
         warnings.simplefilter("error")
         tp.plugins.Checkpoint(monitor="loss", save_best_only=True, save_freq="epoch")
         tp.plugins.Checkpoint(monitor="loss", save_best_only=True)
+
+
+def test_a_key_a_plugin_adds_reaches_plugins_listed_before_it(make_trainer, make_data):
+    # Keras: only callbacks after ReduceLROnPlateau see its learning_rate; here every plugin
+    # does (documented on the Coming from Keras page)
+    x, y = make_data(12)
+    seen = []
+
+    class Reads:
+        @tp.hookimpl
+        def on_epoch_end(self, logs):
+            seen.append(logs.get("learning_rate"))
+
+    plugins = [Reads(), tp.plugins.ReduceLROnPlateau(monitor="loss", patience=5)]
+    make_trainer(plugins).fit(x, y, epochs=2, batch_size=4, verbose=0)
+    assert seen == [pytest.approx(0.01), pytest.approx(0.01)]
