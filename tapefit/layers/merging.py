@@ -71,6 +71,14 @@ class _Merge(Layer):
         return result
 
 
+def _sum(xs: list[Tensor]) -> Tensor:
+    """The inputs added left to right (``Add``'s result, and ``Average``'s before the division)."""
+    out = xs[0]
+    for x in xs[1:]:
+        out = out + x
+    return out
+
+
 class Add(_Merge):
     """The sum of a list of tensors of one shape.
 
@@ -82,10 +90,7 @@ class Add(_Merge):
         super().__init__(name=name)
 
     def _merge(self, xs: list[Tensor]) -> Tensor:
-        out = xs[0]
-        for x in xs[1:]:
-            out = out + x
-        return out
+        return _sum(xs)
 
 
 class Subtract(_Merge):
@@ -161,10 +166,7 @@ class Average(_Merge):
         super().__init__(name=name)
 
     def _merge(self, xs: list[Tensor]) -> Tensor:
-        out = xs[0]
-        for x in xs[1:]:
-            out = out + x
-        return out / float(len(xs))
+        return _sum(xs) / float(len(xs))
 
 
 class _Extremum(_Merge):
