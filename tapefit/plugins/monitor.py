@@ -18,7 +18,7 @@ def decision_level(verbose: int | None, plugin: str) -> int:
     """
     if verbose is None:
         return logging.INFO
-    if isinstance(verbose, bool) or verbose not in (0, 1, 2):
+    if isinstance(verbose, bool) or verbose not in (0, 1):
         raise ValueError(f"{plugin}: verbose must be 0, 1 or null, got {verbose!r}")
     return logging.DEBUG if verbose == 0 else logging.WARNING
 
