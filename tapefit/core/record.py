@@ -152,21 +152,7 @@ class Op:
                 self.input_shapes, self.input_dtypes = (value.shape, other.shape), (value.dtype, other.dtype)
             else:
                 self.input_ids, self.input_shapes, self.input_dtypes = _specs(inputs)
-            if save_inputs is True:
-                self.inputs = inputs
-                for t in inputs:
-                    if t._is_variable:
-                        self.inputs = tuple([_snapshot(t) if t._is_variable else t for t in inputs])
-                        break
-            elif save_inputs:
-                self.inputs = tuple(
-                    [
-                        (_snapshot(t) if t._is_variable else t) if i in save_inputs else None
-                        for i, t in enumerate(inputs)
-                    ]
-                )
-            else:
-                self.inputs = (None,) * len(inputs)
+            self.inputs = _saved(inputs, save_inputs)
         if len(outputs) == 1:
             y = outputs[0]
             value = y._value
@@ -186,6 +172,76 @@ class Op:
 
     def __repr__(self) -> str:
         return f"<tp.Op {self.type} inputs={self.input_shapes} outputs={self.output_shapes}>"
+
+
+_new = object.__new__
+_NONE1 = (None,)
+
+
+def _one_output_op(
+    name: str,
+    inputs: tuple[Tensor, ...],
+    out: Tensor,
+    attrs: dict[str, Any],
+    save_inputs: bool | tuple[int, ...],
+    save_outputs: bool,
+    needs: tuple[bool, ...],
+    grad_fn: Callable[..., Any] | None,
+) -> Op:
+    """``Op(...)`` for one output (which has its id), as ``record_op`` makes most records.
+
+    It fills the slots without ``__init__``'s call and branches: this is the cost of
+    recording an op, and the one- and two-input ops are most of a step's records.
+    """
+    op = _new(Op)
+    op.type = name
+    if len(inputs) == 2 and (save_inputs is True or not save_inputs):
+        x, y = inputs
+        value, other = x._value, y._value
+        op.input_ids = (x._id, y._id)  # an unwatched input may have no id yet
+        op.input_shapes, op.input_dtypes = (value.shape, other.shape), (value.dtype, other.dtype)
+        if not save_inputs:
+            op.inputs = (None, None)
+        elif x._is_variable or y._is_variable:
+            op.inputs = (_snapshot(x) if x._is_variable else x, _snapshot(y) if y._is_variable else y)
+        else:
+            op.inputs = inputs
+    elif len(inputs) == 1:
+        x = inputs[0]
+        value = x._value
+        op.input_ids, op.input_shapes, op.input_dtypes = (x._tid,), (value.shape,), (value.dtype,)
+        if save_inputs is True or (save_inputs and 0 in save_inputs):
+            op.inputs = (_snapshot(x),) if x._is_variable else inputs
+        else:
+            op.inputs = _NONE1
+    else:
+        op.input_ids, op.input_shapes, op.input_dtypes = _specs(inputs)
+        op.inputs = _saved(inputs, save_inputs)
+    value = out._value
+    op.output_ids, op.output_shapes, op.output_dtypes = (out._tid,), (value.shape,), (value.dtype,)
+    op.outputs = (out,) if save_outputs else _NONE1
+    op.attrs = attrs
+    op.needs_grad = needs
+    op.grad_fn = grad_fn
+    op.custom = grad_fn is not None
+    return op
+
+
+def _saved(inputs: tuple[Tensor, ...], save_inputs: bool | tuple[int, ...]) -> tuple[Any, ...]:
+    """The inputs a record keeps: those ``save_inputs`` names, Variables as snapshots."""
+    if save_inputs is True:
+        for t in inputs:
+            if t._is_variable:
+                return tuple([_snapshot(t) if t._is_variable else t for t in inputs])
+        return inputs
+    if save_inputs:
+        return tuple(
+            [
+                (_snapshot(t) if t._is_variable else t) if i in save_inputs else None
+                for i, t in enumerate(inputs)
+            ]
+        )
+    return (None,) * len(inputs)
 
 
 def _specs(tensors: tuple[Tensor, ...]) -> tuple[tuple[int, ...], tuple[Any, ...], tuple[Any, ...]]:
@@ -244,7 +300,9 @@ def record_op(
             needs = tuple(needs)
         out = outputs[0]
         out._tid = tid = _next_id()
-        tape._entries.append(Op(name, inputs, outputs, attrs, save_inputs, save_outputs, needs, grad_fn))
+        tape._entries.append(
+            _one_output_op(name, inputs, out, attrs, save_inputs, save_outputs, needs, grad_fn)
+        )
         watched.add(tid)
         return
     hit: list[GradientTape] = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -21,6 +22,7 @@ from tapefit.core.record import _NO_ATTRS, active_tapes, record_op
 from tapefit.core.tensor import Tensor, _traces, _wrap, as_tensor, weak_operand
 
 F = TypeVar("F", bound=Callable[..., Any])
+_value_of = operator.attrgetter("_value")
 GradFn = Callable[..., Any]
 
 _GRADIENTS: dict[str, GradFn] = {}
@@ -121,7 +123,7 @@ def _op_error(name: str, inputs: tuple[Tensor, ...], error: Exception) -> Except
 def execute(opdef: OpDef, inputs: tuple[Tensor, ...], attrs: dict[str, Any] = _NO_ATTRS) -> Any:
     """Runs ``opdef`` on Tensors and records it; returns a Tensor or a tuple of them."""
     try:
-        result = opdef.forward(*[t._value for t in inputs], **attrs)
+        result = opdef.forward(*map(_value_of, inputs), **attrs)
     except (ValueError, TypeError, IndexError) as error:
         raise _op_error(opdef.name, inputs, error) from error
     if isinstance(result, (tuple, list)):
