@@ -1,7 +1,10 @@
 """Per-op overhead: a chain of 100 small elementwise ops, raw NumPy against tapefit.
 
 Prints microseconds per op for raw NumPy, tapefit with no tape, tapefit recorded on a
-tape, and recorded plus the backward pass, with the ratios to raw NumPy.
+tape, and recorded plus the backward pass, with the ratios to raw NumPy. The "wrapper
+floor" line is the least any tensor type written in Python pays: the same chain through
+an operator or function that unwraps an ndarray, calls the ufunc and wraps the result in a
+new object, with no check of any kind.
 
     python benchmarks/op_overhead.py [--size 8] [--repeats 200]
 """
@@ -35,6 +38,45 @@ def tapefit_chain(x: tp.Tensor, c: tp.Tensor) -> tp.Tensor:
         x = x + c
         x = tp.sin(x)
         x = tp.tanh(x)
+    return x
+
+
+class Bare:
+    """An ndarray in a slotted object, with ``*`` and ``+`` and nothing else."""
+
+    __slots__ = ("value",)
+
+    def __mul__(self, other: Bare) -> Bare:
+        out = Bare()
+        out.value = np.multiply(self.value, other.value)
+        return out
+
+    def __add__(self, other: Bare) -> Bare:
+        out = Bare()
+        out.value = np.add(self.value, other.value)
+        return out
+
+
+def bare(value: np.ndarray) -> Bare:
+    out = Bare()
+    out.value = value
+    return out
+
+
+def bare_sin(x: Bare) -> Bare:
+    return bare(np.sin(x.value))
+
+
+def bare_tanh(x: Bare) -> Bare:
+    return bare(np.tanh(x.value))
+
+
+def wrapper_floor(x: Bare, c: Bare) -> Bare:
+    for _ in range(CHAIN // 4):
+        x = x * c
+        x = x + c
+        x = bare_sin(x)
+        x = bare_tanh(x)
     return x
 
 
@@ -74,8 +116,10 @@ def main() -> None:
     xt, ct = tp.constant(xa), tp.constant(ca)
     np.testing.assert_allclose(tapefit_chain(xt, ct).numpy(), numpy_chain(xa, ca), rtol=1e-5)
 
+    xb, cb = bare(xa), bare(ca)
     rows = [
         ("raw NumPy", per_op_us(lambda: numpy_chain(xa, ca), args.repeats)),
+        ("wrapper floor", per_op_us(lambda: wrapper_floor(xb, cb), args.repeats)),
         ("tapefit, no tape", per_op_us(lambda: tapefit_chain(xt, ct), args.repeats)),
         ("tapefit, recorded", per_op_us(lambda: recorded(xt, ct), args.repeats)),
         ("tapefit, recorded + backward", per_op_us(lambda: recorded_backward(xt, ct), args.repeats)),

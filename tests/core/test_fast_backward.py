@@ -249,3 +249,21 @@ def test_fast_walk_never_writes_into_an_upstream_gradient_or_a_shared_array() ->
     (dx,) = tape.gradient([y], [x], output_gradients=[seed])
     np.testing.assert_array_equal(seed.numpy(), before)
     np.testing.assert_array_equal(dx.numpy(), 3 * before)
+
+
+def test_the_walk_skips_planning_only_when_every_watched_tensor_is_a_source() -> None:
+    a = _x(3)
+    x, w = tp.constant(a), tp.Variable(a + 1.0)
+    with GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        side = tp.exp(x)  # recorded, but not on the way to y
+        y = tp.reduce_sum(tp.sin(x) * w)
+    every = tape._plan([y], [x, w], set())
+    assert every[0] is tape._entries and every[1] == tape._watched
+    only_x = tape._plan([y], [x], set())  # w is watched but not asked for: the plan prunes
+    assert only_x[0] is not tape._entries and w._id not in only_x[1]
+    dx, dw = tape.gradient(y, [x, w])
+    np.testing.assert_allclose(dx.numpy(), np.cos(a) * w.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(dw.numpy(), np.sin(a), rtol=1e-6)
+    np.testing.assert_allclose(tape.gradient(y, x).numpy(), dx.numpy(), rtol=0)
+    assert tape.gradient(y, [x, w], stop_gradients=[side])[0] is not None
