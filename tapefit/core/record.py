@@ -267,6 +267,43 @@ def _snapshot(t: Tensor) -> Tensor:
     return s
 
 
+def record_lean(
+    name: str,
+    inputs: tuple[Tensor, ...],
+    out: Tensor,
+    save_inputs: bool | tuple[int, ...],
+    save_outputs: bool,
+) -> None:
+    """``record_op`` for an op of one or two inputs, one output and no attrs (the elementwise
+    wrappers): with this thread's one tape active, one call records it."""
+    tapes = _state.tapes
+    if len(tapes) != 1:
+        return record_op(name, inputs, (out,), _NO_ATTRS, save_inputs, save_outputs)
+    tape = tapes[0]
+    if tape._paused:
+        return None
+    watched = tape._watched
+    x = inputs[0]
+    x_in = getattr(x, "_tid", 0) in watched or (x._is_variable and tape._watches(x))
+    if len(inputs) == 1:
+        if not x_in:
+            return None
+        needs: tuple[bool, ...] = _FLOAT_NEEDS if x._value.dtype.kind == "f" else _INT_NEEDS
+    else:
+        y = inputs[1]
+        y_in = getattr(y, "_tid", 0) in watched or (y._is_variable and tape._watches(y))
+        if not (x_in or y_in):
+            return None
+        needs = (x_in and x._value.dtype.kind == "f", y_in and y._value.dtype.kind == "f")
+    out._tid = tid = _next_id()
+    tape._entries.append(_one_output_op(name, inputs, out, _NO_ATTRS, save_inputs, save_outputs, needs, None))
+    watched.add(tid)
+    return None
+
+
+_FLOAT_NEEDS, _INT_NEEDS = (True,), (False,)
+
+
 def record_op(
     name: str,
     inputs: tuple[Tensor, ...],

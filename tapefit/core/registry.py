@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from tapefit.core import dtypes as _dt
-from tapefit.core.record import _NO_ATTRS, active_tapes, record_op
+from tapefit.core.record import _NO_ATTRS, active_tapes, record_lean, record_op
 from tapefit.core.tensor import Tensor, _traces, _wrap, as_tensor, weak_operand
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -205,7 +205,7 @@ def unary(
         out = _new(Tensor)
         out._value = result if result.__class__ is _ndarray else _asarray(result)
         if active_tapes:
-            record_op(name, (x,), (out,), _NO_ATTRS, save_inputs, save_outputs)
+            record_lean(name, (x,), out, save_inputs, save_outputs)
         if _traces:
             _traces[-1].op(forward, (x,), _NO_ATTRS, out)
         return out
@@ -258,7 +258,7 @@ def binary(
         out = _new(Tensor)
         out._value = result if result.__class__ is _ndarray else _asarray(result)
         if active_tapes:
-            record_op(name, (x, y), (out,), _NO_ATTRS, save_inputs, save_outputs)
+            record_lean(name, (x, y), out, save_inputs, save_outputs)
         if _traces:
             _traces[-1].op(forward, (x, y), _NO_ATTRS, out)
         return out
