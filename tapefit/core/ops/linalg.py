@@ -66,6 +66,17 @@ def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False)
     return execute(_MATMUL, (a, b), {"transpose_a": bool(transpose_a), "transpose_b": bool(transpose_b)})
 
 
+# One attrs dict per transpose pair, shared by the products gradients make (nothing writes attrs).
+_PRODUCT_ATTRS = {
+    (ta, tb): {"transpose_a": ta, "transpose_b": tb} for ta in (False, True) for tb in (False, True)
+}
+
+
+def product(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
+    """``matmul`` for operands known to fit (a gradient's), without its checks."""
+    return execute(_MATMUL, (a, b), _PRODUCT_ATTRS[transpose_a, transpose_b])
+
+
 def _described(
     shape_a: tuple[int, ...], shape_b: tuple[int, ...], transpose_a: bool, transpose_b: bool
 ) -> str:
@@ -83,17 +94,17 @@ def _matmul_grad(op: Op, dy: Tensor) -> tuple[Any, Any]:
     # With C = A B: dA = dC B^T and dB = A^T dC; the transposed variants follow.
     # Broadcast batch axes are summed back to each input's shape by the tape.
     if not ta and not tb:
-        da = matmul(dy, b, transpose_b=True) if need_a else None
-        db = matmul(a, dy, transpose_a=True) if need_b else None
+        da = product(dy, b, transpose_b=True) if need_a else None
+        db = product(a, dy, transpose_a=True) if need_b else None
     elif ta and not tb:
-        da = matmul(b, dy, transpose_b=True) if need_a else None
-        db = matmul(a, dy) if need_b else None
+        da = product(b, dy, transpose_b=True) if need_a else None
+        db = product(a, dy) if need_b else None
     elif not ta and tb:
-        da = matmul(dy, b) if need_a else None
-        db = matmul(dy, a, transpose_a=True) if need_b else None
+        da = product(dy, b) if need_a else None
+        db = product(dy, a, transpose_a=True) if need_b else None
     else:
-        da = matmul(b, dy, transpose_a=True, transpose_b=True) if need_a else None
-        db = matmul(dy, a, transpose_a=True, transpose_b=True) if need_b else None
+        da = product(b, dy, transpose_a=True, transpose_b=True) if need_a else None
+        db = product(dy, a, transpose_a=True, transpose_b=True) if need_b else None
     return da, db
 
 

@@ -20,7 +20,7 @@ from tapefit.core import dtypes as _dt
 from tapefit.core import random as _random
 from tapefit.core.function import draw as _draw
 from tapefit.core.function import writes_into
-from tapefit.core.ops.linalg import matmul
+from tapefit.core.ops.linalg import product
 from tapefit.core.ops.math import cast, exp, identity, sigmoid, square, tanh, where
 from tapefit.core.ops.reduce import reduce_sum
 from tapefit.core.ops.shape import expand_dims, gather, reshape
@@ -136,8 +136,8 @@ def _dense_grad(op: Op, dy: Tensor) -> list[Any]:
     need = op.needs_grad
     # z = x W + b: dx = dz W^T, dW = x^T dz, db = the sum of dz over the batch.
     grads: list[Any] = [
-        matmul(dy, kernel, transpose_b=True) if need[0] else None,
-        matmul(x, dy, transpose_a=True) if need[1] else None,
+        product(dy, kernel, transpose_b=True) if need[0] else None,
+        product(x, dy, transpose_a=True) if need[1] else None,
     ]
     if len(need) == 3:
         grads.append(reduce_sum(dy, axis=0) if need[2] else None)
