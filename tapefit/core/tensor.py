@@ -323,6 +323,24 @@ class Variable(Tensor):
             self._value = self._value - delta
         return self
 
+    def _subtract_product(self, array: np.ndarray, factor: Any, work: np.ndarray) -> Variable:
+        """``assign_sub(array * factor)`` for an optimizer's step, with the same bits.
+
+        ``array`` has the variable's shape and dtype (the optimizer checked it) and ``work`` is
+        scratch of that shape. When the variable's array can be written in place, the product is
+        formed a block at a time in the start of ``work`` and subtracted at once: a product as
+        large as the variable would be out of the cache by the time the subtraction read it back.
+        """
+        if _traces or not (self._owns_value() and self._value.flags.c_contiguous):
+            return self.assign_sub(np.multiply(array, factor, out=work))
+        flat, source = self._value.reshape(-1), array.reshape(-1)
+        block = work.reshape(-1)[:_BLOCK]
+        for start in range(0, flat.size, _BLOCK):
+            target = flat[start : start + _BLOCK]
+            product = np.multiply(source[start : start + _BLOCK], factor, out=block[: target.size])
+            np.subtract(target, product, out=target)
+        return self
+
     def __str__(self) -> str:
         return repr(self)  # as TensorFlow prints a Variable
 
@@ -340,6 +358,10 @@ def _numpy_repr(value: np.ndarray) -> str:
     """``numpy=6.0`` for a scalar, as TensorFlow shows it; the array's repr otherwise."""
     return str(value) if value.ndim == 0 else repr(value)
 
+
+# Elements per block of Variable._subtract_product: 256 KB of float32, in a core's L2 cache with
+# room to spare (64K and 128K measured alike on a 784x512 kernel; 8K paid the calls' overhead).
+_BLOCK = 65536
 
 try:
     from sys import getrefcount as _refcount

@@ -52,6 +52,9 @@ class SGD(Optimizer):
     def update_step(self, gradient: np.ndarray, variable: Variable, learning_rate: float) -> None:
         """One SGD step for ``variable``; it allocates nothing (see ``Optimizer._work``)."""
         lent = self._lent_gradient(gradient)
+        if lent is None and not self.momentum:
+            variable._subtract_product(gradient, learning_rate, self._work(gradient))
+            return
         # lr * g, into the gradient itself when the caller lent it (a tp.function replay)
         step = np.multiply(gradient, learning_rate, out=self._work(gradient) if lent is None else lent)
         if not self.momentum:

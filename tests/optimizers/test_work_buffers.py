@@ -125,3 +125,22 @@ def test_gradients_read_after_the_update_are_not_lent():
         np.testing.assert_array_equal(eager(x).numpy(), compiled(x).numpy())
     np.testing.assert_array_equal(ew.numpy(), cw.numpy())
     np.testing.assert_array_equal(ev.numpy(), cv.numpy())
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_sgd_on_a_variable_of_several_blocks_gives_the_whole_products_bits(order):
+    from tapefit.core.tensor import _BLOCK
+
+    rng = np.random.default_rng(5)
+    shape = (3, _BLOCK // 2 + 7)  # 1.5 blocks and a ragged end
+    start = np.asarray(rng.standard_normal(shape), np.float32, order=order)
+    grad = rng.standard_normal(shape).astype(np.float32)
+    v = tp.Variable(start.copy(order=order))
+    held = np.asarray(v)  # a reader of the old value: it must keep it
+    old = held.copy()
+    tp.optimizers.SGD(0.05).apply_gradients([(tp.constant(grad), v)])
+    expected = start - np.multiply(grad, 0.05)
+    assert v.numpy().tobytes() == expected.tobytes()
+    np.testing.assert_array_equal(held, old)
+    tp.optimizers.SGD(0.05).apply_gradients([(tp.constant(grad), v)])  # nothing holds it now
+    assert v.numpy().tobytes() == (expected - np.multiply(grad, 0.05)).tobytes()
