@@ -10,6 +10,7 @@ use the fused, stable ``tp.nn`` forms (finite at logits of 1000).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -139,7 +140,7 @@ class Loss:
         total = reduce_sum(losses)
         if self.reduction == "sum":
             return total
-        return total / max(int(np.prod(losses.shape)), 1)
+        return total / max(math.prod(losses.shape), 1)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, reduction={self.reduction!r})"
