@@ -14,7 +14,7 @@ import numpy as np
 
 from tapefit.core.function import writes_into
 from tapefit.core.ops.math import abs, cast, equal, exp, log, sqrt
-from tapefit.core.ops.shape import broadcast_to, reshape
+from tapefit.core.ops.shape import _BROADCAST_TO, _RESHAPE, reshape
 from tapefit.core.record import Op
 from tapefit.core.registry import OpDef, execute, not_differentiable, register_gradient
 from tapefit.core.tensor import Tensor, as_tensor
@@ -49,9 +49,15 @@ def _kept_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...
 
 
 def _spread(dy: Tensor, op: Op) -> Tensor:
-    """``dy`` broadcast back to the reduced input's shape."""
+    """``dy`` broadcast back to the reduced input's shape (the ops without their argument checks:
+    the forward op fixed these shapes)."""
     shape = op.input_shapes[0]
-    return broadcast_to(reshape(dy, _kept_shape(shape, op.attrs["axis"])), shape)
+    kept = _kept_shape(shape, op.attrs["axis"])
+    if dy.shape != kept:
+        dy = execute(_RESHAPE, (dy,), {"shape": kept})
+    if kept == shape and not dy._is_variable:  # a Variable's gradient is a Tensor, as reshape gives
+        return dy
+    return execute(_BROADCAST_TO, (dy,), {"shape": shape})
 
 
 def _reducer(name: str, public: str, what: str, forward: Any, save: str) -> Any:
