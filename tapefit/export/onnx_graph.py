@@ -673,15 +673,38 @@ def _split_even(g: _Builder, z: str, count: int) -> list[str]:
     return list(g.node("Split", [z], count, axis=-1))
 
 
-@_converts("LSTMCell")
-def _lstm_cell(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
-    z, c_prev = x
+def _lstm_step(g: _Builder, z: str, c_prev: str) -> tuple[str, str, list[str]]:
+    """One LSTM step's nodes: ``h``, ``c`` and the four gates."""
     i, f, gate, o = _split_even(g, z, 4)
     i, f, o = (g.node("Sigmoid", [v]) for v in (i, f, o))
     gate = g.node("Tanh", [gate])
     c = g.node("Add", [g.node("Mul", [f, c_prev]), g.node("Mul", [i, gate])])
     h = g.node("Mul", [g.node("Tanh", [c]), o])
-    return [h, c, g.node("Concat", [i, f, gate, o], axis=-1)]
+    return h, c, [i, f, gate, o]
+
+
+@_converts("LSTMCell")
+def _lstm_cell(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
+    h, c, gates = _lstm_step(g, *x)
+    return [h, c, g.node("Concat", gates, axis=-1)]
+
+
+@_converts("LSTMSequence")
+def _lstm_sequence(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
+    """Unrolled over the traced number of steps, as the per-step layer exports; the op's
+    working outputs, which only its gradient reads, get no nodes."""
+    inputs, kernel, recurrent, bias, h, c = x
+    steps = g.first.shapes[op.inputs[0]][1]
+    projected = g.node("Add", [g.node("MatMul", [inputs, kernel]), bias])
+    outputs = []
+    for t in range(steps):
+        z = g.node(
+            "Add", [g.node("Gather", [projected, g.ints(t)], axis=1), g.node("MatMul", [h, recurrent])]
+        )
+        h, c, _ = _lstm_step(g, z, c)
+        outputs.append(g.node("Unsqueeze", [h, g.ints([1])]))
+    sequence = g.node("Concat", outputs, axis=1) if len(outputs) > 1 else g.node("Identity", outputs)
+    return [sequence, g.node("Identity", [h]), g.node("Identity", [c])]
 
 
 @_converts("GRUCell")

@@ -18,6 +18,7 @@ from tapefit.core.ops import math as _math
 from tapefit.core.ops import nn as _nn
 from tapefit.core.ops import shape as _shape
 from tapefit.core.ops.linalg import matmul
+from tapefit.core.ops.lstm_sequence import lstm_sequence
 from tapefit.core.ops.recurrent import gru_cell, lstm_cell, rnn_cell
 from tapefit.core.tensor import Tensor, Variable, as_tensor
 from tapefit.layers import activations, constraints, initializers
@@ -161,6 +162,12 @@ class _RNN(Layer):
         ``_recurrent_weights`` gave."""
         raise NotImplementedError
 
+    def _sequence(self, x: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]] | None:
+        """Every step at once, in one op, where the layer has one for its configuration: the
+        outputs in the order run and the last states; ``None`` to run step by step. Called
+        without masks, recurrent dropout or empty inputs; ``x`` is already in the order to run."""
+        return None
+
     def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
         """The steps' mask goes on with the sequence (``return_sequences``), not past the last state."""
         return mask if self.return_sequences else None
@@ -195,6 +202,12 @@ class _RNN(Layer):
             recurrent_keep = _nn.dropout(
                 as_tensor(np.ones((batch, self.units), x.dtype)), self.recurrent_dropout
             )
+        if keep is None and recurrent_keep is None and steps and batch:
+            fused = self._sequence(x[:, ::-1] if self.go_backwards else x, states)
+            if fused is not None:
+                sequence, states = fused
+                result = sequence if self.return_sequences else states[0]
+                return [result, *states] if self.return_state else result
         inputs_by_step = self._input_projection(x)
         recurrent = self._recurrent_weights()
         order = range(steps - 1, -1, -1) if self.go_backwards else range(steps)
@@ -338,12 +351,22 @@ class LSTM(_GatedRNN):
             value[self.units : 2 * self.units] = 1.0
         return value
 
+    def _default_activations(self) -> bool:
+        return self.activation in _TANH and self.recurrent_activation in _SIGMOID
+
+    def _sequence(self, x: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]] | None:
+        if not self._default_activations() or any(s.dtype != x.dtype for s in states):
+            return None  # other dtypes: the step loop raises its usual error
+        bias = self.bias if self.bias is not None else np.zeros(4 * self.units, x.dtype)
+        outputs, h, c = lstm_sequence(x, self.kernel, self.recurrent_kernel, bias, *states)
+        return outputs, [h, c]
+
     def _cell(
         self, xw: Tensor, states: list[Tensor], h_in: Tensor, recurrent: Any
     ) -> tuple[Tensor, list[Tensor]]:
         c = states[1]
         z = xw + matmul(h_in, recurrent)
-        if self.activation in _TANH and self.recurrent_activation in _SIGMOID:
+        if self._default_activations():
             h, c = lstm_cell(z, c)  # the default activations: one fused op per step
             return h, [h, c]
         i, f, g, o = _shape.split(z, 4, axis=-1)
