@@ -8,8 +8,10 @@ the recurrent kernel, the bias and the inputs from a few products over all steps
 
 Inside, the arrays are laid out so that every step's work is on contiguous blocks: the gates
 are kept transposed, ``(4*units, batch)`` per step, in the order ``i, f, o, g`` (the three
-sigmoid gates side by side). The op's extra outputs carry that layout to the gradient op:
-they are its working state, not results, and take no gradient.
+sigmoid gates side by side), and each step multiplies one weight matrix (kernel, bias and
+recurrent kernel side by side) by its input, its row of ones and the previous state stacked.
+The op's extra outputs carry that state to the gradient op: they are working arrays, not
+results, and take no gradient.
 
 ``LSTMSequenceGrad`` is differentiated by running the sequence in per-step tapefit ops
 (``lstm_cell``) and their gradient under a tape, so second and higher derivatives hold.
@@ -22,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from tapefit.core.ops.linalg import matmul
-from tapefit.core.ops.math import sigmoid_into
 from tapefit.core.ops.recurrent import lstm_cell
 from tapefit.core.ops.shape import reshape, stack, unstack
 from tapefit.core.record import Op
@@ -45,37 +46,41 @@ def _lstm_sequence(
     batch, steps, features = x.shape
     units = h0.shape[-1]
     order = _internal_order(units)
-    # The inputs transposed, with a row of ones that carries the bias through the product.
-    xt = np.empty((features + 1, steps, batch), x.dtype)
-    xt[:features] = x.transpose(2, 1, 0)
-    xt[features] = 1
-    xt = xt.reshape(features + 1, steps * batch)
-    weights = np.empty((4 * units, features + 1), x.dtype)
+    # Each step's product input, one column block per step: x_t, a row of ones (the bias) and
+    # h_{t-1}, so one product gives the pre-activations and the backward pass finds every
+    # weight's gradient in one product too. Step t writes h_t into block t + 1.
+    stacked = np.empty((features + 1 + units, steps + 1, batch), x.dtype)
+    stacked[:features, :steps] = x.transpose(2, 1, 0)
+    stacked[features, :steps] = 1
+    stacked[features + 1 :, 0] = h0.T
+    weights = np.empty((4 * units, features + 1 + units), x.dtype)
     weights[:, :features] = kernel.T[order]
     weights[:, features] = bias[order]
-    projected = np.matmul(weights, xt).reshape(4 * units, steps, batch)
-    recurrent_t = recurrent.T[order]  # (4*units, units)
+    weights[:, features + 1 :] = recurrent.T[order]
+    weights[: 3 * units] *= -1  # the sigmoid gates then need exp(z), not exp(-z)
     gates = np.empty((steps, 4 * units, batch), x.dtype)
     cs = np.empty((steps + 1, units, batch), x.dtype)
-    hs = np.empty((units, steps + 1, batch), x.dtype)  # the states, h_0 first
-    hs[:, 0] = h0.T
     cs[0] = c0.T
     work = np.empty((units, batch), x.dtype)
-    for t in range(steps):
-        z = gates[t]
-        np.matmul(recurrent_t, hs[:, t], out=z)
-        z += projected[:, t]
-        sigmoid_into(z[: 3 * units], z[: 3 * units])
-        np.tanh(z[3 * units :], out=z[3 * units :])
-        i, f, o, g = z[:units], z[units : 2 * units], z[2 * units : 3 * units], z[3 * units :]
-        c = cs[t + 1]
-        np.multiply(f, cs[t], out=c)
-        np.multiply(i, g, out=work)
-        c += work
-        np.tanh(c, out=work)
-        np.multiply(o, work, out=hs[:, t + 1])
+    with np.errstate(over="ignore"):  # exp overflows to inf, whose sigmoid is the right 0
+        for t in range(steps):
+            z = gates[t]
+            np.matmul(weights, stacked[:, t], out=z)
+            sig = z[: 3 * units]
+            np.exp(sig, out=sig)
+            sig += 1
+            np.reciprocal(sig, out=sig)
+            np.tanh(z[3 * units :], out=z[3 * units :])
+            i, f, o, g = z[:units], z[units : 2 * units], z[2 * units : 3 * units], z[3 * units :]
+            c = cs[t + 1]
+            np.multiply(f, cs[t], out=c)
+            np.multiply(i, g, out=work)
+            c += work
+            np.tanh(c, out=work)
+            np.multiply(o, work, out=stacked[features + 1 :, t + 1])
+    hs = stacked[features + 1 :]
     outputs = np.ascontiguousarray(hs[:, 1:].transpose(2, 1, 0))
-    return outputs, np.ascontiguousarray(hs[:, steps].T), np.ascontiguousarray(cs[steps].T), xt, gates, cs, hs
+    return outputs, hs[:, steps].T.copy(), cs[steps].T.copy(), stacked, gates, cs
 
 
 def _step_gradient(
@@ -123,10 +128,9 @@ def _lstm_sequence_grad(
     bias: np.ndarray,
     h0: np.ndarray,
     c0: np.ndarray,
-    xt: np.ndarray,
+    stacked: np.ndarray,
     gates: np.ndarray,
     cs: np.ndarray,
-    hs: np.ndarray,
     doutputs: np.ndarray,
     dh_last: np.ndarray,
     dc_last: np.ndarray,
@@ -146,14 +150,13 @@ def _lstm_sequence_grad(
         dzs[:, t] = dz
         np.matmul(recurrent_i, dz, out=dh)  # the gradient of h_{t-1}
     flat = dzs.reshape(width, steps * batch)
-    # xt's row of ones gives the bias's gradient with the kernel's.
-    dweights = np.matmul(xt, flat.T)[:, order]  # (features + 1, 4*units)
-    drecurrent = np.matmul(hs[:, :steps].reshape(units, steps * batch), flat.T)[:, order]
-    dx = np.matmul(kernel[:, order], flat).reshape(features, steps, batch)
+    # One product for the kernel's, the bias's and the recurrent kernel's gradients.
+    dweights = np.matmul(stacked[:, :steps].reshape(-1, steps * batch), flat.T)[:, order]
+    dx = np.matmul(flat.T, kernel.T[order]).reshape(steps, batch, features)
     return (
-        np.ascontiguousarray(dx.transpose(2, 1, 0)),
+        np.ascontiguousarray(dx.transpose(1, 0, 2)),
         np.ascontiguousarray(dweights[:features]),
-        drecurrent,
+        np.ascontiguousarray(dweights[features + 1 :]),
         dweights[features].copy(),
         np.ascontiguousarray(dh.T),
         np.ascontiguousarray(carry.T),
@@ -204,7 +207,7 @@ def _lstm_sequence_grad_grad(op: Op, *upstream: Tensor) -> list[Tensor | None]:
     from tapefit.core.tape import GradientTape  # the tape imports the ops
 
     inputs = list(op.inputs)
-    primal, cotangents = inputs[:6], inputs[10:]
+    primal, cotangents = inputs[:6], inputs[9:]
     with GradientTape() as outer:
         outer.watch(inputs)
         with GradientTape() as inner:
