@@ -26,6 +26,7 @@ import numpy as np
 from tapefit.core.ops.linalg import matmul
 from tapefit.core.ops.recurrent import lstm_cell
 from tapefit.core.ops.shape import reshape, stack, unstack
+from tapefit.core.ops.workspace import empty
 from tapefit.core.record import Op
 from tapefit.core.registry import OpDef, execute, register_gradient
 from tapefit.core.tensor import Tensor, as_tensor
@@ -49,19 +50,19 @@ def _lstm_sequence(
     # Each step's product input, one column block per step: x_t, a row of ones (the bias) and
     # h_{t-1}, so one product gives the pre-activations and the backward pass finds every
     # weight's gradient in one product too. Step t writes h_t into block t + 1.
-    stacked = np.empty((features + 1 + units, steps + 1, batch), x.dtype)
+    stacked = empty((features + 1 + units, steps + 1, batch), x.dtype)
     stacked[:features, :steps] = x.transpose(2, 1, 0)
     stacked[features, :steps] = 1
     stacked[features + 1 :, 0] = h0.T
-    weights = np.empty((4 * units, features + 1 + units), x.dtype)
+    weights = empty((4 * units, features + 1 + units), x.dtype)
     weights[:, :features] = kernel.T[order]
     weights[:, features] = bias[order]
     weights[:, features + 1 :] = recurrent.T[order]
     weights[: 3 * units] *= -1  # the sigmoid gates then need exp(z), not exp(-z)
-    gates = np.empty((steps, 4 * units, batch), x.dtype)
-    cs = np.empty((steps + 1, units, batch), x.dtype)
+    gates = empty((steps, 4 * units, batch), x.dtype)
+    cs = empty((steps + 1, units, batch), x.dtype)
     cs[0] = c0.T
-    work = np.empty((units, batch), x.dtype)
+    work = empty((units, batch), x.dtype)
     with np.errstate(over="ignore"):  # exp overflows to inf, whose sigmoid is the right 0
         for t in range(steps):
             z = gates[t]
@@ -79,7 +80,8 @@ def _lstm_sequence(
             np.tanh(c, out=work)
             np.multiply(o, work, out=stacked[features + 1 :, t + 1])
     hs = stacked[features + 1 :]
-    outputs = np.ascontiguousarray(hs[:, 1:].transpose(2, 1, 0))
+    outputs = empty((batch, steps, units), x.dtype)
+    np.copyto(outputs, hs[:, 1:].transpose(2, 1, 0))
     return outputs, hs[:, steps].T.copy(), cs[steps].T.copy(), stacked, gates, cs
 
 
@@ -139,22 +141,27 @@ def _lstm_sequence_grad(
     units, features = width // 4, x.shape[-1]
     order = _internal_order(units)
     recurrent_i = recurrent[:, order]  # (units, 4*units)
-    douts = np.ascontiguousarray(doutputs.transpose(1, 2, 0))  # (steps, units, batch)
-    dzs = np.empty((width, steps, batch), x.dtype)
-    dz = np.empty((width, batch), x.dtype)
+    douts = empty((steps, units, batch), x.dtype)
+    np.copyto(douts, doutputs.transpose(1, 2, 0))
+    dzs = empty((steps, width, batch), x.dtype)
     dh = dh_last.T.copy()  # copies: both are written, and for one row .T is contiguous
     carry = dc_last.T.copy()
     for t in range(steps - 1, -1, -1):
         dh += douts[t]
-        _step_gradient(gates[t], cs[t + 1], cs[t], dh, carry, dz)
-        dzs[:, t] = dz
-        np.matmul(recurrent_i, dz, out=dh)  # the gradient of h_{t-1}
-    flat = dzs.reshape(width, steps * batch)
+        _step_gradient(gates[t], cs[t + 1], cs[t], dh, carry, dzs[t])
+        np.matmul(recurrent_i, dzs[t], out=dh)  # the gradient of h_{t-1}
+    # The products over all steps take (time, batch) as one axis: one copy into that layout
+    # costs less than one per step (each writes a row per gate unit, a page apart).
+    flat = empty((width, steps, batch), x.dtype)
+    np.copyto(flat, dzs.transpose(1, 0, 2))
+    flat = flat.reshape(width, steps * batch)
     # One product for the kernel's, the bias's and the recurrent kernel's gradients.
     dweights = np.matmul(stacked[:, :steps].reshape(-1, steps * batch), flat.T)[:, order]
-    dx = np.matmul(flat.T, kernel.T[order]).reshape(steps, batch, features)
+    dx_by_step = np.matmul(flat.T, kernel.T[order], out=empty((steps * batch, features), x.dtype))
+    dx = empty((batch, steps, features), x.dtype)
+    np.copyto(dx, dx_by_step.reshape(steps, batch, features).transpose(1, 0, 2))
     return (
-        np.ascontiguousarray(dx.transpose(1, 0, 2)),
+        dx,
         np.ascontiguousarray(dweights[:features]),
         np.ascontiguousarray(dweights[features + 1 :]),
         dweights[features].copy(),
