@@ -693,17 +693,25 @@ def _lstm_cell(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
 def _lstm_sequence(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
     """Unrolled over the traced number of steps, as the per-step layer exports; the op's
     working outputs, which only its gradient reads, get no nodes."""
-    inputs, kernel, recurrent, bias, h, c = x
+    inputs, kernel, recurrent, bias, h, c, *mask = x
     steps = g.first.shapes[op.inputs[0]][1]
+    zero = g.scalar(0, g.first.dtypes[op.inputs[0]])
     projected = g.node("Add", [g.node("MatMul", [inputs, kernel]), bias])
-    outputs = []
+    outputs: list[str] = []
     for t in range(steps):
         z = g.node(
             "Add", [g.node("Gather", [projected, g.ints(t)], axis=1), g.node("MatMul", [h, recurrent])]
         )
-        h, c, _ = _lstm_step(g, z, c)
-        outputs.append(g.node("Unsqueeze", [h, g.ints([1])]))
-    sequence = g.node("Concat", outputs, axis=1) if len(outputs) > 1 else g.node("Identity", outputs)
+        h_new, c_new, _ = _lstm_step(g, z, c)
+        if not mask:
+            h, c, output = h_new, c_new, h_new
+        else:  # Keras's rule: see lstm_sequence
+            keep = g.node("Unsqueeze", [g.node("Gather", [mask[0], g.ints(t)], axis=1), g.ints([1])])
+            h, c = g.node("Where", [keep, h_new, h]), g.node("Where", [keep, c_new, c])
+            zeros = not outputs or op.attrs.get("zero_output_for_mask", False)
+            output = g.node("Where", [keep, h_new, zero if zeros else outputs[-1]])
+        outputs.append(output)
+    sequence = g.node("Concat", [g.node("Unsqueeze", [o, g.ints([1])]) for o in outputs], axis=1)
     return [sequence, g.node("Identity", [h]), g.node("Identity", [c])]
 
 

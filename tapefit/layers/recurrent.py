@@ -162,10 +162,13 @@ class _RNN(Layer):
         ``_recurrent_weights`` gave."""
         raise NotImplementedError
 
-    def _sequence(self, x: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]] | None:
+    def _sequence(
+        self, x: Tensor, states: list[Tensor], keep: Tensor | None
+    ) -> tuple[Tensor, list[Tensor]] | None:
         """Every step at once, in one op, where the layer has one for its configuration: the
-        outputs in the order run and the last states; ``None`` to run step by step. Called
-        without masks, recurrent dropout or empty inputs; ``x`` is already in the order to run."""
+        outputs in the order run (reversed with ``go_backwards``) and the last states; ``None``
+        to run step by step. Called without recurrent dropout or empty inputs; ``keep`` is the
+        boolean mask or ``None``."""
         return None
 
     def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
@@ -185,15 +188,14 @@ class _RNN(Layer):
                 f"got shape {x.shape}"
             )
         batch, steps, _ = x.shape
-        keep = None
         if mask is not None:  # a Tensor: ops, so that tp.function replays it
-            given = as_tensor(mask)
-            if tuple(given.shape) != (batch, steps):
+            mask = as_tensor(mask)
+            if tuple(mask.shape) != (batch, steps):
                 raise ValueError(
                     f"{type(self).__name__} '{self.name}': mask must have shape {(batch, steps)}, "
-                    f"got {tuple(given.shape)}"
+                    f"got {tuple(mask.shape)}"
                 )
-            keep = _shape.split(given if given.dtype == bool else _math.cast(given, bool), steps, axis=1)
+            mask = mask if mask.dtype == bool else _math.cast(mask, bool)
         states = self._initial_states(batch, initial_state, x.dtype)
         recurrent_keep = None
         if training and self.dropout:  # one mask per sequence, the same at every step (Keras)
@@ -202,12 +204,14 @@ class _RNN(Layer):
             recurrent_keep = _nn.dropout(
                 as_tensor(np.ones((batch, self.units), x.dtype)), self.recurrent_dropout
             )
-        if keep is None and recurrent_keep is None and steps and batch:
-            fused = self._sequence(x[:, ::-1] if self.go_backwards else x, states)
-            if fused is not None:
-                sequence, states = fused
-                result = sequence if self.return_sequences else states[0]
-                return [result, *states] if self.return_state else result
+        fused = self._sequence(x, states, mask) if recurrent_keep is None and steps and batch else None
+        if fused is not None:
+            sequence, states = fused
+            # the last output is the state, unless a mask made the last step repeat or zero it
+            last = states[0] if mask is None else sequence[:, -1]
+            result = sequence if self.return_sequences else last
+            return [result, *states] if self.return_state else result
+        keep = None if mask is None else _shape.split(mask, steps, axis=1)
         inputs_by_step = self._input_projection(x)
         recurrent = self._recurrent_weights()
         order = range(steps - 1, -1, -1) if self.go_backwards else range(steps)
@@ -354,11 +358,18 @@ class LSTM(_GatedRNN):
     def _default_activations(self) -> bool:
         return self.activation in _TANH and self.recurrent_activation in _SIGMOID
 
-    def _sequence(self, x: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]] | None:
+    def _sequence(
+        self, x: Tensor, states: list[Tensor], keep: Tensor | None
+    ) -> tuple[Tensor, list[Tensor]] | None:
         if not self._default_activations() or any(s.dtype != x.dtype for s in states):
             return None  # other dtypes: the step loop raises its usual error
+        if self.go_backwards:
+            x, keep = x[:, ::-1], None if keep is None else keep[:, ::-1]
         bias = self.bias if self.bias is not None else np.zeros(4 * self.units, x.dtype)
-        outputs, h, c = lstm_sequence(x, self.kernel, self.recurrent_kernel, bias, *states)
+        h0, c0 = states
+        outputs, h, c = lstm_sequence(
+            x, self.kernel, self.recurrent_kernel, bias, h0, c0, keep, self.zero_output_for_mask
+        )
         return outputs, [h, c]
 
     def _cell(

@@ -21,7 +21,7 @@ def run(layer, x, fused, monkeypatch, **kwargs):
     """The layer's results and the gradients of a loss of all of them, fused or step by step."""
     with monkeypatch.context() as patch:
         if not fused:
-            patch.setattr(tp.layers.LSTM, "_sequence", lambda self, x, states: None)
+            patch.setattr(tp.layers.LSTM, "_sequence", lambda self, *args: None)
         initial = kwargs.get("initial_state")
         sources = [x, *layer.trainable_variables, *(initial or [])]
         with tp.GradientTape() as tape:
@@ -68,6 +68,25 @@ def test_fused_equals_step_by_step_from_an_initial_state(monkeypatch):
     state = [tp.constant(RNG.standard_normal((4, 5))) for _ in range(2)]
     fused = run(layer, x, True, monkeypatch, initial_state=state)
     looped = run(layer, x, False, monkeypatch, initial_state=state)
+    for ours, theirs in zip(fused, looped):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
+MASK = np.array(
+    [[1, 1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 0, 1, 1], [1, 1, 1, 0, 0, 0, 0], [0, 1, 0, 1, 0, 1, 0]], bool
+)
+
+
+@pytest.mark.parametrize("zero_output_for_mask", [False, True])
+@pytest.mark.parametrize("arguments", CONFIGURATIONS[1:4], ids=lambda a: "-".join(a))
+def test_masked_fused_equals_step_by_step(arguments, zero_output_for_mask, monkeypatch):
+    layer = build(**arguments, zero_output_for_mask=zero_output_for_mask)
+    x = tp.constant(X)
+    mask = tp.constant(MASK)
+    assert "LSTMSequence" in _op_types(layer, x, mask=mask)
+    state = [tp.constant(RNG.standard_normal((4, 5))) for _ in range(2)]
+    fused = run(layer, x, True, monkeypatch, mask=mask, initial_state=state)
+    looped = run(layer, x, False, monkeypatch, mask=mask, initial_state=state)
     for ours, theirs in zip(fused, looped):
         np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
 

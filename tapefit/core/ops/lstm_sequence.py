@@ -23,9 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.core.ops.creation import zeros_like
 from tapefit.core.ops.linalg import matmul
+from tapefit.core.ops.math import where
 from tapefit.core.ops.recurrent import lstm_cell
-from tapefit.core.ops.shape import reshape, stack, unstack
+from tapefit.core.ops.shape import reshape, split, stack, unstack
 from tapefit.core.ops.workspace import empty
 from tapefit.core.record import Op
 from tapefit.core.registry import OpDef, execute, register_gradient
@@ -42,14 +44,22 @@ def _internal_order(units: int) -> np.ndarray:
 
 
 def _lstm_sequence(
-    x: np.ndarray, kernel: np.ndarray, recurrent: np.ndarray, bias: np.ndarray, h0: np.ndarray, c0: np.ndarray
+    x: np.ndarray,
+    kernel: np.ndarray,
+    recurrent: np.ndarray,
+    bias: np.ndarray,
+    h0: np.ndarray,
+    c0: np.ndarray,
+    keep: np.ndarray | None = None,
+    *,
+    zero_output_for_mask: bool = False,
 ) -> tuple[np.ndarray, ...]:
     batch, steps, features = x.shape
     units = h0.shape[-1]
     order = _internal_order(units)
-    # Each step's product input, one column block per step: x_t, a row of ones (the bias) and
-    # h_{t-1}, so one product gives the pre-activations and the backward pass finds every
-    # weight's gradient in one product too. Step t writes h_t into block t + 1.
+    # One column block per step: x_t, a row of ones (the bias) and h_{t-1}, so one product
+    # gives the pre-activations; step t writes h_t into block t + 1. The backward pass finds
+    # every weight's gradient in one product with it.
     stacked = empty((features + 1 + units, steps + 1, batch), x.dtype)
     stacked[:features, :steps] = x.transpose(2, 1, 0)
     stacked[features, :steps] = 1
@@ -62,6 +72,10 @@ def _lstm_sequence(
     gates = empty((steps, 4 * units, batch), x.dtype)
     cs = empty((steps + 1, units, batch), x.dtype)
     cs[0] = c0.T
+    hs = stacked[features + 1 :]
+    # With a mask, each step's output goes to its own block first: a masked step's output
+    # (the previous output, or zeros) differs from its state (the previous state).
+    outs = hs[:, 1:] if keep is None else empty((units, steps, batch), x.dtype)
     work = empty((units, batch), x.dtype)
     with np.errstate(over="ignore"):  # exp overflows to inf, whose sigmoid is the right 0
         for t in range(steps):
@@ -78,11 +92,24 @@ def _lstm_sequence(
             np.multiply(i, g, out=work)
             c += work
             np.tanh(c, out=work)
-            np.multiply(o, work, out=stacked[features + 1 :, t + 1])
-    hs = stacked[features + 1 :]
+            np.multiply(o, work, out=outs[:, t])
+            if keep is not None:
+                _mask_step(~keep[:, t], outs, hs, cs, t, zero_output_for_mask)
     outputs = empty((batch, steps, units), x.dtype)
-    np.copyto(outputs, hs[:, 1:].transpose(2, 1, 0))
+    np.copyto(outputs, outs.transpose(2, 1, 0))
     return outputs, hs[:, steps].T.copy(), cs[steps].T.copy(), stacked, gates, cs
+
+
+def _mask_step(
+    dropped: np.ndarray, outs: np.ndarray, hs: np.ndarray, cs: np.ndarray, t: int, zero_output: bool
+) -> None:
+    """Keras's rule for the masked (``dropped``) rows of step ``t``: the states carry through,
+    the output repeats the previous output (zeros before the first step, or always zeros
+    with ``zero_output``)."""
+    np.copyto(hs[:, t + 1], outs[:, t])
+    np.copyto(hs[:, t + 1], hs[:, t], where=dropped)
+    np.copyto(cs[t + 1], cs[t], where=dropped)
+    np.copyto(outs[:, t], 0 if zero_output or t == 0 else outs[:, t - 1], where=dropped)
 
 
 def _step_gradient(
@@ -136,20 +163,26 @@ def _lstm_sequence_grad(
     doutputs: np.ndarray,
     dh_last: np.ndarray,
     dc_last: np.ndarray,
+    keep: np.ndarray | None = None,
+    *,
+    zero_output_for_mask: bool = False,
 ) -> tuple[np.ndarray, ...]:
     steps, width, batch = gates.shape
     units, features = width // 4, x.shape[-1]
     order = _internal_order(units)
-    recurrent_i = recurrent[:, order]  # (units, 4*units)
     douts = empty((steps, units, batch), x.dtype)
     np.copyto(douts, doutputs.transpose(1, 2, 0))
     dzs = empty((steps, width, batch), x.dtype)
     dh = dh_last.T.copy()  # copies: both are written, and for one row .T is contiguous
-    carry = dc_last.T.copy()
-    for t in range(steps - 1, -1, -1):
-        dh += douts[t]
-        _step_gradient(gates[t], cs[t + 1], cs[t], dh, carry, dzs[t])
-        np.matmul(recurrent_i, dzs[t], out=dh)  # the gradient of h_{t-1}
+    dc = dc_last.T.copy()
+    recurrent_i = recurrent[:, order]  # (units, 4*units)
+    if keep is None:
+        for t in range(steps - 1, -1, -1):
+            dh += douts[t]
+            _step_gradient(gates[t], cs[t + 1], cs[t], dh, dc, dzs[t])
+            np.matmul(recurrent_i, dzs[t], out=dh)  # the gradient of h_{t-1}
+    else:
+        _masked_bptt(recurrent_i, gates, cs, douts, dh, dc, dzs, keep.T.astype(x.dtype), zero_output_for_mask)
     # The products over all steps take (time, batch) as one axis: one copy into that layout
     # costs less than one per step (each writes a row per gate unit, a page apart).
     flat = empty((width, steps, batch), x.dtype)
@@ -166,8 +199,41 @@ def _lstm_sequence_grad(
         np.ascontiguousarray(dweights[features + 1 :]),
         dweights[features].copy(),
         np.ascontiguousarray(dh.T),
-        np.ascontiguousarray(carry.T),
+        np.ascontiguousarray(dc.T),
     )
+
+
+def _masked_bptt(
+    recurrent_i: np.ndarray,
+    gates: np.ndarray,
+    cs: np.ndarray,
+    douts: np.ndarray,
+    dh: np.ndarray,
+    dc: np.ndarray,
+    dzs: np.ndarray,
+    kept: np.ndarray,
+    zero_output: bool,
+) -> None:
+    """Backpropagation through time under Keras's mask rule (see ``_mask_step``); ``kept``
+    (steps, batch) is 1 for a real step and 0 for a masked one. Leaves the initial states'
+    gradients in ``dh`` and ``dc``."""
+    dout = np.zeros_like(dh)  # the gradient of step t's output, with what later steps repeat
+    dh_new, dc_new = np.empty_like(dh), np.empty_like(dc)
+    for t in range(len(gates) - 1, -1, -1):
+        if zero_output or t == len(gates) - 1:
+            dout[...] = douts[t]
+        else:
+            dout *= 1 - kept[t + 1]
+            dout += douts[t]
+        np.add(dh, dout, out=dh_new)
+        dh_new *= kept[t]
+        np.multiply(dc, kept[t], out=dc_new)
+        _step_gradient(gates[t], cs[t + 1], cs[t], dh_new, dc_new, dzs[t])
+        dropped = 1 - kept[t]
+        dh *= dropped  # a masked step passes its states' gradients straight through
+        dc *= dropped
+        dc += dc_new
+        dh += np.matmul(recurrent_i, dzs[t], out=dh_new)
 
 
 _LSTM_SEQUENCE = OpDef("LSTMSequence", _lstm_sequence, save="all")
@@ -175,7 +241,14 @@ _LSTM_SEQUENCE_GRAD = OpDef("LSTMSequenceGrad", _lstm_sequence_grad, save="all")
 
 
 def lstm_sequence(
-    x: Any, kernel: Any, recurrent_kernel: Any, bias: Any, h0: Any, c0: Any
+    x: Any,
+    kernel: Any,
+    recurrent_kernel: Any,
+    bias: Any,
+    h0: Any,
+    c0: Any,
+    mask: Any = None,
+    zero_output_for_mask: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """A whole LSTM layer's time loop as one op: returns ``(outputs, h, c)``, every step's
     output (batch, time, units) and the last step's states (batch, units).
@@ -183,29 +256,54 @@ def lstm_sequence(
     ``x`` (batch, time, features); ``kernel`` (features, 4*units), ``recurrent_kernel``
     (units, 4*units) and ``bias`` (4*units,) with Keras's gate order ``i, f, c, o`` and
     default activations (sigmoid gates, tanh); ``h0``, ``c0`` (batch, units) the initial
-    states. The caller checks shapes and dtypes (one floating dtype, at least one step).
+    states. ``mask`` (batch, time) of booleans marks the real steps: a masked step keeps the
+    states and outputs the previous step's output (zeros before the first step), or zeros with
+    ``zero_output_for_mask``, as Keras's layers. The caller checks shapes and dtypes (one
+    floating dtype, at least one step).
     """
     inputs = tuple(as_tensor(v) for v in (x, kernel, recurrent_kernel, bias, h0, c0))
-    outputs, h, c, *_ = execute(_LSTM_SEQUENCE, inputs)
+    attrs: dict[str, Any] = {}
+    if mask is not None:
+        inputs += (as_tensor(mask),)
+        attrs = {"zero_output_for_mask": bool(zero_output_for_mask)}
+    outputs, h, c, *_ = execute(_LSTM_SEQUENCE, inputs, attrs)
     return outputs, h, c
 
 
 @register_gradient("LSTMSequence")
 def _lstm_sequence_op_grad(op: Op, doutputs: Tensor, dh: Tensor, dc: Tensor, *working: Tensor) -> Any:
     # The working outputs (the op's saved state) are not results: their gradients are dropped.
-    return execute(_LSTM_SEQUENCE_GRAD, (*op.inputs, *op.outputs[3:], doutputs, dh, dc))
+    grads = execute(
+        _LSTM_SEQUENCE_GRAD, (*op.inputs[:6], *op.outputs[3:], doutputs, dh, dc, *op.inputs[6:]), op.attrs
+    )
+    return [*grads, None] if len(op.inputs) > 6 else grads  # none for the mask
 
 
 def _per_step(
-    x: Tensor, kernel: Tensor, recurrent: Tensor, bias: Tensor, h: Tensor, c: Tensor
+    x: Tensor,
+    kernel: Tensor,
+    recurrent: Tensor,
+    bias: Tensor,
+    h: Tensor,
+    c: Tensor,
+    mask: Tensor | None = None,
+    zero_output_for_mask: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """``lstm_sequence`` in per-step tapefit ops, to differentiate its gradient."""
     batch, steps, features = x.shape
     projected = matmul(reshape(x, (batch * steps, features)), kernel) + bias
-    outputs = []
-    for z in unstack(reshape(projected, (batch, steps, kernel.shape[-1])), axis=1):
-        h, c = lstm_cell(z + matmul(h, recurrent), c)
-        outputs.append(h)
+    keep = [None] * steps if mask is None else split(mask, steps, axis=1)
+    zeros = zeros_like(h)
+    outputs: list[Tensor] = []
+    for z, step_keep in zip(unstack(reshape(projected, (batch, steps, kernel.shape[-1])), axis=1), keep):
+        h_new, c_new = lstm_cell(z + matmul(h, recurrent), c)
+        if step_keep is None:
+            h, c, output = h_new, c_new, h_new
+        else:
+            h, c = where(step_keep, h_new, h), where(step_keep, c_new, c)
+            previous = outputs[-1] if outputs and not zero_output_for_mask else zeros
+            output = where(step_keep, h_new, previous)
+        outputs.append(output)
     return stack(outputs, axis=1), h, c
 
 
@@ -214,11 +312,12 @@ def _lstm_sequence_grad_grad(op: Op, *upstream: Tensor) -> list[Tensor | None]:
     from tapefit.core.tape import GradientTape  # the tape imports the ops
 
     inputs = list(op.inputs)
-    primal, cotangents = inputs[:6], inputs[9:]
+    primal, cotangents, mask = inputs[:6], inputs[9:12], inputs[12:]
     with GradientTape() as outer:
-        outer.watch(inputs)
+        outer.watch(primal + cotangents)
         with GradientTape() as inner:
             inner.watch(primal)
-            results = _per_step(*primal)
+            results = _per_step(*primal, *mask, **op.attrs)
         grads = inner.gradient(list(results), primal, output_gradients=cotangents)
-    return outer.gradient(grads, inputs, output_gradients=list(upstream))
+    first = outer.gradient(grads, primal + cotangents, output_gradients=list(upstream))
+    return [*first[:6], None, None, None, *first[6:], *[None for _ in mask]]  # none for the working arrays

@@ -38,6 +38,25 @@ def test_gradients_match_finite_differences(zero_state):
     tp.testing.check_gradients(lambda *a: list(lstm_sequence(*a)), *arrays(zero_state=zero_state))
 
 
+MASK = np.array([[1, 0, 1, 1], [0, 0, 1, 0], [1, 1, 0, 0]], bool)
+
+
+@pytest.mark.parametrize("zero_output", [False, True])
+def test_masked_values_and_gradients(zero_output):
+    args = arrays()
+    ours = lstm_sequence(*args, MASK, zero_output)
+    theirs = _per_step(*[tp.constant(a) for a in args], tp.constant(MASK), zero_output)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-12)
+    tp.testing.check_gradients(lambda *a: list(lstm_sequence(*a, MASK, zero_output)), *args)
+
+
+def test_masked_second_order_gradients_match_finite_differences():
+    args = arrays(batch=2, steps=3, features=2, units=2)
+    mask = np.array([[1, 0, 1], [0, 1, 1]], bool)
+    tp.testing.check_gradients(lambda *a: list(lstm_sequence(*a, mask)), *args, order=2)
+
+
 def test_second_order_gradients_match_finite_differences():
     args = arrays(batch=2, steps=3, features=2, units=2)
     tp.testing.check_gradients(lambda *a: list(lstm_sequence(*a)), *args, order=2)
