@@ -4,9 +4,9 @@ and the Bidirectional wrapper.
 A layer runs its cell over the time steps in a Python loop that the tape records like any
 other code (so gradients, higher derivatives and ``tp.function`` replay work as for any op).
 The input projection of every time step is one matrix product before the loop; each step adds
-one product with the recurrent kernel. An LSTM with the default activations and without
-recurrent dropout runs the whole loop, masks included, as one op instead
-(``tapefit.core.ops.lstm_sequence``), whose gradient is one more. Inputs are
+one product with the recurrent kernel. An LSTM, or a GRU with ``reset_after``, with the
+default activations and without recurrent dropout runs the whole loop, masks included, as one
+op instead (``tapefit.core.ops.lstm_sequence``, ``gru_sequence``), whose gradient is one more. Inputs are
 ``(batch, time, features)``.
 """
 
@@ -20,6 +20,7 @@ import numpy as np
 from tapefit.core.ops import math as _math
 from tapefit.core.ops import nn as _nn
 from tapefit.core.ops import shape as _shape
+from tapefit.core.ops.gru_sequence import gru_sequence
 from tapefit.core.ops.linalg import matmul
 from tapefit.core.ops.lstm_sequence import lstm_sequence
 from tapefit.core.ops.recurrent import gru_cell, lstm_cell, rnn_cell
@@ -321,6 +322,9 @@ class _GatedRNN(_RNN):
         self.recurrent_activation = activations.get(recurrent_activation)
         self._arguments.update(recurrent_activation=recurrent_activation)
 
+    def _default_activations(self) -> bool:
+        return self.activation in _TANH and self.recurrent_activation in _SIGMOID
+
 
 _TANH = (activations.tanh, _math.tanh)
 _SIGMOID = (activations.sigmoid, _math.sigmoid)
@@ -357,9 +361,6 @@ class LSTM(_GatedRNN):
         if self.unit_forget_bias:
             value[self.units : 2 * self.units] = 1.0
         return value
-
-    def _default_activations(self) -> bool:
-        return self.activation in _TANH and self.recurrent_activation in _SIGMOID
 
     def _sequence(
         self, x: Tensor, states: list[Tensor], keep: Tensor | None
@@ -429,6 +430,19 @@ class GRU(_GatedRNN):
         if self.reset_after:  # the recurrent bias taken out once, not at every step
             return self.recurrent_kernel, None if self.bias is None else self.bias[1]
         return _shape.split(self.recurrent_kernel, [2 * self.units, self.units], axis=-1)
+
+    def _sequence(
+        self, x: Tensor, states: list[Tensor], keep: Tensor | None
+    ) -> tuple[Tensor, list[Tensor]] | None:
+        if not (self.reset_after and self._default_activations()) or states[0].dtype != x.dtype:
+            return None  # other dtypes: the step loop raises its usual error
+        if self.go_backwards:
+            x, keep = x[:, ::-1], None if keep is None else keep[:, ::-1]
+        bias = self.bias if self.bias is not None else np.zeros((2, 3 * self.units), x.dtype)
+        outputs, h = gru_sequence(
+            x, self.kernel, self.recurrent_kernel, bias, states[0], keep, self.zero_output_for_mask
+        )
+        return outputs, [h]
 
     def _cell(
         self, xw: Tensor, states: list[Tensor], h_in: Tensor, recurrent: Any

@@ -57,6 +57,16 @@ def _lstm_sequence_args() -> list[np.ndarray]:
     return [_x(2, 3, 2), _x(2, 8), _x(2, 8), _x(8), _x(2, 2), _x(2, 2)]
 
 
+def _gru_sequence(x: Any, kernel: Any, recurrent: Any, bias: Any, h0: Any) -> Any:
+    mask = np.array([[True, False, True], [True, True, False]])
+    out, h = tp.core.ops.gru_sequence.gru_sequence(x, kernel, recurrent, bias, h0, mask)
+    return tp.reduce_sum(out * out) + tp.reduce_sum(h * 1.5)
+
+
+def _gru_sequence_args() -> list[np.ndarray]:
+    return [_x(2, 3, 2), _x(2, 6), _x(2, 6), _x(2, 6), _x(2, 2)]
+
+
 def _gru(xw: Any, hw: Any, h: Any) -> Any:
     out, gates = tp.core.ops.recurrent.gru_cell(xw, hw, h)
     return tp.reduce_sum(out * out) + tp.reduce_sum(gates * 0.5)
@@ -151,6 +161,7 @@ CASES: list[tuple[str, Callable[..., Any], list[np.ndarray]]] = [
     ("lstm", _lstm, [_x(2, 12), _x(2, 3)]),
     ("lstm_sequence", _lstm_sequence, _lstm_sequence_args()),
     ("gru", _gru, [_x(2, 9), _x(2, 9), _x(2, 3)]),
+    ("gru_sequence", _gru_sequence, _gru_sequence_args()),
     ("rnn", _rnn, [_x(2, 3), _x(2, 3), _x(3, 3)]),
     # second-order forwards: the backward ops of the first-order gradients are recorded
     (
@@ -187,6 +198,7 @@ CASES: list[tuple[str, Callable[..., Any], list[np.ndarray]]] = [
     ),
     ("grad_lstm", _grad_of(_lstm), [_x(2, 8), _x(2, 2)]),
     ("grad_lstm_sequence", _grad_of(_lstm_sequence), _lstm_sequence_args()),
+    ("grad_gru_sequence", _grad_of(_gru_sequence), _gru_sequence_args()),
     ("grad_gru", _grad_of(_gru), [_x(2, 6), _x(2, 6), _x(2, 2)]),
     ("grad_rnn", _grad_of(_rnn), [_x(2, 2), _x(2, 2), _x(2, 2)]),
     ("grad_prod", _grad_of(lambda x: tp.reduce_prod(x, axis=0) ** 2.0), [_x(3, 2)]),

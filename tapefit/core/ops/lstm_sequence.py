@@ -94,22 +94,34 @@ def _lstm_sequence(
             np.tanh(c, out=work)
             np.multiply(o, work, out=outs[:, t])
             if keep is not None:
-                _mask_step(~keep[:, t], outs, hs, cs, t, zero_output_for_mask)
+                mask_step(~keep[:, t], outs, hs, cs, t, zero_output_for_mask)
     outputs = empty((batch, steps, units), x.dtype)
     np.copyto(outputs, outs.transpose(2, 1, 0))
     return outputs, hs[:, steps].T.copy(), cs[steps].T.copy(), stacked, gates, cs
 
 
-def _mask_step(
-    dropped: np.ndarray, outs: np.ndarray, hs: np.ndarray, cs: np.ndarray, t: int, zero_output: bool
+def mask_step(
+    dropped: np.ndarray, outs: np.ndarray, hs: np.ndarray, cs: np.ndarray | None, t: int, zero_output: bool
 ) -> None:
-    """Keras's rule for the masked (``dropped``) rows of step ``t``: the states carry through,
-    the output repeats the previous output (zeros before the first step, or always zeros
-    with ``zero_output``)."""
+    """Keras's rule for the masked (``dropped``) rows of step ``t``: the states (``hs`` and
+    ``cs``, if any; block ``t + 1`` is step ``t``'s) carry through, the output (``outs[:, t]``,
+    already in ``hs[:, t + 1]``'s place) repeats the previous output (zeros before the first
+    step, or always zeros with ``zero_output``). The GRU's sequence op shares it."""
     np.copyto(hs[:, t + 1], outs[:, t])
     np.copyto(hs[:, t + 1], hs[:, t], where=dropped)
-    np.copyto(cs[t + 1], cs[t], where=dropped)
+    if cs is not None:
+        np.copyto(cs[t + 1], cs[t], where=dropped)
     np.copyto(outs[:, t], 0 if zero_output or t == 0 else outs[:, t - 1], where=dropped)
+
+
+def output_gradient(dout: np.ndarray, douts: np.ndarray, kept: np.ndarray, t: int, zero_output: bool) -> None:
+    """Turns ``dout`` (step ``t + 1``'s output gradient, with what later steps repeat) into
+    step ``t``'s: a masked step ``t + 1`` repeated step ``t``'s output (``mask_step``)."""
+    if zero_output or t == len(douts) - 1:
+        dout[...] = douts[t]
+    else:
+        dout *= 1 - kept[t + 1]
+        dout += douts[t]
 
 
 def _step_gradient(
@@ -214,17 +226,13 @@ def _masked_bptt(
     kept: np.ndarray,
     zero_output: bool,
 ) -> None:
-    """Backpropagation through time under Keras's mask rule (see ``_mask_step``); ``kept``
+    """Backpropagation through time under Keras's mask rule (see ``mask_step``); ``kept``
     (steps, batch) is 1 for a real step and 0 for a masked one. Leaves the initial states'
     gradients in ``dh`` and ``dc``."""
     dout = np.zeros_like(dh)  # the gradient of step t's output, with what later steps repeat
     dh_new, dc_new = np.empty_like(dh), np.empty_like(dc)
     for t in range(len(gates) - 1, -1, -1):
-        if zero_output or t == len(gates) - 1:
-            dout[...] = douts[t]
-        else:
-            dout *= 1 - kept[t + 1]
-            dout += douts[t]
+        output_gradient(dout, douts, kept, t, zero_output)
         np.add(dh, dout, out=dh_new)
         dh_new *= kept[t]
         np.multiply(dc, kept[t], out=dc_new)

@@ -1,5 +1,6 @@
-"""The LSTM layer's whole-sequence op against its step-by-step loop: the same outputs, states
-and gradients in every configuration the op runs, and the loop where it does not apply."""
+"""The LSTM and GRU layers' whole-sequence ops against their step-by-step loops: the same
+outputs, states and gradients in every configuration the ops run, and the loop where they do
+not apply."""
 
 import numpy as np
 import pytest
@@ -17,11 +18,14 @@ def _op_types(layer, *args, **kwargs):
     return {op.type for op in tape._entries}
 
 
+OPS = {tp.layers.LSTM: "LSTMSequence", tp.layers.GRU: "GRUSequence"}
+
+
 def run(layer, x, fused, monkeypatch, **kwargs):
     """The layer's results and the gradients of a loss of all of them, fused or step by step."""
     with monkeypatch.context() as patch:
         if not fused:
-            patch.setattr(tp.layers.LSTM, "_sequence", lambda self, *args: None)
+            patch.setattr(type(layer), "_sequence", lambda self, *args: None)
         initial = kwargs.get("initial_state")
         sources = [x, *layer.trainable_variables, *(initial or [])]
         with tp.GradientTape() as tape:
@@ -33,9 +37,9 @@ def run(layer, x, fused, monkeypatch, **kwargs):
     return [r.numpy() for r in results] + [g.numpy() for g in grads]
 
 
-def build(dtype="float64", **arguments):
+def build(dtype="float64", kind=tp.layers.LSTM, **arguments):
     tp.random.set_seed(3)
-    layer = tp.layers.LSTM(5, **arguments)
+    layer = kind(5, **arguments)
     layer.dtype = np.dtype(dtype)  # the weights' dtype, read when they are built
     layer(tp.constant(X.astype(dtype)))
     assert layer.kernel.dtype == dtype
@@ -51,21 +55,28 @@ CONFIGURATIONS = [
     {"use_bias": False, "return_sequences": True},
     {"unit_forget_bias": False},
 ]
+KINDS = [pytest.param(tp.layers.LSTM, id="LSTM"), pytest.param(tp.layers.GRU, id="GRU")]
 
 
+def _for(kind, arguments):
+    return {k: v for k, v in arguments.items() if kind is tp.layers.LSTM or k != "unit_forget_bias"}
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("arguments", CONFIGURATIONS, ids=lambda a: "-".join(a) or "default")
-def test_fused_equals_step_by_step(arguments, monkeypatch):
-    layer = build(**arguments)
+def test_fused_equals_step_by_step(kind, arguments, monkeypatch):
+    layer = build(kind=kind, **_for(kind, arguments))
     x = tp.constant(X)
-    assert "LSTMSequence" in _op_types(layer, x)
+    assert OPS[kind] in _op_types(layer, x)
     for ours, theirs in zip(run(layer, x, True, monkeypatch), run(layer, x, False, monkeypatch)):
         np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
 
 
-def test_fused_equals_step_by_step_from_an_initial_state(monkeypatch):
-    layer = build(return_sequences=True, return_state=True)
+@pytest.mark.parametrize("kind", KINDS)
+def test_fused_equals_step_by_step_from_an_initial_state(kind, monkeypatch):
+    layer = build(kind=kind, return_sequences=True, return_state=True)
     x = tp.constant(X)
-    state = [tp.constant(RNG.standard_normal((4, 5))) for _ in range(2)]
+    state = [tp.constant(RNG.standard_normal((4, 5))) for _ in range(2 if kind is tp.layers.LSTM else 1)]
     fused = run(layer, x, True, monkeypatch, initial_state=state)
     looped = run(layer, x, False, monkeypatch, initial_state=state)
     for ours, theirs in zip(fused, looped):
@@ -77,22 +88,24 @@ MASK = np.array(
 )
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("zero_output_for_mask", [False, True])
 @pytest.mark.parametrize("arguments", CONFIGURATIONS[1:4], ids=lambda a: "-".join(a))
-def test_masked_fused_equals_step_by_step(arguments, zero_output_for_mask, monkeypatch):
-    layer = build(**arguments, zero_output_for_mask=zero_output_for_mask)
+def test_masked_fused_equals_step_by_step(kind, arguments, zero_output_for_mask, monkeypatch):
+    layer = build(kind=kind, **arguments, zero_output_for_mask=zero_output_for_mask)
     x = tp.constant(X)
     mask = tp.constant(MASK)
-    assert "LSTMSequence" in _op_types(layer, x, mask=mask)
-    state = [tp.constant(RNG.standard_normal((4, 5))) for _ in range(2)]
+    assert OPS[kind] in _op_types(layer, x, mask=mask)
+    state = [tp.constant(RNG.standard_normal((4, 5))) for _ in range(2 if kind is tp.layers.LSTM else 1)]
     fused = run(layer, x, True, monkeypatch, mask=mask, initial_state=state)
     looped = run(layer, x, False, monkeypatch, mask=mask, initial_state=state)
     for ours, theirs in zip(fused, looped):
         np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
 
 
-def test_float32_sums_agree_within_float_tolerance(monkeypatch):
-    layer = build("float32", return_sequences=True)
+@pytest.mark.parametrize("kind", KINDS)
+def test_float32_sums_agree_within_float_tolerance(kind, monkeypatch):
+    layer = build("float32", kind, return_sequences=True)
     x = tp.constant(X.astype(np.float32))
     fused, looped = run(layer, x, True, monkeypatch), run(layer, x, False, monkeypatch)
     for ours, theirs in zip(fused, looped):
@@ -121,10 +134,16 @@ def test_input_dropout_in_training_runs_fused(monkeypatch):
         ({"recurrent_activation": "hard_sigmoid"}, {}),
     ],
 )
-def test_configurations_without_the_op_run_step_by_step(arguments, call):
-    layer = build(**arguments)
+@pytest.mark.parametrize("kind", KINDS)
+def test_configurations_without_the_op_run_step_by_step(kind, arguments, call):
+    layer = build(kind=kind, **arguments)
     types = _op_types(layer, tp.constant(X), **call)
-    assert "LSTMSequence" not in types
+    assert OPS[kind] not in types
+
+
+def test_a_gru_without_reset_after_runs_step_by_step():
+    layer = build(kind=tp.layers.GRU, reset_after=False)
+    assert "GRUSequence" not in _op_types(layer, tp.constant(X))
 
 
 def test_a_layer_without_steps_returns_its_initial_state():
