@@ -24,7 +24,7 @@ from tapefit.core.ops.recurrent import gru_cell
 from tapefit.core.ops.shape import reshape, split, stack, unstack
 from tapefit.core.ops.workspace import empty
 from tapefit.core.record import Op
-from tapefit.core.registry import OpDef, execute, register_gradient
+from tapefit.core.registry import OpDef, execute, register_gradient, working_outputs
 from tapefit.core.tensor import Tensor, as_tensor
 
 __all__ = ["gru_sequence"]
@@ -186,6 +186,7 @@ def _gru_sequence_grad(
 
 _GRU_SEQUENCE = OpDef("GRUSequence", _gru_sequence, save="all")
 _GRU_SEQUENCE_GRAD = OpDef("GRUSequenceGrad", _gru_sequence_grad, save="all")
+working_outputs("GRUSequence", 2)  # the tape fills no zeros for them
 
 
 def gru_sequence(
@@ -217,7 +218,7 @@ def gru_sequence(
 
 
 @register_gradient("GRUSequence")
-def _gru_sequence_op_grad(op: Op, doutputs: Tensor, dh: Tensor, *working: Tensor) -> Any:
+def _gru_sequence_op_grad(op: Op, doutputs: Tensor, dh: Tensor, *working: Tensor | None) -> Any:
     # The working outputs (the op's saved state) are not results: their gradients are dropped.
     grads = execute(
         _GRU_SEQUENCE_GRAD, (*op.inputs[:5], *op.outputs[2:], doutputs, dh, *op.inputs[5:]), op.attrs

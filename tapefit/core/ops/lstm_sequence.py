@@ -30,7 +30,7 @@ from tapefit.core.ops.recurrent import lstm_cell
 from tapefit.core.ops.shape import reshape, split, stack, unstack
 from tapefit.core.ops.workspace import empty
 from tapefit.core.record import Op
-from tapefit.core.registry import OpDef, execute, register_gradient
+from tapefit.core.registry import OpDef, execute, register_gradient, working_outputs
 from tapefit.core.tensor import Tensor, as_tensor
 
 __all__ = ["lstm_sequence"]
@@ -246,6 +246,7 @@ def _masked_bptt(
 
 _LSTM_SEQUENCE = OpDef("LSTMSequence", _lstm_sequence, save="all")
 _LSTM_SEQUENCE_GRAD = OpDef("LSTMSequenceGrad", _lstm_sequence_grad, save="all")
+working_outputs("LSTMSequence", 3)  # the tape fills no zeros for them
 
 
 def lstm_sequence(
@@ -279,7 +280,7 @@ def lstm_sequence(
 
 
 @register_gradient("LSTMSequence")
-def _lstm_sequence_op_grad(op: Op, doutputs: Tensor, dh: Tensor, dc: Tensor, *working: Tensor) -> Any:
+def _lstm_sequence_op_grad(op: Op, doutputs: Tensor, dh: Tensor, dc: Tensor, *working: Tensor | None) -> Any:
     # The working outputs (the op's saved state) are not results: their gradients are dropped.
     grads = execute(
         _LSTM_SEQUENCE_GRAD, (*op.inputs[:6], *op.outputs[3:], doutputs, dh, dc, *op.inputs[6:]), op.attrs

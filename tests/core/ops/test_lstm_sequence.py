@@ -106,3 +106,24 @@ def test_a_compiled_gradient_replays_the_fused_ops():
     fresh = [tp.constant(a) for a in arrays(dtype=np.float32)]
     for ours, theirs in zip(compiled(*fresh), step(*fresh)):
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["fast", "recorded"])
+def test_the_tape_fills_no_zeros_for_the_working_outputs(recorded, monkeypatch):
+    from tapefit.core.registry import _GRADIENTS
+
+    seen = []
+    original = _GRADIENTS["LSTMSequence"]
+
+    def spy(op, *dys):
+        seen.append([dy is None for dy in dys])
+        return original(op, *dys)
+
+    monkeypatch.setitem(_GRADIENTS, "LSTMSequence", spy)
+    variables = [tp.Variable(a) for a in arrays()]
+    with tp.GradientTape(persistent=recorded) as tape:
+        out, _, _ = lstm_sequence(*variables)
+        loss = tp.reduce_sum(out)
+        grads = tape.gradient(loss, variables)  # inside: a persistent tape records its backward
+    assert seen == [[False, False, False, True, True, True]]
+    assert all(g is not None for g in grads)
