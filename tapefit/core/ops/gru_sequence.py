@@ -18,7 +18,7 @@ import numpy as np
 from tapefit.core.ops.creation import zeros_like
 from tapefit.core.ops.linalg import matmul
 from tapefit.core.ops.lstm_sequence import mask_step, output_gradient
-from tapefit.core.ops.math import where
+from tapefit.core.ops.math import cast, where
 from tapefit.core.ops.nn import dense
 from tapefit.core.ops.recurrent import gru_cell
 from tapefit.core.ops.shape import reshape, split, stack, unstack
@@ -211,7 +211,8 @@ def gru_sequence(
     inputs = tuple(as_tensor(v) for v in (x, kernel, recurrent_kernel, bias, h0))
     attrs: dict[str, Any] = {}
     if mask is not None:
-        inputs += (as_tensor(mask),)
+        mask = as_tensor(mask)
+        inputs += (mask if mask.dtype == bool else cast(mask, bool),)
         attrs = {"zero_output_for_mask": bool(zero_output_for_mask)}
     outputs, h, *_ = execute(_GRU_SEQUENCE, inputs, attrs)
     return outputs, h

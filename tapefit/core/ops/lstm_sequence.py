@@ -25,7 +25,7 @@ import numpy as np
 
 from tapefit.core.ops.creation import zeros_like
 from tapefit.core.ops.linalg import matmul
-from tapefit.core.ops.math import where
+from tapefit.core.ops.math import cast, where
 from tapefit.core.ops.recurrent import lstm_cell
 from tapefit.core.ops.shape import reshape, split, stack, unstack
 from tapefit.core.ops.workspace import empty
@@ -273,7 +273,8 @@ def lstm_sequence(
     inputs = tuple(as_tensor(v) for v in (x, kernel, recurrent_kernel, bias, h0, c0))
     attrs: dict[str, Any] = {}
     if mask is not None:
-        inputs += (as_tensor(mask),)
+        mask = as_tensor(mask)
+        inputs += (mask if mask.dtype == bool else cast(mask, bool),)
         attrs = {"zero_output_for_mask": bool(zero_output_for_mask)}
     outputs, h, c, *_ = execute(_LSTM_SEQUENCE, inputs, attrs)
     return outputs, h, c

@@ -62,3 +62,9 @@ def test_a_compiled_gradient_replays_the_fused_ops():
     fresh = [tp.constant(a) for a in arrays(dtype=np.float32)]
     for ours, theirs in zip(compiled(*fresh), step(*fresh)):
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+def test_a_numeric_mask_counts_as_booleans():
+    args = arrays()
+    for ours, theirs in zip(gru_sequence(*args, MASK.astype(np.int32)), gru_sequence(*args, MASK)):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())

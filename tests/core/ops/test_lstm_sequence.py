@@ -127,3 +127,9 @@ def test_the_tape_fills_no_zeros_for_the_working_outputs(recorded, monkeypatch):
         grads = tape.gradient(loss, variables)  # inside: a persistent tape records its backward
     assert seen == [[False, False, False, True, True, True]]
     assert all(g is not None for g in grads)
+
+
+def test_a_numeric_mask_counts_as_booleans():
+    args = arrays()
+    for ours, theirs in zip(lstm_sequence(*args, MASK.astype(np.float32)), lstm_sequence(*args, MASK)):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
