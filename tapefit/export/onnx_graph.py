@@ -695,11 +695,9 @@ def _lstm_sequence(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
     projected = g.node("Add", [g.node("MatMul", [inputs, kernel]), bias])
 
     def step(t: int, states: list[str]) -> list[str]:
-        h, c = states
-        z = g.node(
-            "Add", [g.node("Gather", [projected, g.ints(t)], axis=1), g.node("MatMul", [h, recurrent])]
-        )
-        return list(_lstm_step(g, z, c)[:2])
+        xw = g.node("Gather", [projected, g.ints(t)], axis=1)
+        z = g.node("Add", [xw, g.node("MatMul", [states[0], recurrent])])
+        return list(_lstm_step(g, z, states[1])[:2])
 
     return _unrolled(g, op, mask, [h, c], step)
 
@@ -743,14 +741,10 @@ def _unrolled(
     return [sequence, *(g.node("Identity", [s]) for s in states)]
 
 
-def _split_even_axis0(g: _Builder, value: str) -> list[str]:
-    return list(g.node("Split", [value], 2, axis=0))
-
-
 @_converts("GRUSequence")
 def _gru_sequence(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
     inputs, kernel, recurrent, bias, h, *mask = x
-    input_bias, recurrent_bias = (g.node("Squeeze", [b, g.ints([0])]) for b in _split_even_axis0(g, bias))
+    input_bias, recurrent_bias = (g.node("Gather", [bias, g.ints(k)], axis=0) for k in (0, 1))
     projected = g.node("Add", [g.node("MatMul", [inputs, kernel]), input_bias])
 
     def step(t: int, states: list[str]) -> list[str]:

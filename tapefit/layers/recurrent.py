@@ -4,10 +4,11 @@ and the Bidirectional wrapper.
 A layer runs its cell over the time steps in a Python loop that the tape records like any
 other code (so gradients, higher derivatives and ``tp.function`` replay work as for any op).
 The input projection of every time step is one matrix product before the loop; each step adds
-one product with the recurrent kernel. An LSTM, or a GRU with ``reset_after``, with the
-default activations and without recurrent dropout runs the whole loop, masks included, as one
-op instead (``tapefit.core.ops.lstm_sequence``, ``gru_sequence``), whose gradient is one more. Inputs are
-``(batch, time, features)``.
+one product with the recurrent kernel. Inputs are ``(batch, time, features)``.
+
+An LSTM, or a GRU with ``reset_after``, with the default activations and without recurrent
+dropout runs the whole loop, masks included, as one op instead (``lstm_sequence`` and
+``gru_sequence`` in ``tapefit.core.ops``), and its backward pass as one more.
 """
 
 from __future__ import annotations
