@@ -125,15 +125,21 @@ def output_gradient(dout: np.ndarray, douts: np.ndarray, kept: np.ndarray, t: in
 
 
 def _step_gradient(
-    z: np.ndarray, c: np.ndarray, c_prev: np.ndarray, dh: np.ndarray, carry: np.ndarray, dz: np.ndarray
+    z: np.ndarray,
+    c: np.ndarray,
+    c_prev: np.ndarray,
+    dh: np.ndarray,
+    carry: np.ndarray,
+    dz: np.ndarray,
+    work: np.ndarray,
 ) -> None:
     """One step of backpropagation through time, transposed: writes the pre-activations'
     gradient into ``dz`` and turns ``carry`` (the cell state's gradient from the step after)
-    into the one for the step before."""
+    into the one for the step before; ``work`` is scratch of ``c``'s shape."""
     units = c.shape[0]
     i, f, o, g = z[:units], z[units : 2 * units], z[2 * units : 3 * units], z[3 * units :]
     di, df, do, dg = dz[:units], dz[units : 2 * units], dz[2 * units : 3 * units], dz[3 * units :]
-    tanh_c = np.tanh(c)
+    tanh_c = np.tanh(c, out=work)
     # do = dh tanh(c) o (1 - o)
     np.subtract(1, o, out=do)
     do *= o
@@ -189,9 +195,10 @@ def _lstm_sequence_grad(
     dc = dc_last.T.copy()
     recurrent_i = recurrent[:, order]  # (units, 4*units)
     if keep is None:
+        work = np.empty_like(dh)
         for t in range(steps - 1, -1, -1):
             dh += douts[t]
-            _step_gradient(gates[t], cs[t + 1], cs[t], dh, dc, dzs[t])
+            _step_gradient(gates[t], cs[t + 1], cs[t], dh, dc, dzs[t], work)
             np.matmul(recurrent_i, dzs[t], out=dh)  # the gradient of h_{t-1}
     else:
         _masked_bptt(recurrent_i, gates, cs, douts, dh, dc, dzs, keep.T.astype(x.dtype), zero_output_for_mask)
@@ -230,13 +237,13 @@ def _masked_bptt(
     (steps, batch) is 1 for a real step and 0 for a masked one. Leaves the initial states'
     gradients in ``dh`` and ``dc``."""
     dout = np.zeros_like(dh)  # the gradient of step t's output, with what later steps repeat
-    dh_new, dc_new = np.empty_like(dh), np.empty_like(dc)
+    dh_new, dc_new, work = np.empty_like(dh), np.empty_like(dc), np.empty_like(dc)
     for t in range(len(gates) - 1, -1, -1):
         output_gradient(dout, douts, kept, t, zero_output)
         np.add(dh, dout, out=dh_new)
         dh_new *= kept[t]
         np.multiply(dc, kept[t], out=dc_new)
-        _step_gradient(gates[t], cs[t + 1], cs[t], dh_new, dc_new, dzs[t])
+        _step_gradient(gates[t], cs[t + 1], cs[t], dh_new, dc_new, dzs[t], work)
         dropped = 1 - kept[t]
         dh *= dropped  # a masked step passes its states' gradients straight through
         dc *= dropped
