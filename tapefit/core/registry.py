@@ -27,6 +27,8 @@ GradFn = Callable[..., Any]
 
 _GRADIENTS: dict[str, GradFn] = {}
 _NOT_DIFFERENTIABLE: set[str] = set()
+# Op name -> the index of its first working output (see working_outputs).
+_WORKING: dict[str, int] = {}
 # Each OpDef's forward function -> the op's name: a trace writes down forward functions, and
 # exporters (tapefit.export) read the names back with ``forward_op_name``.
 _OP_NAMES: dict[Any, str] = {}
@@ -48,6 +50,13 @@ def register_gradient(op_name: str) -> Callable[[F], F]:
         return grad_fn
 
     return decorator
+
+
+def working_outputs(op_name: str, first: int) -> None:
+    """Declares that ``op_name``'s outputs from index ``first`` on are working arrays its
+    gradient reads (saved state, not results): when nothing differentiates them, the tape
+    passes ``None`` as their gradients instead of arrays of zeros."""
+    _WORKING[op_name] = first
 
 
 def not_differentiable(op_name: str) -> None:

@@ -24,7 +24,7 @@ from tapefit.core.explain import explain
 from tapefit.core.graph import Node, downstream, node_fields, upstream
 from tapefit.core.ops import add, ones_like, reduce_sum, reshape, stack, zeros, zeros_like
 from tapefit.core.record import Op, active_tapes, pop_tape, push_tape, recording
-from tapefit.core.registry import _GRADIENTS, get_gradient
+from tapefit.core.registry import _GRADIENTS, _WORKING, get_gradient
 from tapefit.core.tensor import Tensor, Variable, _traces, _wrap
 
 logger = logging.getLogger("tapefit")
@@ -493,7 +493,7 @@ class GradientTape:
                     grad_fn = op.grad_fn or gradients.get(op.type) or get_gradient(op.type)
                     if grad_fn is None:
                         continue
-                    input_grads = grad_fn(op, *[_wrap(a) for a in arrays])
+                    input_grads = grad_fn(op, *[None if a is None else _wrap(a) for a in arrays])
                 if input_grads.__class__ is not tuple:
                     input_grads = (
                         (input_grads,) if input_grads.__class__ is tensor else _as_tuple(input_grads)
@@ -529,8 +529,9 @@ class GradientTape:
     def _output_gradients(
         op: Op, grads: dict[int, Tensor], keep: set[int], stops: set[int]
     ) -> list[Tensor] | None:
-        """The upstream gradients of ``op``'s outputs (zeros for the missing ones), or
-        ``None`` when none arrived; drops them from ``grads`` unless they are sources.
+        """The upstream gradients of ``op``'s outputs (zeros for the missing ones, ``None`` for
+        a missing working output: see ``working_outputs``), or ``None`` when none arrived;
+        drops them from ``grads`` unless they are sources.
 
         An output in ``stops`` passes nothing back: the op is on the path only through its
         other outputs (``a, b = split(x)`` with ``b`` stopped).
@@ -540,10 +541,13 @@ class GradientTape:
             dys = [None if oid in stops else dy for oid, dy in zip(op.output_ids, dys)]
         if all(dy is None for dy in dys):
             return None
+        working = _WORKING.get(op.type, len(dys))
         filled: list[Tensor] = []
         for k, oid in enumerate(op.output_ids):
             dy = dys[k]
-            filled.append(zeros(op.output_shapes[k], op.output_dtypes[k]) if dy is None else dy)
+            if dy is None and k < working:
+                dy = zeros(op.output_shapes[k], op.output_dtypes[k])
+            filled.append(dy)  # type: ignore[arg-type]  # None only for working outputs
             if oid not in keep:
                 grads.pop(oid, None)
         return filled
@@ -612,18 +616,19 @@ def _add_into(grads: dict[int, np.ndarray], owned: set[int], key: int, value: np
 
 def _output_arrays(
     op: Op, grads: dict[int, np.ndarray], keep: set[int], stops: set[int]
-) -> list[np.ndarray] | None:
+) -> list[np.ndarray | None] | None:
     """``_output_gradients`` on ndarrays, for the fast walk."""
     oids = op.output_ids
     dys = [None if oid in stops else grads.get(oid) for oid in oids]
     if all(dy is None for dy in dys):
         return None
+    working = _WORKING.get(op.type, len(dys))
     for k, oid in enumerate(oids):
-        if dys[k] is None:
+        if dys[k] is None and k < working:
             dys[k] = np.zeros(op.output_shapes[k], op.output_dtypes[k])
         if oid not in keep:
             grads.pop(oid, None)
-    return dys  # type: ignore[return-value]
+    return dys
 
 
 def _accumulate(grads: dict[int, Tensor], key: int, g: Tensor) -> Tensor:

@@ -673,27 +673,86 @@ def _split_even(g: _Builder, z: str, count: int) -> list[str]:
     return list(g.node("Split", [z], count, axis=-1))
 
 
-@_converts("LSTMCell")
-def _lstm_cell(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
-    z, c_prev = x
+def _lstm_step(g: _Builder, z: str, c_prev: str) -> tuple[str, str, list[str]]:
+    """One LSTM step's nodes: ``h``, ``c`` and the four gates."""
     i, f, gate, o = _split_even(g, z, 4)
     i, f, o = (g.node("Sigmoid", [v]) for v in (i, f, o))
     gate = g.node("Tanh", [gate])
     c = g.node("Add", [g.node("Mul", [f, c_prev]), g.node("Mul", [i, gate])])
     h = g.node("Mul", [g.node("Tanh", [c]), o])
-    return [h, c, g.node("Concat", [i, f, gate, o], axis=-1)]
+    return h, c, [i, f, gate, o]
 
 
-@_converts("GRUCell")
-def _gru_cell(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
-    xw, hw, h = x
+@_converts("LSTMCell")
+def _lstm_cell(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
+    h, c, gates = _lstm_step(g, *x)
+    return [h, c, g.node("Concat", gates, axis=-1)]
+
+
+@_converts("LSTMSequence")
+def _lstm_sequence(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
+    inputs, kernel, recurrent, bias, h, c, *mask = x
+    projected = g.node("Add", [g.node("MatMul", [inputs, kernel]), bias])
+
+    def step(t: int, states: list[str]) -> list[str]:
+        xw = g.node("Gather", [projected, g.ints(t)], axis=1)
+        z = g.node("Add", [xw, g.node("MatMul", [states[0], recurrent])])
+        return list(_lstm_step(g, z, states[1])[:2])
+
+    return _unrolled(g, op, mask, [h, c], step)
+
+
+def _gru_step(g: _Builder, xw: str, hw: str, h: str) -> tuple[str, list[str]]:
+    """One GRU step's nodes: the new state and the gates ``z, r`` and the candidate."""
     x_z, x_r, x_h = _split_even(g, xw, 3)
     h_z, h_r, h_h = _split_even(g, hw, 3)
     z = g.node("Sigmoid", [g.node("Add", [x_z, h_z])])
     r = g.node("Sigmoid", [g.node("Add", [x_r, h_r])])
     c = g.node("Tanh", [g.node("Add", [g.node("Mul", [r, h_h]), x_h])])
-    out = g.node("Add", [g.node("Mul", [g.node("Sub", [h, c]), z]), c])  # c + z * (h - c)
-    return [out, g.node("Concat", [z, r, c], axis=-1)]
+    return g.node("Add", [g.node("Mul", [g.node("Sub", [h, c]), z]), c]), [z, r, c]  # c + z * (h - c)
+
+
+@_converts("GRUCell")
+def _gru_cell(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
+    out, gates = _gru_step(g, *x)
+    return [out, g.node("Concat", gates, axis=-1)]
+
+
+def _unrolled(
+    g: _Builder, op: TracedOp, mask: list[str], states: list[str], step: Callable[[int, list[str]], list[str]]
+) -> list[str]:
+    """A sequence op's outputs over the traced number of steps, as the per-step layers export:
+    ``step(t, states)`` gives step ``t``'s new states (the output first); Keras's mask rule
+    (see ``lstm_sequence``) with a ``mask``. Returns the outputs (batch, time, units) and the
+    last states; the op's working outputs, which only its gradient reads, get no nodes."""
+    zero = g.scalar(0, g.first.dtypes[op.inputs[0]])
+    outputs: list[str] = []
+    for t in range(g.first.shapes[op.inputs[0]][1]):
+        new = step(t, states)
+        if not mask:
+            states, output = new, new[0]
+        else:
+            keep = g.node("Unsqueeze", [g.node("Gather", [mask[0], g.ints(t)], axis=1), g.ints([1])])
+            states = [g.node("Where", [keep, n, s]) for n, s in zip(new, states)]
+            zeros = not outputs or op.attrs.get("zero_output_for_mask", False)
+            output = g.node("Where", [keep, new[0], zero if zeros else outputs[-1]])
+        outputs.append(output)
+    sequence = g.node("Concat", [g.node("Unsqueeze", [o, g.ints([1])]) for o in outputs], axis=1)
+    return [sequence, *(g.node("Identity", [s]) for s in states)]
+
+
+@_converts("GRUSequence")
+def _gru_sequence(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
+    inputs, kernel, recurrent, bias, h, *mask = x
+    input_bias, recurrent_bias = (g.node("Gather", [bias, g.ints(k)], axis=0) for k in (0, 1))
+    projected = g.node("Add", [g.node("MatMul", [inputs, kernel]), input_bias])
+
+    def step(t: int, states: list[str]) -> list[str]:
+        xw = g.node("Gather", [projected, g.ints(t)], axis=1)
+        hw = g.node("Add", [g.node("MatMul", [states[0], recurrent]), recurrent_bias])
+        return [_gru_step(g, xw, hw, states[0])[0]]
+
+    return _unrolled(g, op, mask, [h], step)
 
 
 @_converts("RNNCell")

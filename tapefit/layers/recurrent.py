@@ -5,6 +5,10 @@ A layer runs its cell over the time steps in a Python loop that the tape records
 other code (so gradients, higher derivatives and ``tp.function`` replay work as for any op).
 The input projection of every time step is one matrix product before the loop; each step adds
 one product with the recurrent kernel. Inputs are ``(batch, time, features)``.
+
+An LSTM, or a GRU with ``reset_after``, with the default activations and without recurrent
+dropout runs the whole loop, masks included, as one op instead (``lstm_sequence`` and
+``gru_sequence`` in ``tapefit.core.ops``), and its backward pass as one more.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ import numpy as np
 from tapefit.core.ops import math as _math
 from tapefit.core.ops import nn as _nn
 from tapefit.core.ops import shape as _shape
+from tapefit.core.ops.gru_sequence import gru_sequence
 from tapefit.core.ops.linalg import matmul
+from tapefit.core.ops.lstm_sequence import lstm_sequence
 from tapefit.core.ops.recurrent import gru_cell, lstm_cell, rnn_cell
 from tapefit.core.tensor import Tensor, Variable, as_tensor
 from tapefit.layers import activations, constraints, initializers
@@ -161,6 +167,15 @@ class _RNN(Layer):
         ``_recurrent_weights`` gave."""
         raise NotImplementedError
 
+    def _sequence(
+        self, x: Tensor, states: list[Tensor], keep: Tensor | None
+    ) -> tuple[Tensor, list[Tensor]] | None:
+        """Every step at once, in one op, where the layer has one for its configuration: the
+        outputs in the order run (reversed with ``go_backwards``) and the last states; ``None``
+        to run step by step. Called without recurrent dropout or empty inputs; ``keep`` is the
+        boolean mask or ``None``."""
+        return None
+
     def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
         """The steps' mask goes on with the sequence (``return_sequences``), not past the last state."""
         return mask if self.return_sequences else None
@@ -178,15 +193,14 @@ class _RNN(Layer):
                 f"got shape {x.shape}"
             )
         batch, steps, _ = x.shape
-        keep = None
         if mask is not None:  # a Tensor: ops, so that tp.function replays it
-            given = as_tensor(mask)
-            if tuple(given.shape) != (batch, steps):
+            mask = as_tensor(mask)
+            if tuple(mask.shape) != (batch, steps):
                 raise ValueError(
                     f"{type(self).__name__} '{self.name}': mask must have shape {(batch, steps)}, "
-                    f"got {tuple(given.shape)}"
+                    f"got {tuple(mask.shape)}"
                 )
-            keep = _shape.split(given if given.dtype == bool else _math.cast(given, bool), steps, axis=1)
+            mask = mask if mask.dtype == bool else _math.cast(mask, bool)
         states = self._initial_states(batch, initial_state, x.dtype)
         recurrent_keep = None
         if training and self.dropout:  # one mask per sequence, the same at every step (Keras)
@@ -195,6 +209,14 @@ class _RNN(Layer):
             recurrent_keep = _nn.dropout(
                 as_tensor(np.ones((batch, self.units), x.dtype)), self.recurrent_dropout
             )
+        fused = self._sequence(x, states, mask) if recurrent_keep is None and steps and batch else None
+        if fused is not None:
+            sequence, states = fused
+            # the last output is the state, unless a mask made the last step repeat or zero it
+            last = states[0] if mask is None else sequence[:, -1]
+            result = sequence if self.return_sequences else last
+            return [result, *states] if self.return_state else result
+        keep = None if mask is None else _shape.split(mask, steps, axis=1)
         inputs_by_step = self._input_projection(x)
         recurrent = self._recurrent_weights()
         order = range(steps - 1, -1, -1) if self.go_backwards else range(steps)
@@ -301,6 +323,9 @@ class _GatedRNN(_RNN):
         self.recurrent_activation = activations.get(recurrent_activation)
         self._arguments.update(recurrent_activation=recurrent_activation)
 
+    def _default_activations(self) -> bool:
+        return self.activation in _TANH and self.recurrent_activation in _SIGMOID
+
 
 _TANH = (activations.tanh, _math.tanh)
 _SIGMOID = (activations.sigmoid, _math.sigmoid)
@@ -338,12 +363,26 @@ class LSTM(_GatedRNN):
             value[self.units : 2 * self.units] = 1.0
         return value
 
+    def _sequence(
+        self, x: Tensor, states: list[Tensor], keep: Tensor | None
+    ) -> tuple[Tensor, list[Tensor]] | None:
+        if not self._default_activations() or any(s.dtype != x.dtype for s in states):
+            return None  # other dtypes: the step loop raises its usual error
+        if self.go_backwards:
+            x, keep = x[:, ::-1], None if keep is None else keep[:, ::-1]
+        bias = self.bias if self.bias is not None else np.zeros(4 * self.units, x.dtype)
+        h0, c0 = states
+        outputs, h, c = lstm_sequence(
+            x, self.kernel, self.recurrent_kernel, bias, h0, c0, keep, self.zero_output_for_mask
+        )
+        return outputs, [h, c]
+
     def _cell(
         self, xw: Tensor, states: list[Tensor], h_in: Tensor, recurrent: Any
     ) -> tuple[Tensor, list[Tensor]]:
         c = states[1]
         z = xw + matmul(h_in, recurrent)
-        if self.activation in _TANH and self.recurrent_activation in _SIGMOID:
+        if self._default_activations():
             h, c = lstm_cell(z, c)  # the default activations: one fused op per step
             return h, [h, c]
         i, f, g, o = _shape.split(z, 4, axis=-1)
@@ -392,6 +431,19 @@ class GRU(_GatedRNN):
         if self.reset_after:  # the recurrent bias taken out once, not at every step
             return self.recurrent_kernel, None if self.bias is None else self.bias[1]
         return _shape.split(self.recurrent_kernel, [2 * self.units, self.units], axis=-1)
+
+    def _sequence(
+        self, x: Tensor, states: list[Tensor], keep: Tensor | None
+    ) -> tuple[Tensor, list[Tensor]] | None:
+        if not (self.reset_after and self._default_activations()) or states[0].dtype != x.dtype:
+            return None  # other dtypes: the step loop raises its usual error
+        if self.go_backwards:
+            x, keep = x[:, ::-1], None if keep is None else keep[:, ::-1]
+        bias = self.bias if self.bias is not None else np.zeros((2, 3 * self.units), x.dtype)
+        outputs, h = gru_sequence(
+            x, self.kernel, self.recurrent_kernel, bias, states[0], keep, self.zero_output_for_mask
+        )
+        return outputs, [h]
 
     def _cell(
         self, xw: Tensor, states: list[Tensor], h_in: Tensor, recurrent: Any

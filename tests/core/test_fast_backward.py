@@ -48,6 +48,25 @@ def _lstm(z: Any, c: Any) -> Any:
     return h * 1.5 + c2 * c2
 
 
+def _lstm_sequence(x: Any, kernel: Any, recurrent: Any, bias: Any, h0: Any, c0: Any) -> Any:
+    out, h, c = tp.core.ops.lstm_sequence.lstm_sequence(x, kernel, recurrent, bias, h0, c0)
+    return tp.reduce_sum(out * out) + tp.reduce_sum(h * 1.5 + c * c)
+
+
+def _lstm_sequence_args() -> list[np.ndarray]:
+    return [_x(2, 3, 2), _x(2, 8), _x(2, 8), _x(8), _x(2, 2), _x(2, 2)]
+
+
+def _gru_sequence(x: Any, kernel: Any, recurrent: Any, bias: Any, h0: Any) -> Any:
+    mask = np.array([[True, False, True], [True, True, False]])
+    out, h = tp.core.ops.gru_sequence.gru_sequence(x, kernel, recurrent, bias, h0, mask)
+    return tp.reduce_sum(out * out) + tp.reduce_sum(h * 1.5)
+
+
+def _gru_sequence_args() -> list[np.ndarray]:
+    return [_x(2, 3, 2), _x(2, 6), _x(2, 6), _x(2, 6), _x(2, 2)]
+
+
 def _gru(xw: Any, hw: Any, h: Any) -> Any:
     out, gates = tp.core.ops.recurrent.gru_cell(xw, hw, h)
     return tp.reduce_sum(out * out) + tp.reduce_sum(gates * 0.5)
@@ -140,7 +159,9 @@ CASES: list[tuple[str, Callable[..., Any], list[np.ndarray]]] = [
         [_x(2, 4, 4, 2), _x(3, 3, 2, 3)],
     ),
     ("lstm", _lstm, [_x(2, 12), _x(2, 3)]),
+    ("lstm_sequence", _lstm_sequence, _lstm_sequence_args()),
     ("gru", _gru, [_x(2, 9), _x(2, 9), _x(2, 3)]),
+    ("gru_sequence", _gru_sequence, _gru_sequence_args()),
     ("rnn", _rnn, [_x(2, 3), _x(2, 3), _x(3, 3)]),
     # second-order forwards: the backward ops of the first-order gradients are recorded
     (
@@ -176,6 +197,8 @@ CASES: list[tuple[str, Callable[..., Any], list[np.ndarray]]] = [
         [_x(1, 4, 4, 1), _x(2, 2, 1, 2)],
     ),
     ("grad_lstm", _grad_of(_lstm), [_x(2, 8), _x(2, 2)]),
+    ("grad_lstm_sequence", _grad_of(_lstm_sequence), _lstm_sequence_args()),
+    ("grad_gru_sequence", _grad_of(_gru_sequence), _gru_sequence_args()),
     ("grad_gru", _grad_of(_gru), [_x(2, 6), _x(2, 6), _x(2, 2)]),
     ("grad_rnn", _grad_of(_rnn), [_x(2, 2), _x(2, 2), _x(2, 2)]),
     ("grad_prod", _grad_of(lambda x: tp.reduce_prod(x, axis=0) ** 2.0), [_x(3, 2)]),

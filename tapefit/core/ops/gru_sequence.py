@@ -1,0 +1,271 @@
+"""The whole-sequence GRU op (Keras's ``reset_after`` GRU, cuDNN's form): ``GRUSequence`` runs
+every time step as one recorded op and ``GRUSequenceGrad`` its backpropagation through time,
+as ``lstm_sequence`` does for the LSTM (see there for the layout).
+
+Each step's one product gives four blocks, in the internal order ``z, r, h_h, x_h``: the update
+and reset gates' pre-activations (input and recurrent parts summed), the recurrent part of the
+candidate (which the reset gate multiplies) and its input part. The weight matrix has zeros
+where a block has no input or no recurrent part. ``GRUSequenceGrad`` is differentiated by
+running the sequence in per-step tapefit ops (``gru_cell``) and their gradient under a tape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tapefit.core.ops.creation import zeros_like
+from tapefit.core.ops.linalg import matmul
+from tapefit.core.ops.lstm_sequence import mask_step, output_gradient
+from tapefit.core.ops.math import cast, where
+from tapefit.core.ops.nn import dense
+from tapefit.core.ops.recurrent import gru_cell
+from tapefit.core.ops.shape import reshape, split, stack, unstack
+from tapefit.core.ops.workspace import empty
+from tapefit.core.record import Op
+from tapefit.core.registry import OpDef, execute, register_gradient, working_outputs
+from tapefit.core.tensor import Tensor, as_tensor
+
+__all__ = ["gru_sequence"]
+
+
+def _weights(kernel: np.ndarray, recurrent: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """``(4*units, features + 1 + units)``: each block's input, bias and recurrent weights."""
+    features, units = kernel.shape[0], recurrent.shape[0]
+    weights = empty((4 * units, features + 1 + units), kernel.dtype)
+    zr, hh, xh = slice(0, 2 * units), slice(2 * units, 3 * units), slice(3 * units, 4 * units)
+    weights[zr, :features] = kernel.T[zr]
+    weights[zr, features] = bias[0, zr] + bias[1, zr]
+    weights[zr, features + 1 :] = recurrent.T[zr]
+    weights[hh, :features] = 0
+    weights[hh, features] = bias[1, 2 * units :]
+    weights[hh, features + 1 :] = recurrent.T[2 * units :]
+    weights[xh, :features] = kernel.T[2 * units :]
+    weights[xh, features] = bias[0, 2 * units :]
+    weights[xh, features + 1 :] = 0
+    return weights
+
+
+def _gru_sequence(
+    x: np.ndarray,
+    kernel: np.ndarray,
+    recurrent: np.ndarray,
+    bias: np.ndarray,
+    h0: np.ndarray,
+    keep: np.ndarray | None = None,
+    *,
+    zero_output_for_mask: bool = False,
+) -> tuple[np.ndarray, ...]:
+    batch, steps, features = x.shape
+    units = h0.shape[-1]
+    # One column block per step: x_t, a row of ones (the biases) and h_{t-1}; step t writes
+    # h_t into block t + 1.
+    stacked = empty((features + 1 + units, steps + 1, batch), x.dtype)
+    stacked[:features, :steps] = x.transpose(2, 1, 0)
+    stacked[features, :steps] = 1
+    stacked[features + 1 :, 0] = h0.T
+    weights = _weights(kernel, recurrent, bias)
+    weights[: 2 * units] *= -1  # the sigmoid gates then need exp(z), not exp(-z)
+    gates = empty((steps, 4 * units, batch), x.dtype)
+    hs = stacked[features + 1 :]
+    outs = hs[:, 1:] if keep is None else empty((units, steps, batch), x.dtype)
+    work = empty((units, batch), x.dtype)
+    with np.errstate(over="ignore"):  # exp overflows to inf, whose sigmoid is the right 0
+        for t in range(steps):
+            z = gates[t]
+            np.matmul(weights, stacked[:, t], out=z)
+            sig = z[: 2 * units]
+            np.exp(sig, out=sig)
+            sig += 1
+            np.reciprocal(sig, out=sig)
+            update, reset, hh, c = z[:units], z[units : 2 * units], z[2 * units : 3 * units], z[3 * units :]
+            np.multiply(reset, hh, out=work)
+            c += work
+            np.tanh(c, out=c)  # the candidate
+            np.subtract(hs[:, t], c, out=work)
+            work *= update
+            np.add(work, c, out=outs[:, t])  # z h + (1 - z) c, as c + z (h - c)
+            if keep is not None:
+                mask_step(~keep[:, t], outs, hs, None, t, zero_output_for_mask)
+    outputs = empty((batch, steps, units), x.dtype)
+    np.copyto(outputs, outs.transpose(2, 1, 0))
+    return outputs, hs[:, steps].T.copy(), stacked, gates
+
+
+def _step_gradient(z: np.ndarray, h_prev: np.ndarray, dh: np.ndarray, dz: np.ndarray) -> None:
+    """One step of backpropagation through time, transposed: the four blocks' gradients
+    into ``dz``, from ``dh``, the gradient of the step's output."""
+    units = h_prev.shape[0]
+    update, reset, hh, c = z[:units], z[units : 2 * units], z[2 * units : 3 * units], z[3 * units :]
+    d_update, d_reset, d_hh, d_xh = (
+        dz[:units],
+        dz[units : 2 * units],
+        dz[2 * units : 3 * units],
+        dz[3 * units :],
+    )
+    # the candidate's pre-activation: dh (1 - z) (1 - c^2)
+    np.multiply(c, c, out=d_xh)
+    np.subtract(1, d_xh, out=d_xh)
+    d_xh *= dh
+    np.subtract(1, update, out=d_update)
+    d_xh *= d_update
+    # the update gate: dh (h_prev - c) z (1 - z)
+    d_update *= update
+    d_update *= dh
+    np.subtract(h_prev, c, out=d_hh)
+    d_update *= d_hh
+    # the reset gate multiplies h_h: d_hh = d_xh r, d_reset = d_xh h_h r (1 - r)
+    np.multiply(d_xh, reset, out=d_hh)
+    np.subtract(1, reset, out=d_reset)
+    d_reset *= reset
+    d_reset *= hh
+    d_reset *= d_xh
+
+
+def _gru_sequence_grad(
+    x: np.ndarray,
+    kernel: np.ndarray,
+    recurrent: np.ndarray,
+    bias: np.ndarray,
+    h0: np.ndarray,
+    stacked: np.ndarray,
+    gates: np.ndarray,
+    doutputs: np.ndarray,
+    dh_last: np.ndarray,
+    keep: np.ndarray | None = None,
+    *,
+    zero_output_for_mask: bool = False,
+) -> tuple[np.ndarray, ...]:
+    steps, width, batch = gates.shape
+    units, features = width // 4, x.shape[-1]
+    hs = stacked[features + 1 :]
+    douts = empty((steps, units, batch), x.dtype)
+    np.copyto(douts, doutputs.transpose(1, 2, 0))
+    dzs = empty((steps, width, batch), x.dtype)
+    dh = dh_last.T.copy()  # a copy: it is written, and for one row .T is contiguous
+    dh_new, dout, work = np.empty_like(dh), np.zeros_like(dh), np.empty_like(dh)
+    kept = None if keep is None else keep.T.astype(x.dtype)
+    for t in range(steps - 1, -1, -1):
+        if kept is None:
+            np.add(dh, douts[t], out=dh_new)
+            dh[...] = 0
+        else:  # Keras's mask rule: see lstm_sequence's mask_step
+            output_gradient(dout, douts, kept, t, zero_output_for_mask)
+            np.add(dh, dout, out=dh_new)
+            dh_new *= kept[t]
+            dh *= 1 - kept[t]  # a masked step passes the state's gradient straight through
+        _step_gradient(gates[t], hs[:, t], dh_new, dzs[t])
+        # h_{t-1} reaches h_t directly (times z) and through the gates' recurrent parts
+        np.multiply(dh_new, gates[t, :units], out=work)
+        dh += work
+        dh += np.matmul(recurrent, dzs[t, : 3 * units], out=work)
+    flat = empty((width, steps, batch), x.dtype)
+    np.copyto(flat, dzs.transpose(1, 0, 2))
+    flat = flat.reshape(width, steps * batch)
+    dweights = np.matmul(stacked[:, :steps].reshape(-1, steps * batch), flat.T)
+    dx_by_step = np.matmul(flat.T, _weights(kernel, recurrent, bias)[:, :features])
+    dx = empty((batch, steps, features), x.dtype)
+    np.copyto(dx, dx_by_step.reshape(steps, batch, features).transpose(1, 0, 2))
+    zr, hh, xh = slice(0, 2 * units), slice(2 * units, 3 * units), slice(3 * units, 4 * units)
+    dkernel = np.concatenate([dweights[:features, zr], dweights[:features, xh]], axis=1)
+    dbias = np.stack(
+        [
+            np.concatenate([dweights[features, zr], dweights[features, xh]]),
+            np.concatenate([dweights[features, zr], dweights[features, hh]]),
+        ]
+    )
+    return (
+        dx,
+        dkernel,
+        np.ascontiguousarray(dweights[features + 1 :, : 3 * units]),
+        dbias,
+        np.ascontiguousarray(dh.T),
+    )
+
+
+_GRU_SEQUENCE = OpDef("GRUSequence", _gru_sequence, save="all")
+_GRU_SEQUENCE_GRAD = OpDef("GRUSequenceGrad", _gru_sequence_grad, save="all")
+working_outputs("GRUSequence", 2)  # the tape fills no zeros for them
+
+
+def gru_sequence(
+    x: Any,
+    kernel: Any,
+    recurrent_kernel: Any,
+    bias: Any,
+    h0: Any,
+    mask: Any = None,
+    zero_output_for_mask: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """A whole GRU layer's time loop (Keras's ``reset_after`` form) as one op: returns
+    ``(outputs, h)``, every step's output (batch, time, units) and the last state (batch, units).
+
+    ``x`` (batch, time, features); ``kernel`` (features, 3*units), ``recurrent_kernel``
+    (units, 3*units) and ``bias`` (2, 3*units: the input and the recurrent biases) with
+    Keras's gate order ``z, r, h`` and default activations (sigmoid gates, tanh); ``h0``
+    (batch, units) the initial state. ``mask`` and ``zero_output_for_mask`` as in
+    ``lstm_sequence``. The caller checks shapes and dtypes (one floating dtype, at least one
+    step).
+    """
+    inputs = tuple(as_tensor(v) for v in (x, kernel, recurrent_kernel, bias, h0))
+    attrs: dict[str, Any] = {}
+    if mask is not None:
+        mask = as_tensor(mask)
+        inputs += (mask if mask.dtype == bool else cast(mask, bool),)
+        attrs = {"zero_output_for_mask": bool(zero_output_for_mask)}
+    outputs, h, *_ = execute(_GRU_SEQUENCE, inputs, attrs)
+    return outputs, h
+
+
+@register_gradient("GRUSequence")
+def _gru_sequence_op_grad(op: Op, doutputs: Tensor, dh: Tensor, *working: Tensor | None) -> Any:
+    # The working outputs (the op's saved state) are not results: their gradients are dropped.
+    grads = execute(
+        _GRU_SEQUENCE_GRAD, (*op.inputs[:5], *op.outputs[2:], doutputs, dh, *op.inputs[5:]), op.attrs
+    )
+    return [*grads, None] if len(op.inputs) > 5 else grads  # none for the mask
+
+
+def _per_step(
+    x: Tensor,
+    kernel: Tensor,
+    recurrent: Tensor,
+    bias: Tensor,
+    h: Tensor,
+    mask: Tensor | None = None,
+    zero_output_for_mask: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """``gru_sequence`` in per-step tapefit ops, to differentiate its gradient."""
+    batch, steps, features = x.shape
+    input_bias, recurrent_bias = unstack(bias, axis=0)
+    projected = matmul(reshape(x, (batch * steps, features)), kernel) + input_bias
+    keep = [None] * steps if mask is None else split(mask, steps, axis=1)
+    zeros = zeros_like(h)
+    outputs: list[Tensor] = []
+    for xw, step_keep in zip(unstack(reshape(projected, (batch, steps, kernel.shape[-1])), axis=1), keep):
+        h_new, _ = gru_cell(xw, dense(h, recurrent, recurrent_bias), h)
+        if step_keep is None:
+            h, output = h_new, h_new
+        else:
+            h = where(step_keep, h_new, h)
+            previous = outputs[-1] if outputs and not zero_output_for_mask else zeros
+            output = where(step_keep, h_new, previous)
+        outputs.append(output)
+    return stack(outputs, axis=1), h
+
+
+@register_gradient("GRUSequenceGrad")
+def _gru_sequence_grad_grad(op: Op, *upstream: Tensor) -> list[Tensor | None]:
+    from tapefit.core.tape import GradientTape  # the tape imports the ops
+
+    inputs = list(op.inputs)
+    primal, cotangents, mask = inputs[:5], inputs[7:9], inputs[9:]
+    with GradientTape() as outer:
+        outer.watch(primal + cotangents)
+        with GradientTape() as inner:
+            inner.watch(primal)
+            results = _per_step(*primal, *mask, **op.attrs)
+        grads = inner.gradient(list(results), primal, output_gradients=cotangents)
+    first = outer.gradient(grads, primal + cotangents, output_gradients=list(upstream))
+    return [*first[:5], None, None, *first[5:], *[None for _ in mask]]  # none for the working arrays

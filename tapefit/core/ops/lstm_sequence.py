@@ -1,0 +1,340 @@
+"""The whole-sequence LSTM op (TensorFlow's ``BlockLSTM``, cuDNN's RNN in tapefit's terms).
+
+``lstm_sequence`` runs every time step of an LSTM layer as one recorded op (``LSTMSequence``)
+and its backward pass, backpropagation through time, as one more (``LSTMSequenceGrad``). The
+input projection of all steps is one product; each step does one recurrent product and its
+gate arithmetic into preallocated arrays; the backward pass gets the gradients of the kernel,
+the recurrent kernel, the bias and the inputs from a few products over all steps after its loop.
+
+Inside, the arrays are laid out so that every step's work is on contiguous blocks: the gates
+are kept transposed, ``(4*units, batch)`` per step, in the order ``i, f, o, g`` (the three
+sigmoid gates side by side), and each step multiplies one weight matrix (kernel, bias and
+recurrent kernel side by side) by its input, its row of ones and the previous state stacked.
+The op's extra outputs carry that state to the gradient op: they are working arrays, not
+results, and take no gradient.
+
+``LSTMSequenceGrad`` is differentiated by running the sequence in per-step tapefit ops
+(``lstm_cell``) and their gradient under a tape, so second and higher derivatives hold.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tapefit.core.ops.creation import zeros_like
+from tapefit.core.ops.linalg import matmul
+from tapefit.core.ops.math import cast, where
+from tapefit.core.ops.recurrent import lstm_cell
+from tapefit.core.ops.shape import reshape, split, stack, unstack
+from tapefit.core.ops.workspace import empty
+from tapefit.core.record import Op
+from tapefit.core.registry import OpDef, execute, register_gradient, working_outputs
+from tapefit.core.tensor import Tensor, as_tensor
+
+__all__ = ["lstm_sequence"]
+
+
+def _internal_order(units: int) -> np.ndarray:
+    """Keras's gate columns ``i, f, g, o`` in the internal order ``i, f, o, g`` (its own inverse)."""
+    return np.concatenate(
+        [np.arange(2 * units), np.arange(3 * units, 4 * units), np.arange(2 * units, 3 * units)]
+    )
+
+
+def _lstm_sequence(
+    x: np.ndarray,
+    kernel: np.ndarray,
+    recurrent: np.ndarray,
+    bias: np.ndarray,
+    h0: np.ndarray,
+    c0: np.ndarray,
+    keep: np.ndarray | None = None,
+    *,
+    zero_output_for_mask: bool = False,
+) -> tuple[np.ndarray, ...]:
+    batch, steps, features = x.shape
+    units = h0.shape[-1]
+    order = _internal_order(units)
+    # One column block per step: x_t, a row of ones (the bias) and h_{t-1}, so one product
+    # gives the pre-activations; step t writes h_t into block t + 1. The backward pass finds
+    # every weight's gradient in one product with it.
+    stacked = empty((features + 1 + units, steps + 1, batch), x.dtype)
+    stacked[:features, :steps] = x.transpose(2, 1, 0)
+    stacked[features, :steps] = 1
+    stacked[features + 1 :, 0] = h0.T
+    weights = empty((4 * units, features + 1 + units), x.dtype)
+    weights[:, :features] = kernel.T[order]
+    weights[:, features] = bias[order]
+    weights[:, features + 1 :] = recurrent.T[order]
+    weights[: 3 * units] *= -1  # the sigmoid gates then need exp(z), not exp(-z)
+    gates = empty((steps, 4 * units, batch), x.dtype)
+    cs = empty((steps + 1, units, batch), x.dtype)
+    cs[0] = c0.T
+    hs = stacked[features + 1 :]
+    # With a mask, each step's output goes to its own block first: a masked step's output
+    # (the previous output, or zeros) differs from its state (the previous state).
+    outs = hs[:, 1:] if keep is None else empty((units, steps, batch), x.dtype)
+    work = empty((units, batch), x.dtype)
+    with np.errstate(over="ignore"):  # exp overflows to inf, whose sigmoid is the right 0
+        for t in range(steps):
+            z = gates[t]
+            np.matmul(weights, stacked[:, t], out=z)
+            sig = z[: 3 * units]
+            np.exp(sig, out=sig)
+            sig += 1
+            np.reciprocal(sig, out=sig)
+            np.tanh(z[3 * units :], out=z[3 * units :])
+            i, f, o, g = z[:units], z[units : 2 * units], z[2 * units : 3 * units], z[3 * units :]
+            c = cs[t + 1]
+            np.multiply(f, cs[t], out=c)
+            np.multiply(i, g, out=work)
+            c += work
+            np.tanh(c, out=work)
+            np.multiply(o, work, out=outs[:, t])
+            if keep is not None:
+                mask_step(~keep[:, t], outs, hs, cs, t, zero_output_for_mask)
+    outputs = empty((batch, steps, units), x.dtype)
+    np.copyto(outputs, outs.transpose(2, 1, 0))
+    return outputs, hs[:, steps].T.copy(), cs[steps].T.copy(), stacked, gates, cs
+
+
+def mask_step(
+    dropped: np.ndarray, outs: np.ndarray, hs: np.ndarray, cs: np.ndarray | None, t: int, zero_output: bool
+) -> None:
+    """Keras's rule for the masked (``dropped``) rows of step ``t``: the states (``hs`` and
+    ``cs``, if any; block ``t + 1`` is step ``t``'s) carry through, the output (``outs[:, t]``,
+    already in ``hs[:, t + 1]``'s place) repeats the previous output (zeros before the first
+    step, or always zeros with ``zero_output``). The GRU's sequence op shares it."""
+    np.copyto(hs[:, t + 1], outs[:, t])
+    np.copyto(hs[:, t + 1], hs[:, t], where=dropped)
+    if cs is not None:
+        np.copyto(cs[t + 1], cs[t], where=dropped)
+    np.copyto(outs[:, t], 0 if zero_output or t == 0 else outs[:, t - 1], where=dropped)
+
+
+def output_gradient(dout: np.ndarray, douts: np.ndarray, kept: np.ndarray, t: int, zero_output: bool) -> None:
+    """Turns ``dout`` (step ``t + 1``'s output gradient, with what later steps repeat) into
+    step ``t``'s: a masked step ``t + 1`` repeated step ``t``'s output (``mask_step``)."""
+    if zero_output or t == len(douts) - 1:
+        dout[...] = douts[t]
+    else:
+        dout *= 1 - kept[t + 1]
+        dout += douts[t]
+
+
+def _step_gradient(
+    z: np.ndarray,
+    c: np.ndarray,
+    c_prev: np.ndarray,
+    dh: np.ndarray,
+    carry: np.ndarray,
+    dz: np.ndarray,
+    work: np.ndarray,
+) -> None:
+    """One step of backpropagation through time, transposed: writes the pre-activations'
+    gradient into ``dz`` and turns ``carry`` (the cell state's gradient from the step after)
+    into the one for the step before; ``work`` is scratch of ``c``'s shape."""
+    units = c.shape[0]
+    i, f, o, g = z[:units], z[units : 2 * units], z[2 * units : 3 * units], z[3 * units :]
+    di, df, do, dg = dz[:units], dz[units : 2 * units], dz[2 * units : 3 * units], dz[3 * units :]
+    tanh_c = np.tanh(c, out=work)
+    # do = dh tanh(c) o (1 - o)
+    np.subtract(1, o, out=do)
+    do *= o
+    do *= dh
+    do *= tanh_c
+    # dc = dh o (1 - tanh(c)^2) + carry, kept in tanh_c
+    np.multiply(tanh_c, tanh_c, out=tanh_c)
+    np.subtract(1, tanh_c, out=tanh_c)
+    tanh_c *= o
+    tanh_c *= dh
+    tanh_c += carry
+    dc = tanh_c
+    # each gate: dc * (what it multiplies) * (its activation's slope, from its output)
+    np.subtract(1, i, out=di)
+    di *= i
+    di *= g
+    di *= dc
+    np.subtract(1, f, out=df)
+    df *= f
+    df *= c_prev
+    df *= dc
+    np.multiply(g, g, out=dg)
+    np.subtract(1, dg, out=dg)
+    dg *= i
+    dg *= dc
+    np.multiply(dc, f, out=carry)
+
+
+def _lstm_sequence_grad(
+    x: np.ndarray,
+    kernel: np.ndarray,
+    recurrent: np.ndarray,
+    bias: np.ndarray,
+    h0: np.ndarray,
+    c0: np.ndarray,
+    stacked: np.ndarray,
+    gates: np.ndarray,
+    cs: np.ndarray,
+    doutputs: np.ndarray,
+    dh_last: np.ndarray,
+    dc_last: np.ndarray,
+    keep: np.ndarray | None = None,
+    *,
+    zero_output_for_mask: bool = False,
+) -> tuple[np.ndarray, ...]:
+    steps, width, batch = gates.shape
+    units, features = width // 4, x.shape[-1]
+    order = _internal_order(units)
+    douts = empty((steps, units, batch), x.dtype)
+    np.copyto(douts, doutputs.transpose(1, 2, 0))
+    dzs = empty((steps, width, batch), x.dtype)
+    dh = dh_last.T.copy()  # copies: both are written, and for one row .T is contiguous
+    dc = dc_last.T.copy()
+    recurrent_i = recurrent[:, order]  # (units, 4*units)
+    if keep is None:
+        work = np.empty_like(dh)
+        for t in range(steps - 1, -1, -1):
+            dh += douts[t]
+            _step_gradient(gates[t], cs[t + 1], cs[t], dh, dc, dzs[t], work)
+            np.matmul(recurrent_i, dzs[t], out=dh)  # the gradient of h_{t-1}
+    else:
+        _masked_bptt(recurrent_i, gates, cs, douts, dh, dc, dzs, keep.T.astype(x.dtype), zero_output_for_mask)
+    # The products over all steps take (time, batch) as one axis: one copy into that layout
+    # costs less than one per step (each writes a row per gate unit, a page apart).
+    flat = empty((width, steps, batch), x.dtype)
+    np.copyto(flat, dzs.transpose(1, 0, 2))
+    flat = flat.reshape(width, steps * batch)
+    # One product for the kernel's, the bias's and the recurrent kernel's gradients.
+    dweights = np.matmul(stacked[:, :steps].reshape(-1, steps * batch), flat.T)[:, order]
+    dx_by_step = np.matmul(flat.T, kernel.T[order], out=empty((steps * batch, features), x.dtype))
+    dx = empty((batch, steps, features), x.dtype)
+    np.copyto(dx, dx_by_step.reshape(steps, batch, features).transpose(1, 0, 2))
+    return (
+        dx,
+        np.ascontiguousarray(dweights[:features]),
+        np.ascontiguousarray(dweights[features + 1 :]),
+        dweights[features].copy(),
+        np.ascontiguousarray(dh.T),
+        np.ascontiguousarray(dc.T),
+    )
+
+
+def _masked_bptt(
+    recurrent_i: np.ndarray,
+    gates: np.ndarray,
+    cs: np.ndarray,
+    douts: np.ndarray,
+    dh: np.ndarray,
+    dc: np.ndarray,
+    dzs: np.ndarray,
+    kept: np.ndarray,
+    zero_output: bool,
+) -> None:
+    """Backpropagation through time under Keras's mask rule (see ``mask_step``); ``kept``
+    (steps, batch) is 1 for a real step and 0 for a masked one. Leaves the initial states'
+    gradients in ``dh`` and ``dc``."""
+    dout = np.zeros_like(dh)  # the gradient of step t's output, with what later steps repeat
+    dh_new, dc_new, work = np.empty_like(dh), np.empty_like(dc), np.empty_like(dc)
+    for t in range(len(gates) - 1, -1, -1):
+        output_gradient(dout, douts, kept, t, zero_output)
+        np.add(dh, dout, out=dh_new)
+        dh_new *= kept[t]
+        np.multiply(dc, kept[t], out=dc_new)
+        _step_gradient(gates[t], cs[t + 1], cs[t], dh_new, dc_new, dzs[t], work)
+        dropped = 1 - kept[t]
+        dh *= dropped  # a masked step passes its states' gradients straight through
+        dc *= dropped
+        dc += dc_new
+        dh += np.matmul(recurrent_i, dzs[t], out=dh_new)
+
+
+_LSTM_SEQUENCE = OpDef("LSTMSequence", _lstm_sequence, save="all")
+_LSTM_SEQUENCE_GRAD = OpDef("LSTMSequenceGrad", _lstm_sequence_grad, save="all")
+working_outputs("LSTMSequence", 3)  # the tape fills no zeros for them
+
+
+def lstm_sequence(
+    x: Any,
+    kernel: Any,
+    recurrent_kernel: Any,
+    bias: Any,
+    h0: Any,
+    c0: Any,
+    mask: Any = None,
+    zero_output_for_mask: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A whole LSTM layer's time loop as one op: returns ``(outputs, h, c)``, every step's
+    output (batch, time, units) and the last step's states (batch, units).
+
+    ``x`` (batch, time, features); ``kernel`` (features, 4*units), ``recurrent_kernel``
+    (units, 4*units) and ``bias`` (4*units,) with Keras's gate order ``i, f, c, o`` and
+    default activations (sigmoid gates, tanh); ``h0``, ``c0`` (batch, units) the initial
+    states. ``mask`` (batch, time) of booleans marks the real steps: a masked step keeps the
+    states and outputs the previous step's output (zeros before the first step), or zeros with
+    ``zero_output_for_mask``, as Keras's layers. The caller checks shapes and dtypes (one
+    floating dtype, at least one step).
+    """
+    inputs = tuple(as_tensor(v) for v in (x, kernel, recurrent_kernel, bias, h0, c0))
+    attrs: dict[str, Any] = {}
+    if mask is not None:
+        mask = as_tensor(mask)
+        inputs += (mask if mask.dtype == bool else cast(mask, bool),)
+        attrs = {"zero_output_for_mask": bool(zero_output_for_mask)}
+    outputs, h, c, *_ = execute(_LSTM_SEQUENCE, inputs, attrs)
+    return outputs, h, c
+
+
+@register_gradient("LSTMSequence")
+def _lstm_sequence_op_grad(op: Op, doutputs: Tensor, dh: Tensor, dc: Tensor, *working: Tensor | None) -> Any:
+    # The working outputs (the op's saved state) are not results: their gradients are dropped.
+    grads = execute(
+        _LSTM_SEQUENCE_GRAD, (*op.inputs[:6], *op.outputs[3:], doutputs, dh, dc, *op.inputs[6:]), op.attrs
+    )
+    return [*grads, None] if len(op.inputs) > 6 else grads  # none for the mask
+
+
+def _per_step(
+    x: Tensor,
+    kernel: Tensor,
+    recurrent: Tensor,
+    bias: Tensor,
+    h: Tensor,
+    c: Tensor,
+    mask: Tensor | None = None,
+    zero_output_for_mask: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``lstm_sequence`` in per-step tapefit ops, to differentiate its gradient."""
+    batch, steps, features = x.shape
+    projected = matmul(reshape(x, (batch * steps, features)), kernel) + bias
+    keep = [None] * steps if mask is None else split(mask, steps, axis=1)
+    zeros = zeros_like(h)
+    outputs: list[Tensor] = []
+    for z, step_keep in zip(unstack(reshape(projected, (batch, steps, kernel.shape[-1])), axis=1), keep):
+        h_new, c_new = lstm_cell(z + matmul(h, recurrent), c)
+        if step_keep is None:
+            h, c, output = h_new, c_new, h_new
+        else:
+            h, c = where(step_keep, h_new, h), where(step_keep, c_new, c)
+            previous = outputs[-1] if outputs and not zero_output_for_mask else zeros
+            output = where(step_keep, h_new, previous)
+        outputs.append(output)
+    return stack(outputs, axis=1), h, c
+
+
+@register_gradient("LSTMSequenceGrad")
+def _lstm_sequence_grad_grad(op: Op, *upstream: Tensor) -> list[Tensor | None]:
+    from tapefit.core.tape import GradientTape  # the tape imports the ops
+
+    inputs = list(op.inputs)
+    primal, cotangents, mask = inputs[:6], inputs[9:12], inputs[12:]
+    with GradientTape() as outer:
+        outer.watch(primal + cotangents)
+        with GradientTape() as inner:
+            inner.watch(primal)
+            results = _per_step(*primal, *mask, **op.attrs)
+        grads = inner.gradient(list(results), primal, output_gradients=cotangents)
+    first = outer.gradient(grads, primal + cotangents, output_gradients=list(upstream))
+    return [*first[:6], None, None, None, *first[6:], *[None for _ in mask]]  # none for the working arrays
