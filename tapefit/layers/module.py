@@ -47,7 +47,6 @@ _INTERNAL = frozenset(
         "_regularizers",
         "_init_args",
         "_build_input",
-        "_walk_keys",
     ]
 )
 _INTERNAL |= {"_build_input_shape"}  # the first call's input shape, which export traces with
@@ -271,11 +270,6 @@ def _container_items(value: Any) -> Iterator[tuple[Any, Any]] | None:
     return None
 
 
-def _may_hold(value: Any) -> bool:
-    """Whether an attribute value is something the walk visits: a variable, module or container."""
-    return isinstance(value, (Variable, Module, dict, list, tuple))
-
-
 # Attribute values that hold nothing to track: the walk skips them with one set lookup.
 _PLAIN = frozenset([int, float, bool, str, bytes, type(None), types.FunctionType, types.BuiltinFunctionType])
 
@@ -346,19 +340,15 @@ class Module:
             self._name_given = True
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name not in _INTERNAL:
-            self.__dict__.pop("_walk_keys", None)
-            if self._added_weights:
-                old = self.__dict__.get(name)
-                if old is not None and old is not value:
-                    self._forget_added_weights(old)
+        if name not in _INTERNAL and self._added_weights:
+            old = self.__dict__.get(name)
+            if old is not None and old is not value:
+                self._forget_added_weights(old)
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
-        if name not in _INTERNAL:
-            self.__dict__.pop("_walk_keys", None)
-            if self._added_weights and name in self.__dict__:
-                self._forget_added_weights(self.__dict__[name])
+        if name not in _INTERNAL and self._added_weights and name in self.__dict__:
+            self._forget_added_weights(self.__dict__[name])
         object.__delattr__(self, name)
 
     def _forget_added_weights(self, old: Any) -> None:
@@ -485,16 +475,8 @@ class Module:
         return segment
 
     def _own_items(self) -> Iterator[tuple[str, Any]]:
-        """This module's attributes that can hold variables or modules, in assignment order, then
-        weights only ``add_weight`` knows."""
-        attrs = vars(self)
-        cached = attrs.get("_walk_keys")
-        if cached is None or cached[0] != len(attrs):
-            # Which attributes to visit, kept until one is set or deleted: a Dense layer has about
-            # twenty, two of which hold anything the walk wants, and every step walks the model.
-            keys = tuple(key for key, value in attrs.items() if key not in _INTERNAL and _may_hold(value))
-            attrs["_walk_keys"] = cached = (len(attrs) + ("_walk_keys" not in attrs), keys)
-        items = [(key, attrs[key]) for key in cached[1]]
+        """This module's attributes in assignment order, then weights only ``add_weight`` knows."""
+        items = [(key, value) for key, value in vars(self).items() if key not in _INTERNAL]
         # Those already reached through an attribute are skipped by the walk's `seen` set.
         items += [(variable.name, variable) for variable in self._added_weights]
         return iter(items)

@@ -627,19 +627,3 @@ def test_call_dunder_override_gets_training_only_if_declared_and_passes_it_on():
     lines = []
     model.summary(print_fn=lines.append)
     assert any("(Plain)" in line and "(None, 2)" in line for line in lines)
-
-
-def test_the_walk_sees_every_change_after_it_remembered_which_attributes_to_visit():
-    m = tp.Module(name="m")
-    m.units, m.kernel = 3, tp.Variable(1.0)
-    assert len(m.variables) == 1  # the walk now knows which attributes to visit
-    m.units = tp.Variable(2.0)  # a plain attribute now holds a variable
-    m.blocks = []  # a new container, filled in place later
-    assert len(m.variables) == 2
-    m.blocks.append(Dense(2))
-    m.blocks[0](tp.ones((1, 2)))
-    assert len(m.variables) == 4
-    del m.kernel
-    assert [v.numpy().item() for v in m.variables[:1]] == [2.0]
-    m.__dict__["late"] = tp.Variable(5.0)  # written past __setattr__: a new key is still seen
-    assert len(m.variables) == 4
