@@ -358,9 +358,9 @@ class GradientTape:
             if not stops and len(reach) == len(sources) and self._roots() <= reach:
                 # Every watched tensor is a source (the training step's case: the variables
                 # the forward pass read): each record has a watched input, and the watched
-                # set is already everything downstream of them. (A copy: the walk's lookups
-                # measured faster in a set built at once than in one grown an id at a time.)
-                return self._entries, set(self._watched), stops
+                # set is already everything downstream of them, with the sources this tape
+                # did not watch (another tape's record may reach them) added.
+                return self._entries, self._watched | reach, stops
             path = []
             for op in self._entries:
                 if not reach.isdisjoint(op.input_ids):
@@ -593,8 +593,9 @@ def _single(value: Any, role: str, method: str) -> Any:
 
 
 def _as_tuple(input_grads: Any) -> tuple[Any, ...]:
-    """A gradient function's result as a tuple: it may return a list, or one gradient."""
-    return tuple(input_grads) if isinstance(input_grads, list) else (input_grads,)
+    """A gradient function's result as a tuple: it may return a list, a tuple subclass (a
+    namedtuple), or one gradient."""
+    return tuple(input_grads) if isinstance(input_grads, (list, tuple)) else (input_grads,)
 
 
 def _add_into(grads: dict[int, np.ndarray], owned: set[int], key: int, value: np.ndarray) -> None:

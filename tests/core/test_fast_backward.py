@@ -290,3 +290,37 @@ def test_the_walk_skips_planning_only_when_every_watched_tensor_is_a_source() ->
     np.testing.assert_allclose(dw.numpy(), np.sin(a), rtol=1e-6)
     np.testing.assert_allclose(tape.gradient(y, x).numpy(), dx.numpy(), rtol=0)
     assert tape.gradient(y, [x, w], stop_gradients=[side])[0] is not None
+
+
+def test_a_source_only_another_tape_watched_gets_its_gradient_whatever_else_is_asked() -> None:
+    v, u = tp.Variable(np.array([1.0, 2.0])), tp.constant(np.array([3.0, 5.0]))
+    with GradientTape(persistent=True) as outer:
+        with GradientTape(watch_accessed_variables=False) as inner:
+            inner.watch(u)
+            loss = tp.reduce_sum(u * v)
+    alone = outer.gradient(loss, u)
+    dv, du = outer.gradient(loss, [v, u])  # every tensor outer watched is a source here
+    np.testing.assert_array_equal(du.numpy(), alone.numpy())
+    np.testing.assert_array_equal(dv.numpy(), [3.0, 5.0])
+
+
+def test_a_gradient_function_may_return_a_namedtuple() -> None:
+    import collections
+
+    pair = collections.namedtuple("pair", "dx dy")
+
+    @tp.primitive("NamedTupleMul")
+    def times(x, y):
+        return x * y
+
+    @tp.register_gradient("NamedTupleMul")
+    def _times_grad(op, dz):
+        x, y = op.inputs
+        return pair(dz * y, dz * x)
+
+    x, y = tp.constant(np.array([2.0])), tp.constant(np.array([7.0]))
+    with GradientTape() as tape:
+        tape.watch([x, y])
+        z = times(x, y)
+    dx, dy = tape.gradient(z, [x, y])
+    assert (dx.numpy().item(), dy.numpy().item()) == (7.0, 2.0)

@@ -25,9 +25,19 @@ __all__ = ["LIMIT", "empty"]
 LIMIT = 64 << 20
 """The bytes kept for reuse, per thread."""
 
-# getrefcount of a kept array that only the workspace holds: the list, the loop variable and
-# getrefcount's own argument.
-_FREE = 3
+def _free_count() -> int:
+    """getrefcount of a kept array that only the workspace holds, measured rather than assumed
+    (the list, the loop variable and the call's own argument on CPython 3.11-3.13): -1, so that
+    nothing is ever reused, where the interpreter has no reference counts."""
+    getrefcount = getattr(sys, "getrefcount", None)
+    if getrefcount is None:
+        return -1
+    for a in [np.empty(0)]:
+        return int(getrefcount(a))
+    return -1
+
+
+_FREE = _free_count()
 
 
 class _Kept(threading.local):
@@ -43,7 +53,7 @@ def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     dtype = np.dtype(dtype)
     arrays = _kept.arrays
     for a in arrays:
-        if a.shape == shape and a.dtype == dtype and sys.getrefcount(a) <= _FREE:
+        if a.shape == shape and a.dtype == dtype and _FREE >= 0 and sys.getrefcount(a) <= _FREE:
             return a
     new = np.empty(shape, dtype)
     if new.nbytes > LIMIT:
@@ -53,7 +63,7 @@ def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         # evict the free arrays (other shapes: a free one of this shape was taken above)
         kept = []
         for a in arrays:
-            if total > LIMIT and sys.getrefcount(a) <= _FREE:
+            if total > LIMIT and _FREE >= 0 and sys.getrefcount(a) <= _FREE:
                 total -= a.nbytes
             else:
                 kept.append(a)
