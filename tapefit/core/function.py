@@ -197,7 +197,9 @@ def draw(sample: Callable[[], np.ndarray]) -> np.ndarray:
     return array
 
 
-def host_call(fn: Callable[..., Any], *args: Any, scratch: bool = False) -> Any:
+def host_call(
+    fn: Callable[..., Any], *args: Any, scratch: bool = False, replay: Callable[..., Any] | None = None
+) -> Any:
     """Calls ``fn(*args)``; a trace records the call, and every replay calls ``fn`` again.
 
     For Python code that must run on every call of a ``tp.function`` with the values of that
@@ -210,6 +212,11 @@ def host_call(fn: Callable[..., Any], *args: Any, scratch: bool = False) -> Any:
     arrays of those Tensors in ``args`` that nothing reads after the call (planned buffers
     whose value dies there, each behind exactly one Tensor), which ``fn`` may overwrite
     during the call and must not keep. The trace's own call, like an eager one, gets none.
+
+    ``replay``: what replays call instead of ``fn``, with the same arguments (and ``scratch``),
+    when ``fn`` checks what no replay can change (the arguments' structure, and the shapes
+    and dtypes of their Tensors, which are the trace's): it does what ``fn`` does without
+    those checks. It must give the same results as ``fn``, bit for bit.
     """
     if not _tracing or _tracing[-1].thread != get_ident():
         return fn(*args)
@@ -224,7 +231,7 @@ def host_call(fn: Callable[..., Any], *args: Any, scratch: bool = False) -> Any:
     if isinstance(result, Tensor) and not result._is_variable:
         out = trace.new_slot(result._value)
     structure = nest.pack_sequence_as(list(args), template)  # holds no trace-time Tensor
-    trace.code.append((_HOST, fn, (structure, template), out, scratch or None))
+    trace.code.append((_HOST, fn if replay is None else replay, (structure, template), out, scratch or None))
     return result
 
 

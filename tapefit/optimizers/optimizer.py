@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from tapefit.core.function import host_call, tracing
-from tapefit.core.record import pause_recording
+from tapefit.core.record import active_tapes, pause_recording
 from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor, Variable
 from tapefit.optimizers import _config, schedules
@@ -240,21 +240,33 @@ class Optimizer:
         if tracing():
             # In a tp.function the update runs as Python on every call, with that step's
             # learning rate and slots; the trace passes it the gradients of the call.
-            return host_call(self._apply_lent, list(grads_and_vars), scratch=True)
+            return host_call(self._apply_lent, list(grads_and_vars), scratch=True, replay=self._replay_lent)
         grads, variables, every = self._checked_pairs(grads_and_vars)
         # Variables without a gradient get their positions too (Keras 3 builds on them all), so
         # positions follow the order of the pairs, not which gradients happened to be None.
         if any(id(v) not in self._positions for v in every):
             self._register(every)
-        with pause_recording():
-            lr = self._learning_rate_at(int(self._iterations))
-            grads = self._clip(grads)
-            self._apply_weight_decay(variables, lr)
-            for g, v in zip(grads, variables):
-                self.update_step(g, v, lr)
-            _apply_constraints(variables)
-            self._iterations.assign_add(1)
+        return self._update(grads, variables)
+
+    def _update(self, grads: list[np.ndarray], variables: list[Variable]) -> Variable:
+        """The step proper, on checked gradients of registered variables."""
+        if active_tapes:  # with no tape active anywhere there is nothing to pause
+            with pause_recording():
+                self._step(grads, variables)
+        else:
+            self._step(grads, variables)
         return self._iterations
+
+    def _step(self, grads: list[np.ndarray], variables: list[Variable]) -> None:
+        lr = self._learning_rate_at(int(self._iterations._value))
+        if self.clipnorm is not None or self.global_clipnorm is not None or self.clipvalue is not None:
+            grads = self._clip(grads)
+        self._apply_weight_decay(variables, lr)
+        update_step = self.update_step
+        for g, v in zip(grads, variables):
+            update_step(g, v, lr)
+        _apply_constraints(variables)
+        self._iterations.assign_add(_ONE)
 
     def _apply_lent(
         self, grads_and_vars: list[tuple[Any, Variable]], scratch: tuple[np.ndarray, ...] = ()
@@ -268,11 +280,37 @@ class Optimizer:
         finally:
             self._lent = ()
 
+    def _replay_lent(
+        self, grads_and_vars: list[tuple[Any, Variable]], scratch: tuple[np.ndarray, ...] = ()
+    ) -> Variable:
+        """``_apply_lent`` as a ``tp.function`` replay calls it (see ``host_call``'s ``replay``):
+        the trace's call checked these pairs and registered their variables, and a replay's
+        gradients have the trace's shapes and dtypes, so only the step itself runs."""
+        grads: list[np.ndarray] = []
+        variables: list[Variable] = []
+        lent = {id(array) for array in scratch}
+        for grad, variable in grads_and_vars:
+            if grad is not None:
+                if grad.__class__ is not Tensor or grad._value.dtype != variable._value.dtype:
+                    grads.append(_gradient_array(grad, variable))
+                elif id(grad._value) in lent:
+                    grads.append(grad._value)  # lent: update_step may write into it anyway
+                else:
+                    grads.append(grad.numpy())  # read-only, as eager updates get it
+                variables.append(variable)
+        self._lent = scratch
+        try:
+            return self._update(grads, variables)
+        finally:
+            self._lent = ()
+
     def _lent_gradient(self, gradient: np.ndarray) -> np.ndarray | None:
         """``gradient``'s own array, writable, when the caller lent it for this step (see
         ``_apply_lent``), else ``None``: then the gradient is the caller's, never written."""
         base = gradient.base
         for array in self._lent:
+            if gradient is array:
+                return array
             if base is array and gradient.shape == array.shape and gradient.dtype == array.dtype:
                 return array
         return None
@@ -534,6 +572,10 @@ class Optimizer:
                 variable.assign_sub(
                     np.multiply(value_array(variable), factor, out=self._work(value_array(variable)))
                 )
+
+
+# The increment of ``iterations``: an array of its dtype, which ``assign_add`` takes as it is.
+_ONE = np.int64(1)
 
 
 def _apply_constraints(variables: list[Variable]) -> None:

@@ -587,6 +587,27 @@ def test_a_host_call_that_keeps_its_gradient_keeps_its_values():
     assert "_refcount(b" in _program(f)._replay.source
 
 
+def test_replays_call_a_host_calls_replay_form_and_the_trace_calls_fn():
+    calls = []
+
+    def checked(t, scale):
+        calls.append(("checked", scale))
+        assert t.shape == (2, 3)  # what no replay can change: the trace checked it once
+
+    def replay(t, scale):
+        calls.append(("replay", scale))
+
+    @tp.function
+    def f(x):
+        h = x * 2.0
+        host_call(checked, h, 3, replay=replay)
+        return h
+
+    for _ in range(4):
+        f(np.ones((2, 3), np.float32))
+    assert calls == [("checked", 3)] * 2 + [("replay", 3)] * 2  # two traces, then two replays
+
+
 def test_repeated_replays_do_not_grow_memory():
     import tracemalloc
 
