@@ -15,7 +15,7 @@ A replay allocates (almost) nothing: the first replay of a program plans its buf
 possible view keeps its base alive); every op whose forward takes ``out=`` (NumPy's ufuncs, and
 forwards marked ``writes_into``: Dense, MatMul, Sum, Relu, ReluGrad) writes into a buffer of
 its shape and dtype that is free by then, and elementwise ops write over an input that dies
-there. Nothing the caller can hold is a buffer: the results, ``assign*`` values; the arrays
+there. Nothing the caller can hold is a buffer: the results, ``assign`` values; the arrays
 lent to host calls (the optimizer's gradients) are checked after the call and replaced if
 kept. Ops on constants only are computed once (``_fold``).
 
@@ -46,7 +46,7 @@ from tapefit.core import tensor as _tensor
 from tapefit.core.record import active_tapes
 from tapefit.core.tensor import Tensor, Variable, _wrap
 
-__all__ = ["Function", "draw", "function", "host_call", "tracing", "writes_into"]
+__all__ = ["Function", "draw", "function", "guard", "host_call", "tracing", "writes_into"]
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -93,6 +93,7 @@ class _Trace:
         # memory, else None; and the outputs that may be views of their op's inputs.
         self.layout: dict[int, tuple[tuple[int, ...], np.dtype] | None] = {}
         self.views: set[int] = set()
+        self.guards: list[Callable[[], bool]] = []  # see ``guard``
 
     def new_slot(self, array: Any) -> int:
         slot = len(self.init)
@@ -197,6 +198,18 @@ def draw(sample: Callable[[], np.ndarray]) -> np.ndarray:
     return array
 
 
+def guard(check: Callable[[], bool]) -> None:
+    """While a trace is written, makes every replay of its program call ``check()`` first.
+
+    For code that traces a choice made on Python state that may change between calls (an
+    optimizer's hyperparameters, say): ``check`` says whether that state still makes the
+    same choice. When it returns False, the call traces the function again instead of
+    replaying (before anything runs, so nothing happens twice). Outside a trace, does nothing.
+    """
+    if _tracing and _tracing[-1].thread == get_ident():
+        _tracing[-1].guards.append(check)
+
+
 def host_call(
     fn: Callable[..., Any], *args: Any, scratch: bool = False, replay: Callable[..., Any] | None = None
 ) -> Any:
@@ -259,6 +272,7 @@ class _Program:
         "layout",
         "views",
         "buffers",
+        "guards",
         "_replay",
         "_unplanned",
         "_free",
@@ -276,6 +290,7 @@ class _Program:
         self.layout = trace.layout
         self.views = trace.views
         self.buffers: list[np.ndarray] = []  # the planned replay's pool, made with it
+        self.guards = tuple(trace.guards)
         self._replay: Callable[..., list[Any]] | None = None  # made on the first run
         self._unplanned: Callable[..., list[Any]] | None = None  # for a call inside a call
         # One token: a run takes it (list.pop is atomic), so a second run at the same time
@@ -386,7 +401,8 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
             # variable's array has no other holder.
             body(f"    _v = {slot(c)}")
             frees(free)
-            body(f"    {const(a)}.{b}({'_wrap(_v)' if d else '_v'})")
+            # assign_add and assign_sub read an ndarray as they read a Tensor: no wrapping.
+            body(f"    {const(a)}.{b}({'_wrap(_v)' if d and b == 'assign' else '_v'})")
             body("    del _v")
         else:
             body(f"    _a = {_result(b[0], const, slot)}")
@@ -580,7 +596,8 @@ def _lives(program: _Program, code: list[tuple[Any, ...]]) -> tuple[dict[int, in
                 last.setdefault(slot, index)
         elif kind == _ASSIGN:
             reads = (c,)
-            escaped.add(c)
+            if b == "assign":  # assign_add and assign_sub never keep their argument
+                escaped.add(c)
         elif kind == _HOST:
             reads = [x.slot for x in b[1] if x.__class__ is _Ref]
             # Lent, not given: a replay checks after the call whether it kept them.
@@ -612,7 +629,8 @@ def _plan(
     their lives to its own). Then one pass in program order hands each output of a forward
     that takes ``out=`` a free buffer of its shape and dtype (or a new one), and frees the
     buffers of the slots that die there. Whatever the caller can hold never gets a buffer:
-    the function's results, the arrays passed to ``assign*`` (a variable may keep the array),
+    the function's results, the arrays passed to ``assign`` (a variable may keep the array;
+    ``assign_add`` and ``assign_sub`` only read theirs),
     views passed to host calls, and, through views, the arrays those view. The arrays a host
     call gets (the optimizer's gradients, as Tensors) are lent: after the call the replay
     counts the references to each lent buffer, and one the call kept is replaced (see
@@ -770,6 +788,9 @@ class Function:
         leaves, key = _signature(call, objects)
         program = self._programs.get(key)
         if program is None:
+            return self._trace(call, leaves, key, objects)
+        if program.guards and not all([check() for check in program.guards]):
+            del self._programs[key]  # traced on a choice that changed: trace and confirm anew
             return self._trace(call, leaves, key, objects)
         return program.run([x._value if x.__class__ is Tensor else x for x in leaves if _is_input(x)])
 

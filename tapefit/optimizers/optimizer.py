@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from tapefit.core.function import host_call, tracing
+from tapefit.core.function import guard, host_call, tracing
 from tapefit.core.record import active_tapes, pause_recording
 from tapefit.core.tape import GradientTape
-from tapefit.core.tensor import Tensor, Variable
+from tapefit.core.tensor import Tensor, Variable, _wrap
 from tapefit.optimizers import _config, schedules
 
 logger = logging.getLogger("tapefit")
@@ -238,9 +238,12 @@ class Optimizer:
                 gradient is not floating.
         """
         if tracing():
+            pairs = list(grads_and_vars)
+            if self._inline_gradients(pairs) is not None:
+                return self._traced_update(pairs)
             # In a tp.function the update runs as Python on every call, with that step's
             # learning rate and slots; the trace passes it the gradients of the call.
-            return host_call(self._apply_lent, list(grads_and_vars), scratch=True, replay=self._replay_lent)
+            return host_call(self._apply_lent, pairs, scratch=True, replay=self._replay_lent)
         grads, variables, every = self._checked_pairs(grads_and_vars)
         # Variables without a gradient get their positions too (Keras 3 builds on them all), so
         # positions follow the order of the pairs, not which gradients happened to be None.
@@ -279,6 +282,75 @@ class Optimizer:
             return self.apply_gradients(grads_and_vars)
         finally:
             self._lent = ()
+
+    # -- updates as traced ops ---------------------------------------------------
+
+    def _inline_form(self) -> Any:
+        """What ``_inline_update`` will trace, as a comparable value, or ``None`` when this
+        optimizer's update must run as a host call (the default: ``update_step`` is Python)."""
+        return None
+
+    def _inline_update(self, grads: list[Tensor], variables: list[Variable], rate: Tensor) -> None:
+        """``update_step`` for every pair as tapefit ops on Tensors (so a ``tp.function`` trace
+        writes the arithmetic into its program), bit for bit what ``update_step`` computes.
+        ``rate``: the step's learning rate, a 0-d Tensor of the variables' dtype."""
+        raise NotImplementedError
+
+    def _inline_config(self, variables: list[Variable]) -> Any:
+        """The state an inline update was traced on: ``None`` when it cannot be inline."""
+        form = self._inline_form()
+        if form is None or self.weight_decay or self._clips():
+            return None
+        if any(v.constraint is not None for v in variables):
+            return None
+        return form
+
+    def _clips(self) -> bool:
+        return self.clipnorm is not None or self.global_clipnorm is not None or self.clipvalue is not None
+
+    def _inline_gradients(self, pairs: list[Any]) -> list[Variable] | None:
+        """The variables of ``pairs`` when a trace can write their update as ops: well-formed
+        pairs of floating Variables of one dtype and Tensors of their shapes and dtypes (or
+        ``None``, not all), and an inline config. Anything else goes the checked way."""
+        every: list[Variable] = []
+        dtypes = set()
+        for item in pairs:
+            if not isinstance(item, (tuple, list)) or len(item) != 2 or not isinstance(item[1], Variable):
+                return None
+            grad, variable = item
+            if grad is not None:
+                if (
+                    grad.__class__ is not Tensor
+                    or grad.dtype != variable.dtype
+                    or grad.shape != variable.shape
+                ):
+                    return None
+                dtypes.add(variable.dtype)
+            every.append(variable)
+        if len(dtypes) != 1 or next(iter(dtypes)).kind != "f" or self._inline_config(every) is None:
+            return None
+        return every
+
+    def _traced_update(self, pairs: list[tuple[Any, Variable]]) -> Variable:
+        """The step as a trace writes it: the learning rate from a host call, the update as
+        ops (the planned replay writes them into the gradients' buffers), and a guard that
+        traces again when the optimizer's configuration no longer gives this update."""
+        every = [variable for _, variable in pairs]
+        if any(id(v) not in self._positions for v in every):
+            self._register(every)
+        grads = [grad for grad, _ in pairs if grad is not None]
+        variables = [variable for grad, variable in pairs if grad is not None]
+        config = self._inline_config(every)
+        guard(lambda: self._inline_config(every) == config)
+        rate = host_call(self._rate, variables[0].dtype)
+        with pause_recording():
+            self._inline_update(grads, variables, rate)
+            self._iterations.assign_add(_ONE)
+        return self._iterations
+
+    def _rate(self, dtype: np.dtype) -> Tensor:
+        """The learning rate of this step, as a 0-d Tensor of ``dtype`` (as a ufunc casts it)."""
+        return _wrap(np.asarray(self._learning_rate_at(int(self._iterations._value)), dtype))
 
     def _replay_lent(
         self, grads_and_vars: list[tuple[Any, Variable]], scratch: tuple[np.ndarray, ...] = ()

@@ -608,6 +608,29 @@ def test_replays_call_a_host_calls_replay_form_and_the_trace_calls_fn():
     assert calls == [("checked", 3)] * 2 + [("replay", 3)] * 2  # two traces, then two replays
 
 
+def test_a_failing_guard_traces_again_before_anything_runs():
+    from tapefit.core.function import guard
+
+    scale = [2.0]
+    seen = []
+
+    @tp.function
+    def f(x):
+        factor = scale[0]  # a choice made on Python state
+        guard(lambda: scale[0] == factor)
+        seen.append(factor)
+        return x * factor
+
+    x = np.ones(3, np.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(f(x).numpy(), x * 2.0)
+    scale[0] = 5.0
+    for _ in range(3):
+        np.testing.assert_array_equal(f(x).numpy(), x * 5.0)
+    assert seen == [2.0, 2.0, 5.0, 5.0]  # two traces each, replays in between
+    assert not f.eager and _replays(f) == 1
+
+
 def test_repeated_replays_do_not_grow_memory():
     import tracemalloc
 
