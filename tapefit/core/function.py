@@ -46,7 +46,7 @@ from tapefit.core import tensor as _tensor
 from tapefit.core.record import active_tapes
 from tapefit.core.tensor import Tensor, Variable, _wrap
 
-__all__ = ["Function", "draw", "function", "guard", "host_call", "tracing", "writes_into"]
+__all__ = ["Function", "draw", "function", "guard", "host_call", "replay_source", "tracing", "writes_into"]
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -366,29 +366,14 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
         if dropped:
             body(f"    del {', '.join(dropped)}")
 
-    def arrays(targets: list[str], result: str) -> None:
-        for target in targets:  # 0-d ufunc results come back as NumPy scalars
-            body(f"    {target} = {result}")
-            body(f"    if {target}.__class__ is not _ndarray: {target} = _asarray({target})")
-
     for index, (kind, a, b, c, d, free) in enumerate(code):
         if kind == _OP:
             buffer = into.get(d) if d.__class__ is int else None
-            out = [] if buffer is None else [f"out=b{buffer}"]
-            args = ", ".join([slot(i) for i in b] + out + ([f"**{const(c)}"] if c else []))
-            call = f"{const(a)}({args})"
-            if buffer is not None:  # the result is the buffer itself
-                body(f"    s{d} = {call}")
-                frees(free)
-                continue
-            if d.__class__ is int:
-                body(f"    _r = {call}")
-                arrays([f"s{d}"], "_r")
-            else:
-                body(f"    _r = {call}")
-                for k, target in enumerate(d):
-                    arrays([f"s{target}"], f"_r[{k}]")
-            body("    del _r")
+            out = "None" if buffer is None else f"b{buffer}"
+            for line in _results(
+                _op_lines(a, [slot(i) for i in b], c, out, d.__class__ is int, const), d, buffer
+            ):
+                body(f"    {line}")
             frees(free)
         elif kind == _READ:
             body(f"    s{b} = {const(a)}._value")
@@ -418,6 +403,36 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
     replay = namespace["replay"]
     replay.source = source  # for a reader (and the tests): what a replay runs
     return replay
+
+
+def _op_lines(
+    forward: Any, args: list[str], attrs: Any, out: str, single: bool, const: Callable[[Any], str]
+) -> list[str]:
+    """Lines that leave in ``_r`` what ``forward(*args, **attrs)`` returns (written into the
+    buffer ``out`` unless it is ``"None"``): the forward's own source if it has one
+    (``replay_source``), else a call."""
+    source = _source_of(forward) if single else None
+    if source is not None:
+        return source(const, args, attrs or {}, out)
+    extra = [] if out == "None" else [f"out={out}"]
+    return [f"_r = {const(forward)}({', '.join(args + extra + ([f'**{const(attrs)}'] if attrs else []))})"]
+
+
+def _results(op: list[str], d: Any, buffer: int | None) -> list[str]:
+    """``op``'s lines with its result ``_r`` put in the slot(s) ``d``: its buffer, or arrays
+    (a 0-d ufunc result comes back as a NumPy scalar)."""
+    if buffer is not None and op[-1].startswith("_r = ") and not any("_r" in line for line in op[:-1]):
+        return [*op[:-1], f"s{d} = {op[-1].removeprefix('_r = ')}"]  # a call that returns the buffer
+    if buffer is not None:
+        return [*op, f"s{d} = _r", "del _r"]
+    lines = list(op)
+    for k, target in enumerate((d,) if d.__class__ is int else d):
+        value = "_r" if d.__class__ is int else f"_r[{k}]"
+        lines += [
+            f"s{target} = {value}",
+            f"if s{target}.__class__ is not _ndarray: s{target} = _asarray(s{target})",
+        ]
+    return [*lines, "del _r"]
 
 
 def _locals(inputs: list[int], code: list[tuple[Any, ...]]) -> set[int]:
@@ -542,6 +557,36 @@ def writes_into(*over: int) -> Callable[[F], F]:
         return forward
 
     return mark
+
+
+# Forwards a replay writes out in its own source: see ``replay_source``.
+_SOURCES: dict[Any, Callable[..., list[str]]] = {}
+
+
+def replay_source(
+    source: Callable[[Callable[[Any], str], list[str], dict[str, Any], str], list[str]],
+) -> Callable[[F], F]:
+    """Marks an op's forward as one a replay writes out in its own source instead of calling
+    it: a forward of a few NumPy calls then costs those calls and no Python call of its own.
+
+    ``source(name, args, attrs, out)`` returns lines of Python that leave in ``_r`` what
+    ``forward(*args, **attrs, out=out)`` returns, by the same NumPy calls (so the same bits);
+    ``args`` and ``out`` are expressions (``out`` may be ``"None"``), and ``name(value)`` gives
+    the name of a global of the replay bound to ``value``.
+    """
+
+    def mark(forward: F) -> F:
+        _SOURCES[forward] = source
+        return forward
+
+    return mark
+
+
+def _source_of(forward: Any) -> Callable[..., list[str]] | None:
+    try:
+        return _SOURCES.get(forward)
+    except TypeError:  # an unhashable callable
+        return None
 
 
 def _overwrites(forward: Any, attrs: Any) -> tuple[int, ...] | None:

@@ -631,6 +631,62 @@ def test_a_failing_guard_traces_again_before_anything_runs():
     assert not f.eager and _replays(f) == 1
 
 
+@pytest.mark.parametrize("planned", [True, False])
+def test_forwards_written_out_in_the_replay_source_compute_what_they_return(planned):
+    from tapefit.core.function import _SOURCES
+    from tapefit.core.ops import linalg, nn
+
+    rng = np.random.default_rng(5)
+    x, k = rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=(3, 5)).astype(np.float32)
+    b, y = rng.normal(size=5).astype(np.float32), rng.normal(size=(4, 5)).astype(np.float32)
+    cases = [
+        (nn._dense, [x, k, b], {"relu": True}),
+        (nn._dense, [x, k], {"relu": False}),
+        (nn._relu_backprop, [y, np.maximum(y, 0)], {}),
+        (linalg._matmul, [x, k.T.copy()], {"transpose_a": False, "transpose_b": True}),
+        (linalg._matmul, [x.T.copy(), k], {"transpose_a": True, "transpose_b": False}),
+    ]
+    for forward, args, attrs in cases:
+        expected = forward(*args, **attrs)
+        names = {}
+
+        def name(value, names=names):
+            names[f"n{len(names)}"] = value
+            return f"n{len(names) - 1}"
+
+        out = np.empty_like(expected) if planned else None
+        arguments = [f"a{i}" for i in range(len(args))]
+        lines = _SOURCES[forward](name, arguments, attrs, "out" if planned else "None")
+        scope = {**names, **dict(zip(arguments, args)), "out": out}
+        exec("\n".join(lines), scope)
+        np.testing.assert_array_equal(scope["_r"], expected)
+        assert scope["_r"] is out if planned else scope["_r"] is not None
+
+
+def test_the_mlp_replay_calls_numpy_without_the_forwards_python_functions():
+    model = tp.layers.Sequential([tp.layers.Dense(8, activation="relu"), tp.layers.Dense(3)])
+    loss_fn = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
+    optimizer = tp.optimizers.SGD(0.1)
+
+    @tp.function
+    def step(x, y):
+        with tp.GradientTape() as tape:
+            loss = loss_fn(y, model(x))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    x, y = _data(6, 4)
+    for _ in range(3):
+        step(x, y)
+    scope = _program(step)._replay.__globals__
+    from tapefit.core.ops import linalg, nn
+
+    called = {value for value in scope.values() if callable(value)}
+    assert not called & {nn._dense, nn._relu_backprop, linalg._matmul}
+    assert np.matmul in called
+
+
 def test_repeated_replays_do_not_grow_memory():
     import tracemalloc
 
