@@ -386,9 +386,9 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
             # variable's array has no other holder.
             body(f"    _v = {slot(c)}")
             frees(free)
-            # assign_add and assign_sub read an ndarray as they read a Tensor: no wrapping.
-            body(f"    {const(a)}.{b}({'_wrap(_v)' if d and b == 'assign' else '_v'})")
-            body("    del _v")
+            checked = a.__class__ is Variable and (c in local or _same_dtype(init[c], a))
+            for line in _assign_lines(const(a), b, d, checked, const):
+                body(f"    {line}")
         else:
             body(f"    _a = {_result(b[0], const, slot)}")
             frees(free)  # before the call: the optimizer then updates in place
@@ -433,6 +433,39 @@ def _results(op: list[str], d: Any, buffer: int | None) -> list[str]:
             f"if s{target}.__class__ is not _ndarray: s{target} = _asarray(s{target})",
         ]
     return [*lines, "del _r"]
+
+
+def _same_dtype(value: Any, variable: Variable) -> bool:
+    return isinstance(value, (np.ndarray, np.generic)) and value.dtype == variable._value.dtype
+
+
+def _assign_lines(
+    variable: str, method: str, wrap: bool, checked: bool, const: Callable[[Any], str]
+) -> list[str]:
+    """``variable.<method>(_v)``. ``assign_add`` and ``assign_sub`` of a ``Variable`` (not a
+    subclass) by an array the trace checked (its shape and dtype are the variable's on every
+    replay) are written out: in place when nothing else holds the variable's array, else a
+    new array, as the methods do."""
+    ufunc = {"assign_add": np.add, "assign_sub": np.subtract}.get(method)
+    if ufunc is None or not checked or _SOLE_LOCAL_REFS is None:
+        return [f"{variable}.{method}({'_wrap(_v)' if wrap and method == 'assign' else '_v'})", "del _v"]
+    f = const(ufunc)
+    return [
+        f"_w = {variable}._value",
+        f"if _refcount(_w) <= {_SOLE_LOCAL_REFS} and _w.base is None and _w.flags.writeable: {f}(_w, _v, out=_w)",
+        f"else: {variable}._value = {f}(_w, _v)",
+        "del _v, _w",
+    ]
+
+
+def _local_refs(variable: Variable) -> int:
+    _w = variable._value
+    return sys.getrefcount(_w)
+
+
+# What a replay's ``_refcount(_w)`` sees for a variable's array held by the variable alone
+# and the local ``_w`` (measured, as tensor.py measures its count); None: no refcounts.
+_SOLE_LOCAL_REFS = _local_refs(Variable(0.0)) if _tensor._refcount is not None else None
 
 
 def _locals(inputs: list[int], code: list[tuple[Any, ...]]) -> set[int]:

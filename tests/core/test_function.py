@@ -687,6 +687,28 @@ def test_the_mlp_replay_calls_numpy_without_the_forwards_python_functions():
     assert np.matmul in called
 
 
+def test_written_out_assign_sub_swaps_an_array_someone_holds():
+    v = tp.Variable(np.ones(3, np.float32))
+    counter = tp.Variable(np.int64(0))
+
+    @tp.function
+    def f(x):
+        v.assign_sub(x * 2.0)
+        counter.assign_add(np.int64(1))
+        return v + 0.0
+
+    x = np.full(3, 0.25, np.float32)
+    for _ in range(3):
+        f(x)
+    assert "(_w, _v, out=_w)" in _program(f)._replay.source
+    held = v.numpy()  # a read-only view: v's array now has another holder
+    value = v._value
+    np.testing.assert_array_equal(f(x).numpy(), np.full(3, -1.0, np.float32))
+    assert v._value is not value and np.all(held == -0.5)  # swapped, as assign_sub does
+    np.testing.assert_array_equal(f(x).numpy(), np.full(3, -1.5, np.float32))
+    assert int(counter) == 5
+
+
 def test_repeated_replays_do_not_grow_memory():
     import tracemalloc
 
