@@ -346,12 +346,20 @@ def _check_label_values(labels: Tensor, classes: int, what: str) -> None:
         raise ValueError(
             f"{what}: y_true must hold integer class labels, got non-integral {labels.dtype.name} values"
         )
-    # The ufuncs' reduce: ndarray.min and max add a Python wrapper's cost on every step.
-    if values.size and (_minimum(values, axis=None) < 0 or _maximum(values, axis=None) >= classes):
+    if values.size and not _in_range(values, classes):
         raise ValueError(
             f"{what}: labels must lie in [0, {classes}) for y_pred with {classes} classes, got values from "
             f"{values.min():g} to {values.max():g}"
         )
+
+
+def _in_range(values: np.ndarray, classes: int) -> bool:
+    """Whether every value lies in ``[0, classes)``; one pass for integers (read as unsigned,
+    a negative value is above any class count). The ufuncs' reduce: ndarray.min and max
+    add a Python wrapper's cost on every step."""
+    if values.dtype.kind == "i":
+        return bool(_maximum(values.view(f"u{values.dtype.itemsize}"), axis=None) < classes)
+    return bool(_minimum(values, axis=None) >= 0 and _maximum(values, axis=None) < classes)
 
 
 _minimum, _maximum = np.minimum.reduce, np.maximum.reduce
