@@ -861,13 +861,18 @@ class Function:
         # wants the ops recorded; after a failed trace the function is eager.
         if _tracing or active_tapes or self._eager_reason is not None:
             return self._python_function(*args, **kwargs)
+        key = None if kwargs else _tensors_key(args)
+        if key is not None:  # Tensors only, the common call: its signature without the walk
+            program = self._programs.get(key)
+            if program is not None and (not program.guards or _holds(program)):
+                return program.run([x._value for x in args])
         call = (args, kwargs)
         objects: list[Any] = []
         leaves, key = _signature(call, objects)
         program = self._programs.get(key)
         if program is None:
             return self._trace(call, leaves, key, objects)
-        if program.guards and not all([check() for check in program.guards]):
+        if program.guards and not _holds(program):
             del self._programs[key]  # traced on a choice that changed: trace and confirm anew
             return self._trace(call, leaves, key, objects)
         return program.run([x._value if x.__class__ is Tensor else x for x in leaves if _is_input(x)])
@@ -937,6 +942,28 @@ class Function:
         """How many signatures have a confirmed program that calls replay (``tf.function``'s
         method of that name counts traces; here a signature's checking traces count once)."""
         return len(self._programs)
+
+
+def _holds(program: _Program) -> bool:
+    """Whether every guard of ``program`` still holds (see ``guard``)."""
+    return all([check() for check in program.guards])
+
+
+# The parts of ``_signature``'s key around positional arguments, with no keyword arguments.
+_CALL_KEY, _NO_KWARGS_KEY = (tuple, 2), (dict, ())
+
+
+def _tensors_key(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """``_signature``'s key of a call with Tensors (not Variables) as its only arguments,
+    positional; ``None`` for any other call."""
+    key: list[Any] = [_CALL_KEY, (tuple, len(args))]
+    for x in args:
+        if x.__class__ is not Tensor:
+            return None
+        value = x._value
+        key.append(("T", value.shape, value.dtype.str))
+    key.append(_NO_KWARGS_KEY)
+    return tuple(key)
 
 
 def _is_input(x: Any) -> bool:

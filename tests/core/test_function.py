@@ -634,7 +634,7 @@ def test_a_failing_guard_traces_again_before_anything_runs():
 @pytest.mark.parametrize("planned", [True, False])
 def test_forwards_written_out_in_the_replay_source_compute_what_they_return(planned):
     from tapefit.core.function import _SOURCES
-    from tapefit.core.ops import linalg, nn
+    from tapefit.core.ops import linalg, nn, reduce
 
     rng = np.random.default_rng(5)
     x, k = rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=(3, 5)).astype(np.float32)
@@ -645,6 +645,8 @@ def test_forwards_written_out_in_the_replay_source_compute_what_they_return(plan
         (nn._relu_backprop, [y, np.maximum(y, 0)], {}),
         (linalg._matmul, [x, k.T.copy()], {"transpose_a": False, "transpose_b": True}),
         (linalg._matmul, [x.T.copy(), k], {"transpose_a": True, "transpose_b": False}),
+        (reduce._sum, [y], {"axis": (0,), "keepdims": False}),
+        (reduce._sum, [y > 0], {"axis": (0, 1), "keepdims": True}),  # bools sum as int32
     ]
     for forward, args, attrs in cases:
         expected = forward(*args, **attrs)
@@ -707,6 +709,15 @@ def test_written_out_assign_sub_swaps_an_array_someone_holds():
     assert v._value is not value and np.all(held == -0.5)  # swapped, as assign_sub does
     np.testing.assert_array_equal(f(x).numpy(), np.full(3, -1.5, np.float32))
     assert int(counter) == 5
+
+
+def test_the_key_of_a_call_with_tensors_only_is_its_signature():
+    from tapefit.core.function import _signature, _tensors_key
+
+    a, b = tp.constant(np.ones((2, 3), np.float32)), tp.constant(np.arange(2))
+    for args in [(a, b), (b,), ()]:
+        assert _tensors_key(args) == _signature((args, {}), [])[1]
+    assert _tensors_key((a, np.ones(2))) is None and _tensors_key((tp.Variable(1.0),)) is None
 
 
 def test_repeated_replays_do_not_grow_memory():
