@@ -113,7 +113,8 @@ class Optimizer:
         name: str | None = None,
     ) -> None:
         self.name = type(self).__name__.lower() if name is None else str(name)
-        self._learning_rate = _learning_rate_arg(learning_rate)
+        self._rates: dict[np.dtype, Variable] = {}  # see _rate_variable
+        self._set_learning_rate(_learning_rate_arg(learning_rate))
         self.weight_decay = (
             None if weight_decay is None else _config.check_float("weight_decay", weight_decay, low=0)
         )
@@ -177,7 +178,7 @@ class Optimizer:
                 f"this optimizer's learning rate is the schedule {self._learning_rate!r}, so it cannot be "
                 "set to a number; create the optimizer with a float learning_rate to change it during training"
             )
-        self._learning_rate = new
+        self._set_learning_rate(new)
 
     @property
     def variables(self) -> list[Variable]:
@@ -303,7 +304,7 @@ class Optimizer:
             return None
         if any(v.constraint is not None for v in variables):
             return None
-        return form
+        return form, isinstance(self._learning_rate, float)  # a float rate is read, a schedule called
 
     def _clips(self) -> bool:
         return self.clipnorm is not None or self.global_clipnorm is not None or self.clipvalue is not None
@@ -332,9 +333,10 @@ class Optimizer:
         return every
 
     def _traced_update(self, pairs: list[tuple[Any, Variable]]) -> Variable:
-        """The step as a trace writes it: the learning rate from a host call, the update as
-        ops (the planned replay writes them into the gradients' buffers), and a guard that
-        traces again when the optimizer's configuration no longer gives this update."""
+        """The step as a trace writes it: the learning rate read from a Variable (a float rate)
+        or from a host call (a schedule), the update as ops (the planned replay writes them
+        into the gradients' buffers), and a guard that traces again when the optimizer's
+        configuration no longer gives this update."""
         every = [variable for _, variable in pairs]
         if any(id(v) not in self._positions for v in every):
             self._register(every)
@@ -342,11 +344,30 @@ class Optimizer:
         variables = [variable for grad, variable in pairs if grad is not None]
         config = self._inline_config(every)
         guard(lambda: self._inline_config(every) == config)
-        rate = host_call(self._rate, variables[0].dtype)
+        dtype = variables[0].dtype
+        rate = (
+            self._rate_variable(dtype)
+            if isinstance(self._learning_rate, float)
+            else host_call(self._rate, dtype)
+        )
         with pause_recording():
             self._inline_update(grads, variables, rate)
             self._iterations.assign_add(_ONE)
         return self._iterations
+
+    def _set_learning_rate(self, value: float | schedules.LearningRateSchedule | Callable[..., Any]) -> None:
+        self._learning_rate = value
+        if isinstance(value, float):
+            for dtype, rate in self._rates.items():
+                rate._value = np.asarray(value, dtype)  # a new array: never written in place, never traced
+
+    def _rate_variable(self, dtype: np.dtype) -> Variable:
+        """A float learning rate as a 0-d Variable of ``dtype`` (as a ufunc casts it), which
+        follows every change of the rate: a traced update reads it instead of calling Python."""
+        rate = self._rates.get(dtype)
+        if rate is None:
+            rate = self._rates[dtype] = Variable(np.asarray(self._learning_rate, dtype), trainable=False)
+        return rate
 
     def _rate(self, dtype: np.dtype) -> Tensor:
         """The learning rate of this step, as a 0-d Tensor of ``dtype`` (as a ufunc casts it)."""
@@ -504,7 +525,7 @@ class Optimizer:
         # Everything checked: now change the state.
         self._iterations.assign(np.int64(iterations))
         if learning_rate is not None:
-            self._learning_rate = learning_rate
+            self._set_learning_rate(learning_rate)
         initial = self.slot_initial_values()
         for position, slots in enumerate(self._slots):
             saved = by_position.get(position)

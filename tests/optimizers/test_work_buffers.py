@@ -151,8 +151,11 @@ def test_plain_sgd_updates_are_ops_writing_into_the_gradient_buffers():
         lambda optimizer, model: setattr(optimizer, "weight_decay", 0.1),
         lambda optimizer, model: setattr(model.trainable_variables[0], "constraint", lambda w: w * 0.5),
         lambda optimizer, model: setattr(optimizer, "learning_rate", 0.5),
+        lambda optimizer, model: setattr(
+            optimizer, "learning_rate", tp.optimizers.schedules.ExponentialDecay(0.5, 2, 0.5)
+        ),
     ],
-    ids=["clipvalue", "clipnorm", "weight_decay", "constraint", "learning_rate"],
+    ids=["clipvalue", "clipnorm", "weight_decay", "constraint", "learning_rate", "schedule"],
 )
 def test_an_optimizer_changed_between_calls_updates_as_eager(change):
     runs = []
