@@ -864,7 +864,7 @@ class Function:
         key = None if kwargs else _tensors_key(args)
         if key is not None:  # Tensors only, the common call: its signature without the walk
             program = self._programs.get(key)
-            if program is not None and (not program.guards or _holds(program)):
+            if program is not None and _holds(program):
                 return program.run([x._value for x in args])
         call = (args, kwargs)
         objects: list[Any] = []
@@ -872,7 +872,7 @@ class Function:
         program = self._programs.get(key)
         if program is None:
             return self._trace(call, leaves, key, objects)
-        if program.guards and not _holds(program):
+        if not _holds(program):
             del self._programs[key]  # traced on a choice that changed: trace and confirm anew
             return self._trace(call, leaves, key, objects)
         return program.run([x._value if x.__class__ is Tensor else x for x in leaves if _is_input(x)])
@@ -946,7 +946,10 @@ class Function:
 
 def _holds(program: _Program) -> bool:
     """Whether every guard of ``program`` still holds (see ``guard``)."""
-    return all([check() for check in program.guards])
+    for check in program.guards:
+        if not check():
+            return False
+    return True
 
 
 # The parts of ``_signature``'s key around positional arguments, with no keyword arguments.

@@ -358,11 +358,12 @@ def _in_range(values: np.ndarray, classes: int) -> bool:
     a negative value is above any class count). The ufuncs' reduce: ndarray.min and max
     add a Python wrapper's cost on every step."""
     if values.dtype.kind == "i":
-        return bool(_maximum(values.view(f"u{values.dtype.itemsize}"), axis=None) < classes)
+        return bool(_maximum(values.view(_UNSIGNED[values.dtype.itemsize]), axis=None) < classes)
     return bool(_minimum(values, axis=None) >= 0 and _maximum(values, axis=None) < classes)
 
 
 _minimum, _maximum = np.minimum.reduce, np.maximum.reduce
+_UNSIGNED = {size: np.dtype(f"u{size}") for size in (1, 2, 4, 8)}
 
 
 def _smoothing(value: float, loss: str) -> float:

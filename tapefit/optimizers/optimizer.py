@@ -299,15 +299,16 @@ class Optimizer:
 
     def _inline_config(self, variables: list[Variable]) -> Any:
         """The state an inline update was traced on: ``None`` when it cannot be inline."""
+        # Every replay checks this (its guard): plain attribute tests, no generator.
         form = self._inline_form()
-        if form is None or self.weight_decay or self._clips():
+        if form is None or self.weight_decay or self.clipnorm is not None or self.clipvalue is not None:
             return None
-        if any(v.constraint is not None for v in variables):
+        if self.global_clipnorm is not None:
             return None
+        for variable in variables:
+            if variable.constraint is not None:
+                return None
         return form, isinstance(self._learning_rate, float)  # a float rate is read, a schedule called
-
-    def _clips(self) -> bool:
-        return self.clipnorm is not None or self.global_clipnorm is not None or self.clipvalue is not None
 
     def _inline_gradients(self, pairs: list[Any]) -> list[Variable] | None:
         """The variables of ``pairs`` when a trace can write their update as ops: well-formed
