@@ -46,7 +46,17 @@ from tapefit.core import tensor as _tensor
 from tapefit.core.record import active_tapes
 from tapefit.core.tensor import Tensor, Variable, _wrap
 
-__all__ = ["Function", "draw", "function", "guard", "host_call", "replay_source", "tracing", "writes_into"]
+__all__ = [
+    "Function",
+    "draw",
+    "function",
+    "guard",
+    "host_call",
+    "replay_source",
+    "tracing",
+    "unchanged",
+    "writes_into",
+]
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -208,6 +218,25 @@ def guard(check: Callable[[], bool]) -> None:
     """
     if _tracing and _tracing[-1].thread == get_ident():
         _tracing[-1].guards.append(check)
+
+
+def unchanged(*attributes: tuple[Any, str]) -> Callable[[], bool]:
+    """A check for ``guard``: whether each ``(object, name)`` attribute still holds the value
+    it holds now (the same object, or an equal one). One generated expression, cheap enough
+    to run on every call."""
+    scope: dict[str, Any] = {}
+    terms = []
+    for k, (owner, name) in enumerate(attributes):
+        if not name.isidentifier():
+            raise ValueError(f"unchanged: {name!r} is not an attribute name")
+        scope[f"o{k}"], scope[f"v{k}"] = owner, getattr(owner, name)
+        terms.append(f"(o{k}.{name} is v{k} or o{k}.{name} == v{k})")
+    exec(
+        compile(f"def check():\n    return {' and '.join(terms) or 'True'}", "<tp.function guard>", "exec"),
+        scope,
+    )
+    check: Callable[[], bool] = scope["check"]
+    return check
 
 
 def host_call(
@@ -864,8 +893,12 @@ class Function:
         key = None if kwargs else _tensors_key(args)
         if key is not None:  # Tensors only, the common call: its signature without the walk
             program = self._programs.get(key)
-            if program is not None and _holds(program):
-                return program.run([x._value for x in args])
+            if program is not None:
+                for check in program.guards:  # _holds, without its call on every step
+                    if not check():
+                        break
+                else:
+                    return program.run([x._value for x in args])
         call = (args, kwargs)
         objects: list[Any] = []
         leaves, key = _signature(call, objects)

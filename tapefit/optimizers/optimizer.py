@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tapefit.core.function import guard, host_call, tracing
+from tapefit.core.function import guard, host_call, tracing, unchanged
 from tapefit.core.record import active_tapes, pause_recording
 from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor, Variable, _wrap
@@ -291,6 +291,10 @@ class Optimizer:
         optimizer's update must run as a host call (the default: ``update_step`` is Python)."""
         return None
 
+    def _inline_attributes(self) -> tuple[str, ...]:
+        """The names of the attributes ``_inline_form`` reads (a trace's guard watches them)."""
+        return ()
+
     def _inline_update(self, grads: list[Tensor], variables: list[Variable], rate: Tensor) -> None:
         """``update_step`` for every pair as tapefit ops on Tensors (so a ``tp.function`` trace
         writes the arithmetic into its program), bit for bit what ``update_step`` computes.
@@ -299,7 +303,6 @@ class Optimizer:
 
     def _inline_config(self, variables: list[Variable]) -> Any:
         """The state an inline update was traced on: ``None`` when it cannot be inline."""
-        # Every replay checks this (its guard): plain attribute tests, no generator.
         form = self._inline_form()
         if form is None or self.weight_decay or self.clipnorm is not None or self.clipvalue is not None:
             return None
@@ -343,8 +346,14 @@ class Optimizer:
             self._register(every)
         grads = [grad for grad, _ in pairs if grad is not None]
         variables = [variable for grad, variable in pairs if grad is not None]
-        config = self._inline_config(every)
-        guard(lambda: self._inline_config(every) == config)
+        # The attributes _inline_config read: while they hold, it would choose the same again.
+        names = ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm", "_rate_is_float")
+        guard(
+            unchanged(
+                *[(self, name) for name in names + self._inline_attributes()],
+                *[(v, "constraint") for v in every],
+            )
+        )
         dtype = variables[0].dtype
         rate = (
             self._rate_variable(dtype)
@@ -358,6 +367,7 @@ class Optimizer:
 
     def _set_learning_rate(self, value: float | schedules.LearningRateSchedule | Callable[..., Any]) -> None:
         self._learning_rate = value
+        self._rate_is_float = isinstance(value, float)  # what a traced update's guard watches
         if isinstance(value, float):
             for dtype, rate in self._rates.items():
                 rate._value = np.asarray(value, dtype)  # a new array: never written in place, never traced

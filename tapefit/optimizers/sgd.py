@@ -70,6 +70,10 @@ class SGD(Optimizer):
         """Plain SGD (no momentum) traces as ops, unless a subclass changes ``update_step``."""
         return "sgd" if not self.momentum and type(self).update_step is SGD.update_step else None
 
+    def _inline_attributes(self) -> tuple[str, ...]:
+        """``_inline_form`` reads ``momentum``."""
+        return ("momentum",)
+
     def _inline_update(self, grads: list[Tensor], variables: list[Variable], rate: Tensor) -> None:
         """``w -= lr * g`` as ops: the same product and difference as ``update_step``."""
         for gradient, variable in zip(grads, variables):

@@ -720,6 +720,25 @@ def test_the_key_of_a_call_with_tensors_only_is_its_signature():
     assert _tensors_key((a, np.ones(2))) is None and _tensors_key((tp.Variable(1.0),)) is None
 
 
+def test_unchanged_checks_attributes_by_identity_or_equality():
+    from tapefit.core.function import unchanged
+
+    class Config:
+        pass
+
+    config = Config()
+    config.rate, config.hook = 0.5, None
+    check = unchanged((config, "rate"), (config, "hook"))
+    assert check()
+    config.rate = float("0.5")  # another, equal float
+    assert check()
+    config.hook = print
+    assert not check()
+    assert unchanged()()
+    with pytest.raises(ValueError, match="not an attribute name"):
+        unchanged((config, "rate + 1"))
+
+
 def test_repeated_replays_do_not_grow_memory():
     import tracemalloc
 
