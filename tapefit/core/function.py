@@ -890,7 +890,8 @@ class Function:
         # wants the ops recorded; after a failed trace the function is eager.
         if _tracing or active_tapes or self._eager_reason is not None:
             return self._python_function(*args, **kwargs)
-        key = None if kwargs else _tensors_key(args)
+        arrays: list[Any] = []
+        key = None if kwargs else _tensors_key(args, arrays)
         if key is not None:  # Tensors only, the common call: its signature without the walk
             program = self._programs.get(key)
             if program is not None:
@@ -898,7 +899,7 @@ class Function:
                     if not check():
                         break
                 else:
-                    return program.run([x._value for x in args])
+                    return program.run(arrays)
         call = (args, kwargs)
         objects: list[Any] = []
         leaves, key = _signature(call, objects)
@@ -989,14 +990,15 @@ def _holds(program: _Program) -> bool:
 _CALL_KEY, _NO_KWARGS_KEY = (tuple, 2), (dict, ())
 
 
-def _tensors_key(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+def _tensors_key(args: tuple[Any, ...], arrays: list[Any]) -> tuple[Any, ...] | None:
     """``_signature``'s key of a call with Tensors (not Variables) as its only arguments,
-    positional; ``None`` for any other call."""
+    positional, whose arrays it appends to ``arrays``; ``None`` for any other call."""
     key: list[Any] = [_CALL_KEY, (tuple, len(args))]
     for x in args:
         if x.__class__ is not Tensor:
             return None
         value = x._value
+        arrays.append(value)
         key.append(("T", value.shape, value.dtype.str))
     key.append(_NO_KWARGS_KEY)
     return tuple(key)

@@ -716,8 +716,10 @@ def test_the_key_of_a_call_with_tensors_only_is_its_signature():
 
     a, b = tp.constant(np.ones((2, 3), np.float32)), tp.constant(np.arange(2))
     for args in [(a, b), (b,), ()]:
-        assert _tensors_key(args) == _signature((args, {}), [])[1]
-    assert _tensors_key((a, np.ones(2))) is None and _tensors_key((tp.Variable(1.0),)) is None
+        arrays = []
+        assert _tensors_key(args, arrays) == _signature((args, {}), [])[1]
+        assert all(x is t._value for x, t in zip(arrays, args, strict=True))
+    assert _tensors_key((a, np.ones(2)), []) is None and _tensors_key((tp.Variable(1.0),), []) is None
 
 
 def test_unchanged_checks_attributes_by_identity_or_equality():
