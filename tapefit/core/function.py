@@ -15,7 +15,7 @@ A replay allocates (almost) nothing: the first replay of a program plans its buf
 possible view keeps its base alive); every op whose forward takes ``out=`` (NumPy's ufuncs, and
 forwards marked ``writes_into``: Dense, MatMul, Sum, Relu, ReluGrad) writes into a buffer of
 its shape and dtype that is free by then, and elementwise ops write over an input that dies
-there. Nothing the caller can hold is a buffer: the results, ``assign*`` values; the arrays
+there. Nothing the caller can hold is a buffer: the results, ``assign`` values; the arrays
 lent to host calls (the optimizer's gradients) are checked after the call and replaced if
 kept. Ops on constants only are computed once (``_fold``).
 
@@ -46,7 +46,17 @@ from tapefit.core import tensor as _tensor
 from tapefit.core.record import active_tapes
 from tapefit.core.tensor import Tensor, Variable, _wrap
 
-__all__ = ["Function", "draw", "function", "host_call", "tracing", "writes_into"]
+__all__ = [
+    "Function",
+    "draw",
+    "function",
+    "guard",
+    "host_call",
+    "replay_source",
+    "tracing",
+    "unchanged",
+    "writes_into",
+]
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -93,6 +103,7 @@ class _Trace:
         # memory, else None; and the outputs that may be views of their op's inputs.
         self.layout: dict[int, tuple[tuple[int, ...], np.dtype] | None] = {}
         self.views: set[int] = set()
+        self.guards: list[Callable[[], bool]] = []  # see ``guard``
 
     def new_slot(self, array: Any) -> int:
         slot = len(self.init)
@@ -197,7 +208,40 @@ def draw(sample: Callable[[], np.ndarray]) -> np.ndarray:
     return array
 
 
-def host_call(fn: Callable[..., Any], *args: Any, scratch: bool = False) -> Any:
+def guard(check: Callable[[], bool]) -> None:
+    """While a trace is written, makes every replay of its program call ``check()`` first.
+
+    For code that traces a choice made on Python state that may change between calls (an
+    optimizer's hyperparameters, say): ``check`` says whether that state still makes the
+    same choice. When it returns False, the call traces the function again instead of
+    replaying (before anything runs, so nothing happens twice). Outside a trace, does nothing.
+    """
+    if _tracing and _tracing[-1].thread == get_ident():
+        _tracing[-1].guards.append(check)
+
+
+def unchanged(*attributes: tuple[Any, str]) -> Callable[[], bool]:
+    """A check for ``guard``: whether each ``(object, name)`` attribute still holds the value
+    it holds now (the same object, or an equal one). One generated expression, cheap enough
+    to run on every call."""
+    scope: dict[str, Any] = {}
+    terms = []
+    for k, (owner, name) in enumerate(attributes):
+        if not name.isidentifier():
+            raise ValueError(f"unchanged: {name!r} is not an attribute name")
+        scope[f"o{k}"], scope[f"v{k}"] = owner, getattr(owner, name)
+        terms.append(f"(o{k}.{name} is v{k} or o{k}.{name} == v{k})")
+    exec(
+        compile(f"def check():\n    return {' and '.join(terms) or 'True'}", "<tp.function guard>", "exec"),
+        scope,
+    )
+    check: Callable[[], bool] = scope["check"]
+    return check
+
+
+def host_call(
+    fn: Callable[..., Any], *args: Any, scratch: bool = False, replay: Callable[..., Any] | None = None
+) -> Any:
     """Calls ``fn(*args)``; a trace records the call, and every replay calls ``fn`` again.
 
     For Python code that must run on every call of a ``tp.function`` with the values of that
@@ -210,6 +254,11 @@ def host_call(fn: Callable[..., Any], *args: Any, scratch: bool = False) -> Any:
     arrays of those Tensors in ``args`` that nothing reads after the call (planned buffers
     whose value dies there, each behind exactly one Tensor), which ``fn`` may overwrite
     during the call and must not keep. The trace's own call, like an eager one, gets none.
+
+    ``replay``: what replays call instead of ``fn``, with the same arguments (and ``scratch``),
+    when ``fn`` checks what no replay can change (the arguments' structure, and the shapes
+    and dtypes of their Tensors, which are the trace's): it does what ``fn`` does without
+    those checks. It must give the same results as ``fn``, bit for bit.
     """
     if not _tracing or _tracing[-1].thread != get_ident():
         return fn(*args)
@@ -224,7 +273,7 @@ def host_call(fn: Callable[..., Any], *args: Any, scratch: bool = False) -> Any:
     if isinstance(result, Tensor) and not result._is_variable:
         out = trace.new_slot(result._value)
     structure = nest.pack_sequence_as(list(args), template)  # holds no trace-time Tensor
-    trace.code.append((_HOST, fn, (structure, template), out, scratch or None))
+    trace.code.append((_HOST, fn if replay is None else replay, (structure, template), out, scratch or None))
     return result
 
 
@@ -252,6 +301,7 @@ class _Program:
         "layout",
         "views",
         "buffers",
+        "guards",
         "_replay",
         "_unplanned",
         "_free",
@@ -269,6 +319,7 @@ class _Program:
         self.layout = trace.layout
         self.views = trace.views
         self.buffers: list[np.ndarray] = []  # the planned replay's pool, made with it
+        self.guards = tuple(trace.guards)
         self._replay: Callable[..., list[Any]] | None = None  # made on the first run
         self._unplanned: Callable[..., list[Any]] | None = None  # for a call inside a call
         # One token: a run takes it (list.pop is atomic), so a second run at the same time
@@ -344,29 +395,14 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
         if dropped:
             body(f"    del {', '.join(dropped)}")
 
-    def arrays(targets: list[str], result: str) -> None:
-        for target in targets:  # 0-d ufunc results come back as NumPy scalars
-            body(f"    {target} = {result}")
-            body(f"    if {target}.__class__ is not _ndarray: {target} = _asarray({target})")
-
     for index, (kind, a, b, c, d, free) in enumerate(code):
         if kind == _OP:
             buffer = into.get(d) if d.__class__ is int else None
-            out = [] if buffer is None else [f"out=b{buffer}"]
-            args = ", ".join([slot(i) for i in b] + out + ([f"**{const(c)}"] if c else []))
-            call = f"{const(a)}({args})"
-            if buffer is not None:  # the result is the buffer itself
-                body(f"    s{d} = {call}")
-                frees(free)
-                continue
-            if d.__class__ is int:
-                body(f"    _r = {call}")
-                arrays([f"s{d}"], "_r")
-            else:
-                body(f"    _r = {call}")
-                for k, target in enumerate(d):
-                    arrays([f"s{target}"], f"_r[{k}]")
-            body("    del _r")
+            out = "None" if buffer is None else f"b{buffer}"
+            for line in _results(
+                _op_lines(a, [slot(i) for i in b], c, out, d.__class__ is int, const), d, buffer
+            ):
+                body(f"    {line}")
             frees(free)
         elif kind == _READ:
             body(f"    s{b} = {const(a)}._value")
@@ -379,8 +415,9 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
             # variable's array has no other holder.
             body(f"    _v = {slot(c)}")
             frees(free)
-            body(f"    {const(a)}.{b}({'_wrap(_v)' if d else '_v'})")
-            body("    del _v")
+            checked = a.__class__ is Variable and (c in local or _same_dtype(init[c], a))
+            for line in _assign_lines(const(a), b, d, checked, const):
+                body(f"    {line}")
         else:
             body(f"    _a = {_result(b[0], const, slot)}")
             frees(free)  # before the call: the optimizer then updates in place
@@ -395,6 +432,69 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
     replay = namespace["replay"]
     replay.source = source  # for a reader (and the tests): what a replay runs
     return replay
+
+
+def _op_lines(
+    forward: Any, args: list[str], attrs: Any, out: str, single: bool, const: Callable[[Any], str]
+) -> list[str]:
+    """Lines that leave in ``_r`` what ``forward(*args, **attrs)`` returns (written into the
+    buffer ``out`` unless it is ``"None"``): the forward's own source if it has one
+    (``replay_source``), else a call."""
+    source = _source_of(forward) if single else None
+    if source is not None:
+        return source(const, args, attrs or {}, out)
+    extra = [] if out == "None" else [f"out={out}"]
+    return [f"_r = {const(forward)}({', '.join(args + extra + ([f'**{const(attrs)}'] if attrs else []))})"]
+
+
+def _results(op: list[str], d: Any, buffer: int | None) -> list[str]:
+    """``op``'s lines with its result ``_r`` put in the slot(s) ``d``: its buffer, or arrays
+    (a 0-d ufunc result comes back as a NumPy scalar)."""
+    if buffer is not None and op[-1].startswith("_r = ") and not any("_r" in line for line in op[:-1]):
+        return [*op[:-1], f"s{d} = {op[-1].removeprefix('_r = ')}"]  # a call that returns the buffer
+    if buffer is not None:
+        return [*op, f"s{d} = _r", "del _r"]
+    lines = list(op)
+    for k, target in enumerate((d,) if d.__class__ is int else d):
+        value = "_r" if d.__class__ is int else f"_r[{k}]"
+        lines += [
+            f"s{target} = {value}",
+            f"if s{target}.__class__ is not _ndarray: s{target} = _asarray(s{target})",
+        ]
+    return [*lines, "del _r"]
+
+
+def _same_dtype(value: Any, variable: Variable) -> bool:
+    return isinstance(value, (np.ndarray, np.generic)) and value.dtype == variable._value.dtype
+
+
+def _assign_lines(
+    variable: str, method: str, wrap: bool, checked: bool, const: Callable[[Any], str]
+) -> list[str]:
+    """``variable.<method>(_v)``. ``assign_add`` and ``assign_sub`` of a ``Variable`` (not a
+    subclass) by an array the trace checked (its shape and dtype are the variable's on every
+    replay) are written out: in place when nothing else holds the variable's array, else a
+    new array, as the methods do."""
+    ufunc = {"assign_add": np.add, "assign_sub": np.subtract}.get(method)
+    if ufunc is None or not checked or _SOLE_LOCAL_REFS is None:
+        return [f"{variable}.{method}({'_wrap(_v)' if wrap and method == 'assign' else '_v'})", "del _v"]
+    f = const(ufunc)
+    return [
+        f"_w = {variable}._value",
+        f"if _refcount(_w) <= {_SOLE_LOCAL_REFS} and _w.base is None and _w.flags.writeable: {f}(_w, _v, out=_w)",
+        f"else: {variable}._value = {f}(_w, _v)",
+        "del _v, _w",
+    ]
+
+
+def _local_refs(variable: Variable) -> int:
+    _w = variable._value
+    return sys.getrefcount(_w)
+
+
+# What a replay's ``_refcount(_w)`` sees for a variable's array held by the variable alone
+# and the local ``_w`` (measured, as tensor.py measures its count); None: no refcounts.
+_SOLE_LOCAL_REFS = _local_refs(Variable(0.0)) if _tensor._refcount is not None else None
 
 
 def _locals(inputs: list[int], code: list[tuple[Any, ...]]) -> set[int]:
@@ -521,6 +621,36 @@ def writes_into(*over: int) -> Callable[[F], F]:
     return mark
 
 
+# Forwards a replay writes out in its own source: see ``replay_source``.
+_SOURCES: dict[Any, Callable[..., list[str]]] = {}
+
+
+def replay_source(
+    source: Callable[[Callable[[Any], str], list[str], dict[str, Any], str], list[str]],
+) -> Callable[[F], F]:
+    """Marks an op's forward as one a replay writes out in its own source instead of calling
+    it: a forward of a few NumPy calls then costs those calls and no Python call of its own.
+
+    ``source(name, args, attrs, out)`` returns lines of Python that leave in ``_r`` what
+    ``forward(*args, **attrs, out=out)`` returns, by the same NumPy calls (so the same bits);
+    ``args`` and ``out`` are expressions (``out`` may be ``"None"``), and ``name(value)`` gives
+    the name of a global of the replay bound to ``value``.
+    """
+
+    def mark(forward: F) -> F:
+        _SOURCES[forward] = source
+        return forward
+
+    return mark
+
+
+def _source_of(forward: Any) -> Callable[..., list[str]] | None:
+    try:
+        return _SOURCES.get(forward)
+    except TypeError:  # an unhashable callable
+        return None
+
+
 def _overwrites(forward: Any, attrs: Any) -> tuple[int, ...] | None:
     """The input positions whose array ``forward`` may write its result over (``writes_into``),
     or ``None`` if it does not take ``out=``."""
@@ -573,7 +703,8 @@ def _lives(program: _Program, code: list[tuple[Any, ...]]) -> tuple[dict[int, in
                 last.setdefault(slot, index)
         elif kind == _ASSIGN:
             reads = (c,)
-            escaped.add(c)
+            if b == "assign":  # assign_add and assign_sub never keep their argument
+                escaped.add(c)
         elif kind == _HOST:
             reads = [x.slot for x in b[1] if x.__class__ is _Ref]
             # Lent, not given: a replay checks after the call whether it kept them.
@@ -605,7 +736,8 @@ def _plan(
     their lives to its own). Then one pass in program order hands each output of a forward
     that takes ``out=`` a free buffer of its shape and dtype (or a new one), and frees the
     buffers of the slots that die there. Whatever the caller can hold never gets a buffer:
-    the function's results, the arrays passed to ``assign*`` (a variable may keep the array),
+    the function's results, the arrays passed to ``assign`` (a variable may keep the array;
+    ``assign_add`` and ``assign_sub`` only read theirs),
     views passed to host calls, and, through views, the arrays those view. The arrays a host
     call gets (the optimizer's gradients, as Tensors) are lent: after the call the replay
     counts the references to each lent buffer, and one the call kept is replaced (see
@@ -758,11 +890,24 @@ class Function:
         # wants the ops recorded; after a failed trace the function is eager.
         if _tracing or active_tapes or self._eager_reason is not None:
             return self._python_function(*args, **kwargs)
+        arrays: list[Any] = []
+        key = None if kwargs else _tensors_key(args, arrays)
+        if key is not None:  # Tensors only, the common call: its signature without the walk
+            program = self._programs.get(key)
+            if program is not None:
+                for check in program.guards:  # _holds, without its call on every step
+                    if not check():
+                        break
+                else:
+                    return program.run(arrays)
         call = (args, kwargs)
         objects: list[Any] = []
         leaves, key = _signature(call, objects)
         program = self._programs.get(key)
         if program is None:
+            return self._trace(call, leaves, key, objects)
+        if not _holds(program):
+            del self._programs[key]  # traced on a choice that changed: trace and confirm anew
             return self._trace(call, leaves, key, objects)
         return program.run([x._value if x.__class__ is Tensor else x for x in leaves if _is_input(x)])
 
@@ -831,6 +976,32 @@ class Function:
         """How many signatures have a confirmed program that calls replay (``tf.function``'s
         method of that name counts traces; here a signature's checking traces count once)."""
         return len(self._programs)
+
+
+def _holds(program: _Program) -> bool:
+    """Whether every guard of ``program`` still holds (see ``guard``)."""
+    for check in program.guards:
+        if not check():
+            return False
+    return True
+
+
+# The parts of ``_signature``'s key around positional arguments, with no keyword arguments.
+_CALL_KEY, _NO_KWARGS_KEY = (tuple, 2), (dict, ())
+
+
+def _tensors_key(args: tuple[Any, ...], arrays: list[Any]) -> tuple[Any, ...] | None:
+    """``_signature``'s key of a call with Tensors (not Variables) as its only arguments,
+    positional, whose arrays it appends to ``arrays``; ``None`` for any other call."""
+    key: list[Any] = [_CALL_KEY, (tuple, len(args))]
+    for x in args:
+        if x.__class__ is not Tensor:
+            return None
+        value = x._value
+        arrays.append(value)
+        key.append(("T", value.shape, value.dtype.str))
+    key.append(_NO_KWARGS_KEY)
+    return tuple(key)
 
 
 def _is_input(x: Any) -> bool:

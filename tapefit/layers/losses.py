@@ -342,16 +342,30 @@ def sparse_labels(y_true: Any, y_pred: Tensor, what: str) -> Tensor:
 
 
 def _check_label_values(labels: Tensor, classes: int, what: str) -> None:
-    values = labels.numpy()
-    if labels.dtype.kind == "f" and not np.all(values == np.floor(values)):
+    # Runs on every replay: the ufuncs' reduce (ndarray.min and max add a Python wrapper's
+    # cost), and for integers one pass (read as unsigned, a negative label is above any count).
+    values = labels._value  # only read; a host call's Tensor is no traced value
+    if values.dtype.kind == "i":
+        if values.size and _maximum(values.view(_UNSIGNED[values.dtype.itemsize]), axis=None) >= classes:
+            _label_range_error(values, classes, what)
+        return
+    if values.dtype.kind == "f" and not np.all(values == np.floor(values)):
         raise ValueError(
             f"{what}: y_true must hold integer class labels, got non-integral {labels.dtype.name} values"
         )
-    if values.size and (values.min() < 0 or values.max() >= classes):
-        raise ValueError(
-            f"{what}: labels must lie in [0, {classes}) for y_pred with {classes} classes, got values from "
-            f"{values.min():g} to {values.max():g}"
-        )
+    if values.size and (_minimum(values, axis=None) < 0 or _maximum(values, axis=None) >= classes):
+        _label_range_error(values, classes, what)
+
+
+def _label_range_error(values: np.ndarray, classes: int, what: str) -> None:
+    raise ValueError(
+        f"{what}: labels must lie in [0, {classes}) for y_pred with {classes} classes, got values from "
+        f"{values.min():g} to {values.max():g}"
+    )
+
+
+_minimum, _maximum = np.minimum.reduce, np.maximum.reduce
+_UNSIGNED = {size: np.dtype(f"u{size}") for size in (1, 2, 4, 8)}
 
 
 def _smoothing(value: float, loss: str) -> float:

@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from tapefit.core.function import host_call, tracing
-from tapefit.core.record import pause_recording
+from tapefit.core.function import guard, host_call, tracing, unchanged
+from tapefit.core.record import active_tapes, pause_recording
 from tapefit.core.tape import GradientTape
-from tapefit.core.tensor import Tensor, Variable
+from tapefit.core.tensor import Tensor, Variable, _wrap
 from tapefit.optimizers import _config, schedules
 
 logger = logging.getLogger("tapefit")
@@ -113,7 +113,8 @@ class Optimizer:
         name: str | None = None,
     ) -> None:
         self.name = type(self).__name__.lower() if name is None else str(name)
-        self._learning_rate = _learning_rate_arg(learning_rate)
+        self._rates: dict[np.dtype, Variable] = {}  # see _rate_variable
+        self._set_learning_rate(_learning_rate_arg(learning_rate))
         self.weight_decay = (
             None if weight_decay is None else _config.check_float("weight_decay", weight_decay, low=0)
         )
@@ -177,7 +178,7 @@ class Optimizer:
                 f"this optimizer's learning rate is the schedule {self._learning_rate!r}, so it cannot be "
                 "set to a number; create the optimizer with a float learning_rate to change it during training"
             )
-        self._learning_rate = new
+        self._set_learning_rate(new)
 
     @property
     def variables(self) -> list[Variable]:
@@ -238,23 +239,38 @@ class Optimizer:
                 gradient is not floating.
         """
         if tracing():
+            pairs = list(grads_and_vars)
+            if self._inline_gradients(pairs) is not None:
+                return self._traced_update(pairs)
             # In a tp.function the update runs as Python on every call, with that step's
             # learning rate and slots; the trace passes it the gradients of the call.
-            return host_call(self._apply_lent, list(grads_and_vars), scratch=True)
+            return host_call(self._apply_lent, pairs, scratch=True, replay=self._replay_lent)
         grads, variables, every = self._checked_pairs(grads_and_vars)
         # Variables without a gradient get their positions too (Keras 3 builds on them all), so
         # positions follow the order of the pairs, not which gradients happened to be None.
         if any(id(v) not in self._positions for v in every):
             self._register(every)
-        with pause_recording():
-            lr = self._learning_rate_at(int(self._iterations))
-            grads = self._clip(grads)
-            self._apply_weight_decay(variables, lr)
-            for g, v in zip(grads, variables):
-                self.update_step(g, v, lr)
-            _apply_constraints(variables)
-            self._iterations.assign_add(1)
+        return self._update(grads, variables)
+
+    def _update(self, grads: list[np.ndarray], variables: list[Variable]) -> Variable:
+        """The step proper, on checked gradients of registered variables."""
+        if active_tapes:  # with no tape active anywhere there is nothing to pause
+            with pause_recording():
+                self._step(grads, variables)
+        else:
+            self._step(grads, variables)
         return self._iterations
+
+    def _step(self, grads: list[np.ndarray], variables: list[Variable]) -> None:
+        lr = self._learning_rate_at(int(self._iterations._value))
+        if self.clipnorm is not None or self.global_clipnorm is not None or self.clipvalue is not None:
+            grads = self._clip(grads)
+        self._apply_weight_decay(variables, lr)
+        update_step = self.update_step
+        for g, v in zip(grads, variables):
+            update_step(g, v, lr)
+        _apply_constraints(variables)
+        self._iterations.assign_add(_ONE)
 
     def _apply_lent(
         self, grads_and_vars: list[tuple[Any, Variable]], scratch: tuple[np.ndarray, ...] = ()
@@ -268,11 +284,137 @@ class Optimizer:
         finally:
             self._lent = ()
 
+    # -- updates as traced ops ---------------------------------------------------
+
+    def _inline_form(self) -> Any:
+        """What ``_inline_update`` will trace, as a comparable value, or ``None`` when this
+        optimizer's update must run as a host call (the default: ``update_step`` is Python)."""
+        return None
+
+    def _inline_attributes(self) -> tuple[str, ...]:
+        """The names of the attributes ``_inline_form`` reads (a trace's guard watches them)."""
+        return ()
+
+    def _inline_update(self, grads: list[Tensor], variables: list[Variable], rate: Tensor) -> None:
+        """``update_step`` for every pair as tapefit ops on Tensors (so a ``tp.function`` trace
+        writes the arithmetic into its program), bit for bit what ``update_step`` computes.
+        ``rate``: the step's learning rate, a 0-d Tensor of the variables' dtype."""
+        raise NotImplementedError
+
+    def _inline_config(self, variables: list[Variable]) -> Any:
+        """The state an inline update was traced on: ``None`` when it cannot be inline."""
+        form = self._inline_form()
+        if form is None or self.weight_decay or self.clipnorm is not None or self.clipvalue is not None:
+            return None
+        if self.global_clipnorm is not None:
+            return None
+        for variable in variables:
+            if variable.constraint is not None:
+                return None
+        return form, isinstance(self._learning_rate, float)  # a float rate is read, a schedule called
+
+    def _inline_gradients(self, pairs: list[Any]) -> list[Variable] | None:
+        """The variables of ``pairs`` when a trace can write their update as ops: well-formed
+        pairs of floating Variables of one dtype and Tensors of their shapes and dtypes (or
+        ``None``, not all), and an inline config. Anything else goes the checked way."""
+        every: list[Variable] = []
+        dtypes = set()
+        for item in pairs:
+            if not isinstance(item, (tuple, list)) or len(item) != 2 or not isinstance(item[1], Variable):
+                return None
+            grad, variable = item
+            if grad is not None:
+                if (
+                    grad.__class__ is not Tensor
+                    or grad.dtype != variable.dtype
+                    or grad.shape != variable.shape
+                ):
+                    return None
+                dtypes.add(variable.dtype)
+            every.append(variable)
+        if len(dtypes) != 1 or next(iter(dtypes)).kind != "f" or self._inline_config(every) is None:
+            return None
+        return every
+
+    def _traced_update(self, pairs: list[tuple[Any, Variable]]) -> Variable:
+        """The step as a trace writes it: the learning rate read from a Variable (a float rate)
+        or from a host call (a schedule), the update as ops (the planned replay writes them
+        into the gradients' buffers), and a guard that traces again when the optimizer's
+        configuration no longer gives this update."""
+        every = [variable for _, variable in pairs]
+        if any(id(v) not in self._positions for v in every):
+            self._register(every)
+        grads = [grad for grad, _ in pairs if grad is not None]
+        variables = [variable for grad, variable in pairs if grad is not None]
+        # The attributes _inline_config read: while they hold, it would choose the same again.
+        names = ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm", "_rate_is_float")
+        guard(
+            unchanged(
+                *[(self, name) for name in names + self._inline_attributes()],
+                *[(v, "constraint") for v in every],
+            )
+        )
+        dtype = variables[0].dtype
+        rate = (
+            self._rate_variable(dtype)
+            if isinstance(self._learning_rate, float)
+            else host_call(self._rate, dtype)
+        )
+        with pause_recording():
+            self._inline_update(grads, variables, rate)
+            self._iterations.assign_add(_ONE)
+        return self._iterations
+
+    def _set_learning_rate(self, value: float | schedules.LearningRateSchedule | Callable[..., Any]) -> None:
+        self._learning_rate = value
+        self._rate_is_float = isinstance(value, float)  # what a traced update's guard watches
+        if isinstance(value, float):
+            for dtype, rate in self._rates.items():
+                rate._value = np.asarray(value, dtype)  # a new array: never written in place, never traced
+
+    def _rate_variable(self, dtype: np.dtype) -> Variable:
+        """A float learning rate as a 0-d Variable of ``dtype`` (as a ufunc casts it), which
+        follows every change of the rate: a traced update reads it instead of calling Python."""
+        rate = self._rates.get(dtype)
+        if rate is None:
+            rate = self._rates[dtype] = Variable(np.asarray(self._learning_rate, dtype), trainable=False)
+        return rate
+
+    def _rate(self, dtype: np.dtype) -> Tensor:
+        """The learning rate of this step, as a 0-d Tensor of ``dtype`` (as a ufunc casts it)."""
+        return _wrap(np.asarray(self._learning_rate_at(int(self._iterations._value)), dtype))
+
+    def _replay_lent(
+        self, grads_and_vars: list[tuple[Any, Variable]], scratch: tuple[np.ndarray, ...] = ()
+    ) -> Variable:
+        """``_apply_lent`` as a ``tp.function`` replay calls it (see ``host_call``'s ``replay``):
+        the trace's call checked these pairs and registered their variables, and a replay's
+        gradients have the trace's shapes and dtypes, so only the step itself runs."""
+        grads: list[np.ndarray] = []
+        variables: list[Variable] = []
+        lent = {id(array) for array in scratch}
+        for grad, variable in grads_and_vars:
+            if grad is not None:
+                if grad.__class__ is not Tensor or grad._value.dtype != variable._value.dtype:
+                    grads.append(_gradient_array(grad, variable))
+                elif id(grad._value) in lent:
+                    grads.append(grad._value)  # lent: update_step may write into it anyway
+                else:
+                    grads.append(grad.numpy())  # read-only, as eager updates get it
+                variables.append(variable)
+        self._lent = scratch
+        try:
+            return self._update(grads, variables)
+        finally:
+            self._lent = ()
+
     def _lent_gradient(self, gradient: np.ndarray) -> np.ndarray | None:
         """``gradient``'s own array, writable, when the caller lent it for this step (see
         ``_apply_lent``), else ``None``: then the gradient is the caller's, never written."""
         base = gradient.base
         for array in self._lent:
+            if gradient is array:
+                return array
             if base is array and gradient.shape == array.shape and gradient.dtype == array.dtype:
                 return array
         return None
@@ -394,7 +536,7 @@ class Optimizer:
         # Everything checked: now change the state.
         self._iterations.assign(np.int64(iterations))
         if learning_rate is not None:
-            self._learning_rate = learning_rate
+            self._set_learning_rate(learning_rate)
         initial = self.slot_initial_values()
         for position, slots in enumerate(self._slots):
             saved = by_position.get(position)
@@ -534,6 +676,10 @@ class Optimizer:
                 variable.assign_sub(
                     np.multiply(value_array(variable), factor, out=self._work(value_array(variable)))
                 )
+
+
+# The increment of ``iterations``: an array of its dtype, which ``assign_add`` takes as it is.
+_ONE = np.int64(1)
 
 
 def _apply_constraints(variables: list[Variable]) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from tapefit.core.tensor import Variable
+from tapefit.core.tensor import Tensor, Variable
 from tapefit.optimizers import _config
 from tapefit.optimizers.optimizer import LearningRate, Optimizer, value_array
 
@@ -68,6 +68,19 @@ class SGD(Optimizer):
             new_m *= self.momentum  # momentum * m - lr * g, with the new m
             new_m -= step
         variable.assign_add(new_m)
+
+    def _inline_form(self) -> Any:
+        """Plain SGD (no momentum) traces as ops, unless a subclass changes ``update_step``."""
+        return "sgd" if not self.momentum and type(self).update_step is SGD.update_step else None
+
+    def _inline_attributes(self) -> tuple[str, ...]:
+        """``_inline_form`` reads ``momentum``."""
+        return ("momentum",)
+
+    def _inline_update(self, grads: list[Tensor], variables: list[Variable], rate: Tensor) -> None:
+        """``w -= lr * g`` as ops: the same product and difference as ``update_step``."""
+        for gradient, variable in zip(grads, variables):
+            variable.assign_sub(gradient * rate)
 
     def get_config(self) -> dict[str, Any]:
         """The constructor's keyword arguments."""

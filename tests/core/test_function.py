@@ -587,6 +587,160 @@ def test_a_host_call_that_keeps_its_gradient_keeps_its_values():
     assert "_refcount(b" in _program(f)._replay.source
 
 
+def test_replays_call_a_host_calls_replay_form_and_the_trace_calls_fn():
+    calls = []
+
+    def checked(t, scale):
+        calls.append(("checked", scale))
+        assert t.shape == (2, 3)  # what no replay can change: the trace checked it once
+
+    def replay(t, scale):
+        calls.append(("replay", scale))
+
+    @tp.function
+    def f(x):
+        h = x * 2.0
+        host_call(checked, h, 3, replay=replay)
+        return h
+
+    for _ in range(4):
+        f(np.ones((2, 3), np.float32))
+    assert calls == [("checked", 3)] * 2 + [("replay", 3)] * 2  # two traces, then two replays
+
+
+def test_a_failing_guard_traces_again_before_anything_runs():
+    from tapefit.core.function import guard
+
+    scale = [2.0]
+    seen = []
+
+    @tp.function
+    def f(x):
+        factor = scale[0]  # a choice made on Python state
+        guard(lambda: scale[0] == factor)
+        seen.append(factor)
+        return x * factor
+
+    x = np.ones(3, np.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(f(x).numpy(), x * 2.0)
+    scale[0] = 5.0
+    for _ in range(3):
+        np.testing.assert_array_equal(f(x).numpy(), x * 5.0)
+    assert seen == [2.0, 2.0, 5.0, 5.0]  # two traces each, replays in between
+    assert not f.eager and _replays(f) == 1
+
+
+@pytest.mark.parametrize("planned", [True, False])
+def test_forwards_written_out_in_the_replay_source_compute_what_they_return(planned):
+    from tapefit.core.function import _SOURCES
+    from tapefit.core.ops import linalg, nn, reduce
+
+    rng = np.random.default_rng(5)
+    x, k = rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=(3, 5)).astype(np.float32)
+    b, y = rng.normal(size=5).astype(np.float32), rng.normal(size=(4, 5)).astype(np.float32)
+    cases = [
+        (nn._dense, [x, k, b], {"relu": True}),
+        (nn._dense, [x, k], {"relu": False}),
+        (nn._relu_backprop, [y, np.maximum(y, 0)], {}),
+        (linalg._matmul, [x, k.T.copy()], {"transpose_a": False, "transpose_b": True}),
+        (linalg._matmul, [x.T.copy(), k], {"transpose_a": True, "transpose_b": False}),
+        (reduce._sum, [y], {"axis": (0,), "keepdims": False}),
+        (reduce._sum, [y > 0], {"axis": (0, 1), "keepdims": True}),  # bools sum as int32
+    ]
+    for forward, args, attrs in cases:
+        expected = forward(*args, **attrs)
+        names = {}
+
+        def name(value, names=names):
+            names[f"n{len(names)}"] = value
+            return f"n{len(names) - 1}"
+
+        out = np.empty_like(expected) if planned else None
+        arguments = [f"a{i}" for i in range(len(args))]
+        lines = _SOURCES[forward](name, arguments, attrs, "out" if planned else "None")
+        scope = {**names, **dict(zip(arguments, args)), "out": out}
+        exec("\n".join(lines), scope)
+        np.testing.assert_array_equal(scope["_r"], expected)
+        assert scope["_r"] is out if planned else scope["_r"] is not None
+
+
+def test_the_mlp_replay_calls_numpy_without_the_forwards_python_functions():
+    model = tp.layers.Sequential([tp.layers.Dense(8, activation="relu"), tp.layers.Dense(3)])
+    loss_fn = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
+    optimizer = tp.optimizers.SGD(0.1)
+
+    @tp.function
+    def step(x, y):
+        with tp.GradientTape() as tape:
+            loss = loss_fn(y, model(x))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    x, y = _data(6, 4)
+    for _ in range(3):
+        step(x, y)
+    scope = _program(step)._replay.__globals__
+    from tapefit.core.ops import linalg, nn
+
+    called = {value for value in scope.values() if callable(value)}
+    assert not called & {nn._dense, nn._relu_backprop, linalg._matmul}
+    assert np.matmul in called
+
+
+def test_written_out_assign_sub_swaps_an_array_someone_holds():
+    v = tp.Variable(np.ones(3, np.float32))
+    counter = tp.Variable(np.int64(0))
+
+    @tp.function
+    def f(x):
+        v.assign_sub(x * 2.0)
+        counter.assign_add(np.int64(1))
+        return v + 0.0
+
+    x = np.full(3, 0.25, np.float32)
+    for _ in range(3):
+        f(x)
+    assert "(_w, _v, out=_w)" in _program(f)._replay.source
+    held = v.numpy()  # a read-only view: v's array now has another holder
+    value = v._value
+    np.testing.assert_array_equal(f(x).numpy(), np.full(3, -1.0, np.float32))
+    assert v._value is not value and np.all(held == -0.5)  # swapped, as assign_sub does
+    np.testing.assert_array_equal(f(x).numpy(), np.full(3, -1.5, np.float32))
+    assert int(counter) == 5
+
+
+def test_the_key_of_a_call_with_tensors_only_is_its_signature():
+    from tapefit.core.function import _signature, _tensors_key
+
+    a, b = tp.constant(np.ones((2, 3), np.float32)), tp.constant(np.arange(2))
+    for args in [(a, b), (b,), ()]:
+        arrays = []
+        assert _tensors_key(args, arrays) == _signature((args, {}), [])[1]
+        assert all(x is t._value for x, t in zip(arrays, args, strict=True))
+    assert _tensors_key((a, np.ones(2)), []) is None and _tensors_key((tp.Variable(1.0),), []) is None
+
+
+def test_unchanged_checks_attributes_by_identity_or_equality():
+    from tapefit.core.function import unchanged
+
+    class Config:
+        pass
+
+    config = Config()
+    config.rate, config.hook = 0.5, None
+    check = unchanged((config, "rate"), (config, "hook"))
+    assert check()
+    config.rate = float("0.5")  # another, equal float
+    assert check()
+    config.hook = print
+    assert not check()
+    assert unchanged()()
+    with pytest.raises(ValueError, match="not an attribute name"):
+        unchanged((config, "rate + 1"))
+
+
 def test_repeated_replays_do_not_grow_memory():
     import tracemalloc
 

@@ -17,6 +17,9 @@ OPTIMIZERS = {
     "momentum": lambda: tp.optimizers.SGD(0.05, momentum=0.9),
     "nesterov": lambda: tp.optimizers.SGD(0.05, momentum=0.9, nesterov=True),
     "sgd_decay": lambda: tp.optimizers.SGD(0.05, weight_decay=0.1),
+    "sgd_clipnorm": lambda: tp.optimizers.SGD(0.05, clipnorm=0.1),
+    "sgd_schedule": lambda: tp.optimizers.SGD(tp.optimizers.schedules.ExponentialDecay(0.05, 2, 0.5)),
+    "adam_clipvalue": lambda: tp.optimizers.Adam(0.01, clipvalue=0.01),
     "adam": lambda: tp.optimizers.Adam(0.01, amsgrad=True),
     "adamw": lambda: tp.optimizers.AdamW(0.01),
     "rmsprop": lambda: tp.optimizers.RMSprop(0.01, momentum=0.5, centered=True),
@@ -60,7 +63,7 @@ def test_compiled_updates_match_eager_bit_for_bit(name):
 
 
 def test_replay_lends_the_dying_gradients_to_the_optimizer():
-    _model, compiled = _model_step(OPTIMIZERS["sgd"], compiled=True)
+    _model, compiled = _model_step(OPTIMIZERS["momentum"], compiled=True)
     for x, y in _batches(3):
         compiled(x, y)
     (program,) = compiled._programs.values()
@@ -144,3 +147,74 @@ def test_sgd_on_a_variable_of_several_blocks_gives_the_whole_products_bits(order
     np.testing.assert_array_equal(held, old)
     tp.optimizers.SGD(0.05).apply_gradients([(tp.constant(grad), v)])  # nothing holds it now
     assert v.numpy().tobytes() == (expected - np.multiply(grad, 0.05)).tobytes()
+
+
+def test_plain_sgd_updates_are_ops_writing_into_the_gradient_buffers():
+    _model, compiled = _model_step(OPTIMIZERS["sgd"], compiled=True)
+    for x, y in _batches(3):
+        compiled(x, y)
+    (program,) = compiled._programs.values()
+    source = program._replay.source
+    assert "scratch=" not in source  # no update as a host call: only the learning rate is one
+    assert source.count("(_w, _v, out=_w)") == 5  # the four variables and iterations, in place
+    buffers = {k for k, v in program._replay.__globals__.items() if k.startswith("b")}
+    products = [line for line in source.splitlines() if ".assign_sub(" not in line and "out=b" in line]
+    assert buffers and len(products) >= 4
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda optimizer, model: setattr(optimizer, "clipvalue", 0.001),
+        lambda optimizer, model: setattr(optimizer, "clipnorm", 0.01),
+        lambda optimizer, model: setattr(optimizer, "weight_decay", 0.1),
+        lambda optimizer, model: setattr(model.trainable_variables[0], "constraint", lambda w: w * 0.5),
+        lambda optimizer, model: setattr(optimizer, "learning_rate", 0.5),
+        lambda optimizer, model: setattr(
+            optimizer, "learning_rate", tp.optimizers.schedules.ExponentialDecay(0.5, 2, 0.5)
+        ),
+    ],
+    ids=["clipvalue", "clipnorm", "weight_decay", "constraint", "learning_rate", "schedule"],
+)
+def test_an_optimizer_changed_between_calls_updates_as_eager(change):
+    runs = []
+    for compiled in (False, True):
+        model, step = _model_step(OPTIMIZERS["sgd"], compiled=compiled)
+        runs.append((model, step))
+    (eager_model, eager), (compiled_model, compiled) = runs
+    optimizers = [_optimizer_of(eager), _optimizer_of(compiled.python_function)]
+    batches = _batches(8)
+    for x, y in batches[:4]:
+        eager(x, y)
+        compiled(x, y)
+    change(optimizers[0], eager_model)
+    change(optimizers[1], compiled_model)
+    for x, y in batches[4:]:
+        eager(x, y)
+        compiled(x, y)
+    assert not compiled.eager
+    for a, b in zip(eager_model.trainable_variables, compiled_model.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def _optimizer_of(step):
+    (optimizer,) = [
+        c.cell_contents for c in step.__closure__ if isinstance(c.cell_contents, tp.optimizers.Optimizer)
+    ]
+    return optimizer
+
+
+def test_a_subclass_that_changes_update_step_is_not_inlined():
+    class Halved(tp.optimizers.SGD):
+        def update_step(self, gradient, variable, learning_rate):
+            super().update_step(gradient, variable, learning_rate / 2)
+
+    eager_model, eager = _model_step(lambda: Halved(0.05), compiled=False)
+    compiled_model, compiled = _model_step(lambda: Halved(0.05), compiled=True)
+    for x, y in _batches():
+        eager(x, y)
+        compiled(x, y)
+    for a, b in zip(eager_model.trainable_variables, compiled_model.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    (program,) = compiled._programs.values()
+    assert "scratch=" in program._replay.source

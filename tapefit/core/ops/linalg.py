@@ -5,11 +5,12 @@ from __future__ import annotations
 import math as _pymath
 import operator
 import string
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from tapefit.core.function import writes_into
+from tapefit.core.function import replay_source, writes_into
 from tapefit.core.ops.shape import reshape, transpose
 from tapefit.core.record import Op
 from tapefit.core.registry import OpDef, binary_operands, execute, register_gradient
@@ -18,6 +19,16 @@ from tapefit.core.tensor import Tensor, _wrap, as_tensor, weak_operand
 # -- matmul -----------------------------------------------------------------
 
 
+def _matmul_source(name: Callable[[Any], str], args: list[str], attrs: dict[str, Any], out: str) -> list[str]:
+    a, b = args
+    if attrs["transpose_a"]:
+        a = f"{a}.swapaxes(-1, -2)"
+    if attrs["transpose_b"]:
+        b = f"{b}.swapaxes(-1, -2)"
+    return [f"_r = {name(np.matmul)}({a}, {b}, out={out})"]
+
+
+@replay_source(_matmul_source)
 @writes_into()
 def _matmul(
     a: np.ndarray, b: np.ndarray, transpose_a: bool, transpose_b: bool, out: np.ndarray | None = None

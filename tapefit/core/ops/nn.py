@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math as _pymath
 import operator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -19,7 +20,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from tapefit.core import dtypes as _dt
 from tapefit.core import random as _random
 from tapefit.core.function import draw as _draw
-from tapefit.core.function import writes_into
+from tapefit.core.function import replay_source, writes_into
 from tapefit.core.ops.linalg import product
 from tapefit.core.ops.math import cast, exp, identity, sigmoid, square, tanh, where
 from tapefit.core.ops.reduce import reduce_sum
@@ -69,6 +70,17 @@ def softplus(features: Any) -> Tensor:
 
 # ReluGrad is its own op (fused mask-and-multiply), with its own gradient for higher orders.
 # dy * mask, as TensorFlow's kernel does: np.where with a scalar branch is ~10x slower here.
+def _relu_backprop_source(name: Callable[[Any], str], args: list[str], attrs: Any, out: str) -> list[str]:
+    dy, y = args
+    if out == "None":
+        return [f"_r = {name(_relu_backprop)}({dy}, {y})"]
+    return [
+        f"{name(np.greater)}({y}, {y}.dtype.type(0), out={out})",
+        f"_r = {name(np.multiply)}({dy}, {out}, out={out})",
+    ]
+
+
+@replay_source(_relu_backprop_source)
 @writes_into(1)  # out may be y's array: each element of y is read before it is written
 def _relu_backprop(dy: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     if out is None:
@@ -98,6 +110,17 @@ def _relu_grad_grad(op: Op, ddy: Tensor) -> tuple[Any, None]:
 # made of tapefit ops (ReluGrad, MatMul, Sum), so it differentiates again.
 
 
+def _dense_source(name: Callable[[Any], str], args: list[str], attrs: dict[str, Any], out: str) -> list[str]:
+    x, kernel, *bias = args
+    lines = [f"_r = {name(np.matmul)}({x}, {kernel}, out={out})"]
+    if bias:
+        lines.append(f"{name(np.add)}(_r, {bias[0]}, out=_r)")
+    if attrs["relu"]:
+        lines.append(f"{name(np.maximum)}(_r, _r.dtype.type(0), out=_r)")
+    return lines
+
+
+@replay_source(_dense_source)
 @writes_into()
 def _dense(
     x: np.ndarray,

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tapefit.core.function import writes_into
+from tapefit.core.function import replay_source, writes_into
 from tapefit.core.ops.math import abs, cast, equal, exp, log, sqrt
 from tapefit.core.ops.shape import _BROADCAST_TO, _RESHAPE, reshape
 from tapefit.core.record import Op
@@ -76,6 +76,14 @@ def _reducer(name: str, public: str, what: str, forward: Any, save: str) -> Any:
     return reduce
 
 
+def _sum_source(name: Callable[[Any], str], args: list[str], attrs: dict[str, Any], out: str) -> list[str]:
+    (x,) = args
+    dtype = f"({x}.dtype if {x}.dtype.kind != 'b' else {name(np.int32)})"
+    axis, keepdims = name(attrs["axis"]), bool(attrs["keepdims"])
+    return [f"_r = {name(_add_reduce)}({x}, axis={axis}, keepdims={keepdims}, dtype={dtype}, out={out})"]
+
+
+@replay_source(_sum_source)
 @writes_into()
 def _sum(x: np.ndarray, axis: tuple[int, ...], keepdims: bool, out: np.ndarray | None = None) -> np.ndarray:
     # np.add.reduce is what np.sum calls, without its Python wrapper (half the cost of a small sum)

@@ -25,6 +25,7 @@ __all__ = ["LIMIT", "empty"]
 LIMIT = 64 << 20
 """The bytes kept for reuse, per thread."""
 
+
 def _free_count() -> int:
     """getrefcount of a kept array that only the workspace holds, measured rather than assumed
     (the list, the loop variable and the call's own argument on CPython 3.11-3.13): -1, so that
