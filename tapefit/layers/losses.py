@@ -345,8 +345,11 @@ def _check_label_values(labels: Tensor, classes: int, what: str) -> None:
     # Runs on every replay: the ufuncs' reduce (ndarray.min and max add a Python wrapper's
     # cost), and for integers one pass (read as unsigned, a negative label is above any count).
     values = labels._value  # only read; a host call's Tensor is no traced value
-    if values.dtype.kind == "i":
-        if values.size and _maximum(values.view(_UNSIGNED[values.dtype.itemsize]), axis=None) >= classes:
+    dtype = values.dtype
+    # The unsigned reading needs every negative label above the count (the top bit set is at
+    # least 2**(bits-1)) and the machine's byte order (a big-endian view would be misread).
+    if dtype.kind == "i" and dtype.isnative and classes <= 1 << (8 * dtype.itemsize - 1):
+        if values.size and _maximum(values.view(_UNSIGNED[dtype.itemsize]), axis=None) >= classes:
             _label_range_error(values, classes, what)
         return
     if values.dtype.kind == "f" and not np.all(values == np.floor(values)):

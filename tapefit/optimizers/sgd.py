@@ -70,12 +70,14 @@ class SGD(Optimizer):
         variable.assign_add(new_m)
 
     def _inline_form(self) -> Any:
-        """Plain SGD (no momentum) traces as ops, unless a subclass changes ``update_step``."""
-        return "sgd" if not self.momentum and type(self).update_step is SGD.update_step else None
+        """Plain SGD (no momentum) traces as ops, unless a subclass or the instance replaces
+        ``update_step`` (eager steps call the instance's)."""
+        own = getattr(self.update_step, "__func__", None) is SGD.update_step
+        return "sgd" if not self.momentum and own else None
 
     def _inline_attributes(self) -> tuple[str, ...]:
-        """``_inline_form`` reads ``momentum``."""
-        return ("momentum",)
+        """``_inline_form`` reads ``momentum`` and ``update_step``."""
+        return ("momentum", "update_step")
 
     def _inline_update(self, grads: list[Tensor], variables: list[Variable], rate: Tensor) -> None:
         """``w -= lr * g`` as ops: the same product and difference as ``update_step``."""

@@ -172,3 +172,29 @@ def test_binary_crossentropy_on_float16_probabilities_of_0_and_1_stays_finite():
     eps = np.finfo(np.float16).epsneg  # the largest float16 below 1 is 1 - eps
     assert float(value) == pytest.approx(-np.log(eps), rel=1e-3)
     assert np.all(np.isfinite(tape.gradient(value, p).numpy()))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize(
+    "labels, classes",
+    [
+        (np.array([0, -100], np.int8), 200),  # more classes than int8 has non-negative values
+        (np.array([0, -1], np.int16), 70000),
+        (np.array([0, 1, 9], ">i4"), 5),  # big-endian, one label too large
+    ],
+    ids=["int8-200", "int16-70000", "big-endian"],
+)
+def test_sparse_labels_out_of_range_are_refused_whatever_their_integer_type(labels, classes, compiled):
+    loss = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
+    fn = tp.function(loss) if compiled else loss
+    logits = tp.constant(np.zeros((len(labels), classes), np.float32))
+    with pytest.raises(ValueError, match=rf"labels must lie in \[0, {classes}\)"):
+        fn(tp.constant(labels), logits)
+
+
+def test_big_endian_labels_in_range_give_the_native_loss():
+    logits = tp.constant(np.random.default_rng(0).normal(size=(3, 5)).astype(np.float32))
+    loss = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
+    native = loss(tp.constant(np.array([0, 1, 4], np.int32)), logits)
+    swapped = loss(tp.constant(np.array([0, 1, 4], ">i4")), logits)
+    assert float(swapped) == float(native)

@@ -218,3 +218,25 @@ def test_a_subclass_that_changes_update_step_is_not_inlined():
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     (program,) = compiled._programs.values()
     assert "scratch=" in program._replay.source
+
+
+@pytest.mark.parametrize("when", ["before the first call", "after tracing"])
+def test_an_update_step_set_on_the_instance_is_what_a_compiled_step_runs(when):
+    def halve(optimizer):
+        original = optimizer.update_step
+        optimizer.update_step = lambda g, v, lr: original(g, v, lr / 2)
+
+    eager_model, eager = _model_step(lambda: tp.optimizers.SGD(0.05), compiled=False)
+    compiled_model, compiled = _model_step(lambda: tp.optimizers.SGD(0.05), compiled=True)
+    batches = list(_batches())
+    if when == "after tracing":
+        eager(*batches[0])
+        compiled(*batches[0])
+        batches = batches[1:]
+    halve(_optimizer_of(eager))
+    halve(_optimizer_of(compiled.python_function))
+    for x, y in batches:
+        eager(x, y)
+        compiled(x, y)
+    for a, b in zip(eager_model.trainable_variables, compiled_model.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
