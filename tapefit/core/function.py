@@ -375,6 +375,8 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
         for k, array in enumerate(program.buffers):
             names[f"b{k}"] = array
     local = _locals(program.inputs, code)
+    # A host call's result may have any shape and dtype on a replay: no slot of one is checked.
+    unchecked = {ins[3] for ins in code if ins[0] == _HOST and ins[3] is not None}
 
     def slot(i: int) -> str:
         if i in local:
@@ -415,7 +417,9 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
             # variable's array has no other holder.
             body(f"    _v = {slot(c)}")
             frees(free)
-            checked = a.__class__ is Variable and (c in local or _same_dtype(init[c], a))
+            checked = (
+                a.__class__ is Variable and c not in unchecked and (c in local or _same_dtype(init[c], a))
+            )
             for line in _assign_lines(const(a), b, d, checked, const):
                 body(f"    {line}")
         else:

@@ -830,3 +830,30 @@ def test_a_call_while_the_program_runs_does_not_share_its_buffers():
         np.testing.assert_array_equal(got, eager(x))
     assert not f.eager and _replays(f) == 1
     assert _program(f)._unplanned is not None  # the inner calls replayed without the buffers
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (np.ones(3, np.float64), "has dtype float32, got a value of dtype float64"),
+        (np.ones(1, np.float32), r"has shape \(3,\), got a value of shape \(1,\)"),
+    ],
+)
+def test_an_assign_add_of_a_host_calls_result_checks_it_on_every_replay(value, message):
+    v = tp.Variable(np.zeros(3, np.float32))
+    changed = [False]
+
+    def delta():
+        return tp.constant(value if changed[0] else np.ones(3, np.float32))
+
+    @tp.function
+    def step():
+        v.assign_add(host_call(delta))
+        v.assign_sub(host_call(delta))
+
+    for _ in range(3):  # two traces and a replay
+        step()
+    changed[0] = True
+    for _ in range(2):
+        with pytest.raises(ValueError, match=message):
+            step()
