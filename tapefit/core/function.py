@@ -29,13 +29,14 @@ runs eagerly from then on, with one warning naming the line.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import linecache
 import os
 import sys
 import types
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from threading import get_ident
 from typing import Any, TypeVar, overload
 
@@ -51,6 +52,7 @@ __all__ = [
     "draw",
     "function",
     "guard",
+    "guarded",
     "host_call",
     "replay_source",
     "tracing",
@@ -70,8 +72,8 @@ _CORE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _ndarray = np.ndarray
 _asarray = np.asarray
 
-# Instruction kinds of a program.
-_OP, _READ, _ASSIGN, _DRAW, _HOST = range(5)
+# Instruction kinds of a program (_GUARD and _END bound a ``guarded`` region).
+_OP, _READ, _ASSIGN, _DRAW, _HOST, _GUARD, _END = range(7)
 
 
 def tracing() -> bool:
@@ -218,6 +220,33 @@ def guard(check: Callable[[], bool]) -> None:
     """
     if _tracing and _tracing[-1].thread == get_ident():
         _tracing[-1].guards.append(check)
+
+
+@contextlib.contextmanager
+def guarded(check: Callable[[], bool], fallback: Callable[..., Any], *args: Any) -> Iterator[None]:
+    """``guard(check)`` for the code traced in the block, checked again where the block starts.
+
+    A host call earlier in the same call may change what ``check`` watches after the call's
+    entry check passed. So a replay with a host call before the block calls ``check()`` there
+    too; when it fails, the replay skips the block's instructions and calls
+    ``fallback(*args)`` instead (``args`` as ``host_call`` passes them), and the next call traces
+    again. A replay without a host call before the block only checks at entry. Nothing after
+    the block may read an array made in it (the fallback's branch never makes it).
+    """
+    if not _tracing or _tracing[-1].thread != get_ident():
+        yield
+        return
+    trace = _tracing[-1]
+    trace.guards.append(check)
+    leaves = nest.flatten(list(args))
+    template = [_Ref(trace.ref(x)) if isinstance(x, Tensor) and not x._is_variable else x for x in leaves]
+    structure = nest.pack_sequence_as(list(args), template)
+    # The guard's index, not the check: each trace makes its own check, which _same_program compares.
+    trace.code.append((_GUARD, len(trace.guards) - 1, (structure, template), fallback, None))
+    try:
+        yield
+    finally:
+        trace.code.append((_END, None, None, None, None))
 
 
 def unchanged(*attributes: tuple[Any, str]) -> Callable[[], bool]:
@@ -375,6 +404,8 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
         for k, array in enumerate(program.buffers):
             names[f"b{k}"] = array
     local = _locals(program.inputs, code)
+    # A host call's result may have any shape and dtype on a replay: no slot of one is checked.
+    unchecked = {ins[3] for ins in code if ins[0] == _HOST and ins[3] is not None}
 
     def slot(i: int) -> str:
         if i in local:
@@ -388,13 +419,18 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
         return name
 
     lines = [f"def replay({', '.join(f's{i}' for i in program.inputs)}):"]
-    body = lines.append
+    pad = [""]  # "    " inside a guarded region's checked branch
+
+    def body(line: str) -> None:
+        lines.append(pad[0] + line)
 
     def frees(free: tuple[int, ...]) -> None:
         dropped = [f"s{i}" for i in free if i in local]
         if dropped:
             body(f"    del {', '.join(dropped)}")
 
+    hosted = False  # a host call runs before: a guarded region's check may fail mid-call
+    region: tuple[Any, ...] | None = None  # the open region's _GUARD instruction and index
     for index, (kind, a, b, c, d, free) in enumerate(code):
         if kind == _OP:
             buffer = into.get(d) if d.__class__ is int else None
@@ -415,14 +451,37 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
             # variable's array has no other holder.
             body(f"    _v = {slot(c)}")
             frees(free)
-            checked = a.__class__ is Variable and (c in local or _same_dtype(init[c], a))
+            checked = (
+                a.__class__ is Variable and c not in unchecked and (c in local or _same_dtype(init[c], a))
+            )
             for line in _assign_lines(const(a), b, d, checked, const):
                 body(f"    {line}")
-        else:
+        elif kind == _HOST:
             body(f"    _a = {_result(b[0], const, slot)}")
             frees(free)  # before the call: the optimizer then updates in place
             _host_call_lines(body, const(a), c, lent.get(index, []), dying.get(index) if d else None)
             swapped.extend([k for k, _count in lent.get(index, [])])
+            hosted = True
+        elif kind == _GUARD:
+            if hosted and region is None:
+                region = (index, a, b, c, free)
+                body(f"    if {const(program.guards[a])}():")
+                pad[0] = "    "
+                body("    pass")
+            frees(free)
+        elif kind == _END and region is not None:
+            # The check failed after the entry's passed: the host-call update, with this call's
+            # values (the region's slots are alive in this branch, as it deletes none of them).
+            at, _check, args, fallback, dropped = region
+            region = None
+            pad[0] = ""
+            body("    else:")
+            pad[0] = "    "
+            body(f"    _a = {_result(args[0], const, slot)}")
+            frees(dropped)
+            _host_call_lines(body, const(fallback), None, lent.get(at, []))
+            swapped.extend([k for k, _count in lent.get(at, [])])
+            pad[0] = ""
     body(f"    return {_result(program.structure, const)}")
     if swapped:
         lines.insert(1, f"    global {', '.join(sorted({f'b{k}' for k in swapped}))}")
@@ -588,6 +647,10 @@ def _with_frees(code: list[tuple[Any, ...]], outputs: list[Any]) -> list[tuple[A
             reads, written = (c,), ()
         elif kind == _HOST:
             reads, written = [x.slot for x in b[1] if isinstance(x, _Ref)], () if c is None else (c,)
+        elif kind == _GUARD:
+            reads, written = [x.slot for x in b[1] if isinstance(x, _Ref)], ()
+        elif kind == _END:
+            reads, written = (), ()
         else:  # a Variable read or a random draw
             reads, written = (), (b,)
         for slot in reads:
@@ -705,7 +768,7 @@ def _lives(program: _Program, code: list[tuple[Any, ...]]) -> tuple[dict[int, in
             reads = (c,)
             if b == "assign":  # assign_add and assign_sub never keep their argument
                 escaped.add(c)
-        elif kind == _HOST:
+        elif kind == _HOST or kind == _GUARD:
             reads = [x.slot for x in b[1] if x.__class__ is _Ref]
             # Lent, not given: a replay checks after the call whether it kept them.
             escaped.update([slot for slot in reads if slot in program.views])
@@ -787,7 +850,7 @@ def _plan(
                 k = len(buffers)
                 buffers.append(np.empty(*layout))
             into[d] = held[d] = k
-        elif kind == _HOST:
+        elif kind == _HOST or kind == _GUARD:
             counts: dict[int, int] = {}
             ending: dict[int, bool] = {}
             for x in b[1]:

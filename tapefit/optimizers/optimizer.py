@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tapefit.core.function import guard, host_call, tracing, unchanged
+from tapefit.core.function import guarded, host_call, tracing, unchanged
 from tapefit.core.record import active_tapes, pause_recording
 from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor, Variable, _wrap
@@ -348,21 +348,21 @@ class Optimizer:
         variables = [variable for grad, variable in pairs if grad is not None]
         # The attributes _inline_config read: while they hold, it would choose the same again.
         names = ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm", "_rate_is_float")
-        guard(
-            unchanged(
-                *[(self, name) for name in names + self._inline_attributes()],
-                *[(v, "constraint") for v in every],
+        check = unchanged(
+            *[(self, name) for name in names + self._inline_attributes()],
+            *[(v, "constraint") for v in every],
+        )
+        # A host call earlier in the call may change them: then the replay updates as eager code.
+        with guarded(check, self._apply_lent, pairs):
+            dtype = variables[0].dtype
+            rate = (
+                self._rate_variable(dtype)
+                if isinstance(self._learning_rate, float)
+                else host_call(self._rate, dtype)
             )
-        )
-        dtype = variables[0].dtype
-        rate = (
-            self._rate_variable(dtype)
-            if isinstance(self._learning_rate, float)
-            else host_call(self._rate, dtype)
-        )
-        with pause_recording():
-            self._inline_update(grads, variables, rate)
-            self._iterations.assign_add(_ONE)
+            with pause_recording():
+                self._inline_update(grads, variables, rate)
+                self._iterations.assign_add(_ONE)
         return self._iterations
 
     def _set_learning_rate(self, value: float | schedules.LearningRateSchedule | Callable[..., Any]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import re
 import warnings
 
 import numpy as np
@@ -830,3 +831,84 @@ def test_a_call_while_the_program_runs_does_not_share_its_buffers():
         np.testing.assert_array_equal(got, eager(x))
     assert not f.eager and _replays(f) == 1
     assert _program(f)._unplanned is not None  # the inner calls replayed without the buffers
+
+
+@pytest.mark.parametrize("schedule", [False, True])
+def test_a_host_call_that_changes_the_optimizer_changes_that_calls_update(schedule):
+    x = np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32)
+
+    def run(compiled):
+        a = tp.Variable(np.ones(3, np.float32))
+        rate = tp.optimizers.schedules.ExponentialDecay(0.1, 2, 0.5) if schedule else 0.1
+        opt = tp.optimizers.SGD(rate)
+
+        def maybe_clip():
+            if int(opt.iterations) == 3:
+                opt.clipvalue = 0.001
+
+        def step(x):
+            with tp.GradientTape() as tape:
+                loss = tp.reduce_sum(x * a)
+            g = tape.gradient(loss, [a])
+            host_call(maybe_clip)  # before the update, in the same call
+            opt.apply_gradients(zip(g, [a]))
+            return loss
+
+        f = tp.function(step) if compiled else step
+        out = []
+        for i in range(6):
+            f(tp.constant(x[i]))
+            out.append(a.numpy())
+            if compiled and i == 2:  # the replay about to run the changing host call
+                assert re.search(r"^ *if g\d+\(\):$", _program(f)._replay.source, re.M)
+        return out, f
+
+    expected, _ = run(False)
+    got, f = run(True)
+    for e, g in zip(expected, got):
+        assert e.tobytes() == g.tobytes()
+    assert not f.eager
+
+
+def test_an_inline_update_with_no_host_call_before_it_is_checked_at_entry_only():
+    a = tp.Variable(np.ones(3, np.float32))
+    opt = tp.optimizers.SGD(0.1)
+
+    @tp.function
+    def step(x):
+        with tp.GradientTape() as tape:
+            loss = tp.reduce_sum(x * a)
+        opt.apply_gradients(zip(tape.gradient(loss, [a]), [a]))
+        return loss
+
+    for _ in range(3):
+        step(tp.constant(np.ones(3, np.float32)))
+    source = _program(step)._replay.source
+    assert not re.search(r"^ *if g\d+\(\):$", source, re.M)  # no check in the replay itself
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (np.ones(3, np.float64), "has dtype float32, got a value of dtype float64"),
+        (np.ones(1, np.float32), r"has shape \(3,\), got a value of shape \(1,\)"),
+    ],
+)
+def test_an_assign_add_of_a_host_calls_result_checks_it_on_every_replay(value, message):
+    v = tp.Variable(np.zeros(3, np.float32))
+    changed = [False]
+
+    def delta():
+        return tp.constant(value if changed[0] else np.ones(3, np.float32))
+
+    @tp.function
+    def step():
+        v.assign_add(host_call(delta))
+        v.assign_sub(host_call(delta))
+
+    for _ in range(3):  # two traces and a replay
+        step()
+    changed[0] = True
+    for _ in range(2):
+        with pytest.raises(ValueError, match=message):
+            step()
