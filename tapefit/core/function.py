@@ -106,6 +106,8 @@ class _Trace:
         self.layout: dict[int, tuple[tuple[int, ...], np.dtype] | None] = {}
         self.views: set[int] = set()
         self.guards: list[Callable[[], bool]] = []  # see ``guard``
+        # Per host call result slot: the function, and the result's shape and dtype when traced.
+        self.hosted: dict[int, tuple[Callable[..., Any], tuple[int, ...], np.dtype]] = {}
 
     def new_slot(self, array: Any) -> int:
         slot = len(self.init)
@@ -301,6 +303,7 @@ def host_call(
     out = None
     if isinstance(result, Tensor) and not result._is_variable:
         out = trace.new_slot(result._value)
+        trace.hosted[out] = (fn, result._value.shape, result._value.dtype)
     structure = nest.pack_sequence_as(list(args), template)  # holds no trace-time Tensor
     trace.code.append((_HOST, fn if replay is None else replay, (structure, template), out, scratch or None))
     return result
@@ -331,6 +334,7 @@ class _Program:
         "views",
         "buffers",
         "guards",
+        "hosted",
         "_replay",
         "_unplanned",
         "_free",
@@ -349,6 +353,7 @@ class _Program:
         self.views = trace.views
         self.buffers: list[np.ndarray] = []  # the planned replay's pool, made with it
         self.guards = tuple(trace.guards)
+        self.hosted = trace.hosted
         self._replay: Callable[..., list[Any]] | None = None  # made on the first run
         self._unplanned: Callable[..., list[Any]] | None = None  # for a call inside a call
         # One token: a run takes it (list.pop is atomic), so a second run at the same time
@@ -391,6 +396,7 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
         "_asarray": _asarray,
         "_wrap": _wrap,
         "_refcount": sys.getrefcount,
+        "_host_result_error": _host_result_error,
         "_empty_like": np.empty_like,
     }
     into: dict[int, int] = {}
@@ -459,7 +465,8 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
         elif kind == _HOST:
             body(f"    _a = {_result(b[0], const, slot)}")
             frees(free)  # before the call: the optimizer then updates in place
-            _host_call_lines(body, const(a), c, lent.get(index, []), dying.get(index) if d else None)
+            traced = None if c is None else program.hosted[c]
+            _host_call_lines(body, const, a, c, lent.get(index, []), dying.get(index) if d else None, traced)
             swapped.extend([k for k, _count in lent.get(index, [])])
             hosted = True
         elif kind == _GUARD:
@@ -479,7 +486,7 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
             pad[0] = "    "
             body(f"    _a = {_result(args[0], const, slot)}")
             frees(dropped)
-            _host_call_lines(body, const(fallback), None, lent.get(at, []))
+            _host_call_lines(body, const, fallback, None, lent.get(at, []))
             swapped.extend([k for k, _count in lent.get(at, [])])
             pad[0] = ""
     body(f"    return {_result(program.structure, const)}")
@@ -569,18 +576,34 @@ def _locals(inputs: list[int], code: list[tuple[Any, ...]]) -> set[int]:
     return local
 
 
+def _host_result_error(
+    fn: Callable[..., Any], value: np.ndarray, shape: tuple[int, ...], dtype: np.dtype
+) -> None:
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    raise ValueError(
+        f"tp.function: host call {name} returned shape {value.shape} and dtype {value.dtype.name}, "
+        f"but shape {shape} and dtype {dtype.name} when the function was traced; the traced program "
+        "was built for those (return them on every call)"
+    )
+
+
 def _host_call_lines(
     body: Callable[[str], None],
-    fn: str,
+    const: Callable[[Any], str],
+    call: Callable[..., Any],
     out: int | None,
     checks: list[tuple[int, int]],
     scratch: list[int] | None = None,
+    traced: tuple[Callable[..., Any], tuple[int, ...], np.dtype] | None = None,
 ) -> None:
-    """A host call on the arguments ``_a``; ``checks``: the buffers lent to it, each with the
-    number of Tensors made of it. A buffer the call kept (itself, its Tensor or a view: the
-    references to it did not all go) is the caller's from then on; the replay takes a new one
-    for that buffer's later uses and the next calls. ``scratch``: for a call that takes the
-    keyword, the lent buffers it may overwrite (see ``host_call``)."""
+    """A host call of ``call`` on the arguments ``_a``; ``checks``: the buffers lent to it, each
+    with the number of Tensors made of it. A buffer the call kept (itself, its Tensor or a view:
+    the references to it did not all go) is the caller's from then on; the replay takes a new
+    one for that buffer's later uses and the next calls. ``scratch``: for a call that takes the
+    keyword, the lent buffers it may overwrite (see ``host_call``). ``traced``: the function,
+    shape and dtype of the result when traced, which the result must have again (the program
+    was planned for it)."""
+    fn = const(call)
     for k, _count in checks:
         body(f"    _c{k} = _refcount(b{k})")
     if scratch is None:
@@ -590,6 +613,12 @@ def _host_call_lines(
     body("    del _a")
     if out is not None:
         body(f"    s{out} = _h._value")
+    if out is not None and traced is not None:
+        named, shape, dtype = const(traced[0]), traced[1], const(traced[2])
+        body(
+            f"    if s{out}.shape != {shape!r} or (s{out}.dtype is not {dtype} and s{out}.dtype != {dtype}):"
+        )
+        body(f"        _host_result_error({named}, s{out}, {shape!r}, {dtype})")
     body("    del _h")
     for k, count in checks:
         body(f"    if _refcount(b{k}) > _c{k} - {count}: b{k} = _empty_like(b{k})")
