@@ -733,6 +733,7 @@ def machine() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "numpy": np.__version__,
         "tapefit": tp.__version__,
+        "tapefit_path": str(Path(tp.__file__).parent),  # which tree a before/after run timed
     }
     with contextlib.suppress(Exception):
         info["cores"] = len(os.sched_getaffinity(0))
