@@ -134,37 +134,12 @@ class Op:
         grad_fn: Callable[..., Any] | None = None,
     ) -> None:
         self.type = type
-        # Ids, shapes and dtypes inline for the common arities: this runs for every recorded op.
-        # Outputs got their ids from record_op; an input may not have one yet (``_id`` gives it).
-        if len(inputs) == 1:
-            x = inputs[0]
-            value = x._value
-            self.input_ids, self.input_shapes, self.input_dtypes = (x._id,), (value.shape,), (value.dtype,)
-            if save_inputs is True or (save_inputs and 0 in save_inputs):
-                self.inputs = (_snapshot(x),) if x._is_variable else inputs
-            else:
-                self.inputs = (None,)
-        else:
-            if len(inputs) == 2:
-                x, y = inputs
-                value, other = x._value, y._value
-                self.input_ids = (x._id, y._id)
-                self.input_shapes, self.input_dtypes = (value.shape, other.shape), (value.dtype, other.dtype)
-            else:
-                self.input_ids, self.input_shapes, self.input_dtypes = _specs(inputs)
-            self.inputs = _saved(inputs, save_inputs)
-        if len(outputs) == 1:
-            y = outputs[0]
-            value = y._value
-            self.output_ids, self.output_shapes, self.output_dtypes = (
-                (y._tid,),
-                (value.shape,),
-                (value.dtype,),
-            )
-            self.outputs = outputs if save_outputs else (None,)
-        else:
-            self.output_ids, self.output_shapes, self.output_dtypes = _specs(outputs)
-            self.outputs = outputs if save_outputs else (None,) * len(outputs)
+        # The general form (several outputs, or several tapes): most records are made by
+        # _one_output_op, which fills these slots with fewer steps.
+        self.input_ids, self.input_shapes, self.input_dtypes = _specs(inputs)
+        self.inputs = _saved(inputs, save_inputs)
+        self.output_ids, self.output_shapes, self.output_dtypes = _specs(outputs)
+        self.outputs = outputs if save_outputs else (None,) * len(outputs)
         self.attrs = attrs
         self.needs_grad = needs_grad
         self.grad_fn = grad_fn
