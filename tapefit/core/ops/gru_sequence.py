@@ -17,15 +17,15 @@ import numpy as np
 
 from tapefit.core.ops.creation import zeros_like
 from tapefit.core.ops.linalg import matmul
-from tapefit.core.ops.lstm_sequence import mask_step, output_gradient
-from tapefit.core.ops.math import cast, where
+from tapefit.core.ops.lstm_sequence import mask_step, output_gradient, sequence_gradient, sequence_inputs
+from tapefit.core.ops.math import where
 from tapefit.core.ops.nn import dense
 from tapefit.core.ops.recurrent import gru_cell
 from tapefit.core.ops.shape import reshape, split, stack, unstack
 from tapefit.core.ops.workspace import empty
 from tapefit.core.record import Op
 from tapefit.core.registry import OpDef, execute, register_gradient, working_outputs
-from tapefit.core.tensor import Tensor, as_tensor
+from tapefit.core.tensor import Tensor
 
 __all__ = ["gru_sequence"]
 
@@ -208,23 +208,14 @@ def gru_sequence(
     ``lstm_sequence``. The caller checks shapes and dtypes (one floating dtype, at least one
     step).
     """
-    inputs = tuple(as_tensor(v) for v in (x, kernel, recurrent_kernel, bias, h0))
-    attrs: dict[str, Any] = {}
-    if mask is not None:
-        mask = as_tensor(mask)
-        inputs += (mask if mask.dtype == bool else cast(mask, bool),)
-        attrs = {"zero_output_for_mask": bool(zero_output_for_mask)}
+    inputs, attrs = sequence_inputs((x, kernel, recurrent_kernel, bias, h0), mask, zero_output_for_mask)
     outputs, h, *_ = execute(_GRU_SEQUENCE, inputs, attrs)
     return outputs, h
 
 
 @register_gradient("GRUSequence")
 def _gru_sequence_op_grad(op: Op, doutputs: Tensor, dh: Tensor, *working: Tensor | None) -> Any:
-    # The working outputs (the op's saved state) are not results: their gradients are dropped.
-    grads = execute(
-        _GRU_SEQUENCE_GRAD, (*op.inputs[:5], *op.outputs[2:], doutputs, dh, *op.inputs[5:]), op.attrs
-    )
-    return [*grads, None] if len(op.inputs) > 5 else grads  # none for the mask
+    return sequence_gradient(_GRU_SEQUENCE_GRAD, op, 2, (doutputs, dh))
 
 
 def _per_step(

@@ -277,23 +277,39 @@ def lstm_sequence(
     ``zero_output_for_mask``, as Keras's layers. The caller checks shapes and dtypes (one
     floating dtype, at least one step).
     """
-    inputs = tuple(as_tensor(v) for v in (x, kernel, recurrent_kernel, bias, h0, c0))
-    attrs: dict[str, Any] = {}
-    if mask is not None:
-        mask = as_tensor(mask)
-        inputs += (mask if mask.dtype == bool else cast(mask, bool),)
-        attrs = {"zero_output_for_mask": bool(zero_output_for_mask)}
+    inputs, attrs = sequence_inputs((x, kernel, recurrent_kernel, bias, h0, c0), mask, zero_output_for_mask)
     outputs, h, c, *_ = execute(_LSTM_SEQUENCE, inputs, attrs)
     return outputs, h, c
 
 
+def sequence_inputs(
+    values: tuple[Any, ...], mask: Any, zero_output_for_mask: bool
+) -> tuple[tuple[Tensor, ...], dict[str, Any]]:
+    """A sequence op's inputs (``values``, then the mask as booleans when there is one) and
+    attrs. The GRU's sequence op shares it."""
+    inputs = tuple(as_tensor(v) for v in values)
+    if mask is None:
+        return inputs, {}
+    mask = as_tensor(mask)
+    inputs += (mask if mask.dtype == bool else cast(mask, bool),)
+    return inputs, {"zero_output_for_mask": bool(zero_output_for_mask)}
+
+
+def sequence_gradient(grad_op: OpDef, op: Op, results: int, upstream: tuple[Tensor, ...]) -> Any:
+    """A sequence op's gradient: ``grad_op`` on the op's inputs but the mask, its working
+    outputs (those after its ``results``), the results' ``upstream`` gradients and the mask.
+    The working outputs' own gradients are dropped (they are saved state, not results), and
+    the mask gets none. The GRU's sequence op shares it."""
+    values = len(op.inputs) - ("zero_output_for_mask" in op.attrs)
+    grads = execute(
+        grad_op, (*op.inputs[:values], *op.outputs[results:], *upstream, *op.inputs[values:]), op.attrs
+    )
+    return [*grads, None] if len(op.inputs) > values else grads
+
+
 @register_gradient("LSTMSequence")
 def _lstm_sequence_op_grad(op: Op, doutputs: Tensor, dh: Tensor, dc: Tensor, *working: Tensor | None) -> Any:
-    # The working outputs (the op's saved state) are not results: their gradients are dropped.
-    grads = execute(
-        _LSTM_SEQUENCE_GRAD, (*op.inputs[:6], *op.outputs[3:], doutputs, dh, dc, *op.inputs[6:]), op.attrs
-    )
-    return [*grads, None] if len(op.inputs) > 6 else grads  # none for the mask
+    return sequence_gradient(_LSTM_SEQUENCE_GRAD, op, 3, (doutputs, dh, dc))
 
 
 def _per_step(
