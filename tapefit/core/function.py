@@ -464,9 +464,12 @@ def _compile(program: _Program, planned: bool = True) -> Callable[..., list[Any]
                 body(f"    {line}")
         elif kind == _HOST:
             body(f"    _a = {_result(b[0], const, slot)}")
-            frees(free)  # before the call: the optimizer then updates in place
+            # The arguments' slots before the call (the optimizer then updates in place); a
+            # result nothing reads after the call, once the call has made it.
+            frees(tuple(i for i in free if i != c))
             traced = None if c is None else program.hosted[c]
             _host_call_lines(body, const, a, c, lent.get(index, []), dying.get(index) if d else None, traced)
+            frees(tuple(i for i in free if i == c))
             swapped.extend([k for k, _count in lent.get(index, [])])
             hosted = True
         elif kind == _GUARD:

@@ -910,3 +910,21 @@ def test_a_host_call_result_unlike_the_traced_one_is_refused_on_every_replay(lat
         ):
             step()
     np.testing.assert_array_equal(v.numpy(), [6.0 if through_op else 3.0] * 3)  # refused calls change nothing
+
+
+def test_a_host_call_whose_result_nothing_reads_replays():
+    a = tp.Variable(np.ones(3, np.float32))
+    seen = []
+
+    def side(x):
+        seen.append(float(tp.reduce_sum(x)))
+        return tp.constant(np.float32(0.0))  # a result the function drops
+
+    @tp.function
+    def step(x):
+        host_call(side, x)
+        return tp.reduce_sum(x * a)
+
+    for k in range(3):  # a trace, then replays
+        assert float(step(tp.constant(np.full(3, k, np.float32)))) == 3.0 * k
+    assert seen == [0.0, 3.0, 6.0]
