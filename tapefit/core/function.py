@@ -77,8 +77,9 @@ _OP, _READ, _ASSIGN, _DRAW, _HOST, _GUARD, _END = range(7)
 
 
 def tracing() -> bool:
-    """Whether a ``tp.function`` trace is being written (and not paused for a host call)."""
-    return bool(_tracing)
+    """Whether this thread is writing a ``tp.function`` trace (and not paused for a host call):
+    another thread's trace does not record this thread's ops."""
+    return bool(_tracing) and _tracing[-1].thread == get_ident()
 
 
 class _Ref:

@@ -928,3 +928,32 @@ def test_a_host_call_whose_result_nothing_reads_replays():
     for k in range(3):  # a trace, then replays
         assert float(step(tp.constant(np.full(3, k, np.float32)))) == 3.0 * k
     assert seen == [0.0, 3.0, 6.0]
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: tp.optimizers.SGD(0.5), lambda: tp.optimizers.Adam(0.5)], ids=["sgd", "adam"]
+)
+def test_an_eager_update_in_another_thread_during_a_trace_runs_eagerly(make):
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+    a = tp.Variable(np.ones(3, np.float32))
+
+    @tp.function
+    def traced(x):
+        started.set()
+        release.wait(10)  # the trace stays open while the other thread updates
+        return tp.reduce_sum(x * a)
+
+    thread = threading.Thread(target=traced, args=(tp.constant(np.ones(3, np.float32)),))
+    thread.start()
+    try:
+        assert started.wait(10)
+        b = tp.Variable(np.ones(3, np.float32))
+        optimizer = make()
+        optimizer.apply_gradients([(tp.constant(np.ones(3, np.float32)), b)])
+    finally:
+        release.set()
+        thread.join()
+    np.testing.assert_allclose(b.numpy(), 0.5, rtol=1e-5)  # lr * g/|g| for both on a first step
+    assert int(optimizer.iterations) == 1
