@@ -666,10 +666,11 @@ def test_forwards_written_out_in_the_replay_source_compute_what_they_return(plan
         assert scope["_r"] is out if planned else scope["_r"] is not None
 
 
-def test_the_mlp_replay_calls_numpy_without_the_forwards_python_functions():
-    model = tp.layers.Sequential([tp.layers.Dense(8, activation="relu"), tp.layers.Dense(3)])
+def _compiled_mlp_step(hidden, learning_rate):
+    """A Dense-ReLU-Dense classifier's SGD training step under tp.function."""
+    model = tp.layers.Sequential([tp.layers.Dense(hidden, activation="relu"), tp.layers.Dense(3)])
     loss_fn = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
-    optimizer = tp.optimizers.SGD(0.1)
+    optimizer = tp.optimizers.SGD(learning_rate)
 
     @tp.function
     def step(x, y):
@@ -679,6 +680,11 @@ def test_the_mlp_replay_calls_numpy_without_the_forwards_python_functions():
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
+    return step
+
+
+def test_the_mlp_replay_calls_numpy_without_the_forwards_python_functions():
+    step = _compiled_mlp_step(8, 0.1)
     x, y = _data(6, 4)
     for _ in range(3):
         step(x, y)
@@ -745,18 +751,7 @@ def test_unchanged_checks_attributes_by_identity_or_equality():
 def test_repeated_replays_do_not_grow_memory():
     import tracemalloc
 
-    model = tp.layers.Sequential([tp.layers.Dense(32, activation="relu"), tp.layers.Dense(3)])
-    loss_fn = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
-    optimizer = tp.optimizers.SGD(0.01)
-
-    @tp.function
-    def step(x, y):
-        with tp.GradientTape() as tape:
-            loss = loss_fn(y, model(x))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
+    step = _compiled_mlp_step(32, 0.01)
     x, y = _data(16, 8)
     for _ in range(5):
         step(x, y)
