@@ -236,8 +236,11 @@ class Batches:
         sharded: ``shard`` made this process read only its own part of the data.
     """
 
-    def __init__(self, source: Any, *, weighted: bool = False, lazy: bool = False) -> None:
+    def __init__(
+        self, source: Any, *, weighted: bool = False, lazy: bool = False, targets: bool = True
+    ) -> None:
         self.source = source
+        self.targets = targets  # False: batches may be inputs alone (a step that needs no y)
         self.stream = not isinstance(source, BatchLoader)
         self.batch_size = 0 if self.stream else source.batch_size
         self.num_samples = None if self.stream else source.num_samples
@@ -283,7 +286,14 @@ class Batches:
         """
         batch = self.source.next_batch()
         if self.stream or self._lazy:
-            x, y, weights = stream_batch(batch, index)  # a stream's batch may carry its weights
+            if not self.targets and not self.stream and self.source.y is None:
+                return float32_inputs(_as_batch(batch)), None, None
+            x, y, weights = split_batch(batch, index, self.targets)  # a stream's batch may carry weights
+            x, y = float32_inputs(_as_batch(x)), None if y is None else float32_inputs(_as_batch(y))
+            if weights is not None:
+                weights = np.asarray(weights, dtype=np.float32).reshape(-1)
+        elif self.source.y is None:
+            x, y, weights = batch, None, None
         else:
             (x, y), weights = batch, None
         if self._weighted:  # arrays with fit's sample_weight or class_weight: (y, weights)
@@ -327,8 +337,11 @@ def adapt(
     validation_split: float = 0.0,
     validation_data: Any = None,
     steps_per_epoch: int | None = None,
+    targets: bool = True,
 ) -> tuple[Batches, Any]:
     """``fit``'s data arguments as ``(Batches, validation data or None)``, checked with Keras's rules.
+
+    ``targets=False``: ``y`` may be missing (a model whose own step or ``add_loss`` gives the loss).
 
     Raises:
         ValueError, TypeError: an argument that does not fit the others, named.
@@ -361,11 +374,13 @@ def adapt(
             raise ValueError(
                 "sample_weight and class_weight need arrays; a stream's batches are (x, y) pairs"
             )
-        batches = Batches(as_source(x, steps_per_epoch))
+        batches = Batches(as_source(x, steps_per_epoch), targets=targets)
     else:
-        require_targets(y, "fit")
+        if targets:
+            require_targets(y, "fit")
         check_numeric(x, "x")
-        check_numeric(y, "y")
+        if y is not None:
+            check_numeric(y, "y")
         if steps_per_epoch is not None:
             raise ValueError(
                 "steps_per_epoch is for data sets and generators; with arrays an epoch is one pass"
@@ -377,13 +392,13 @@ def adapt(
         weights = sample_weights(y, sample_weight, class_weight, loss)
         loader = BatchLoader(
             float32_inputs(x),
-            float32_inputs(y) if weights is None else (float32_inputs(y), weights),
+            None if y is None else float32_inputs(y) if weights is None else (float32_inputs(y), weights),
             batch_size=batch_size,
             shuffle=shuffle,
             drop_last=drop_last,
         )
         lazy = any(is_lazy(leaf) for leaf in nest.flatten(x))
-        batches = Batches(loader, weighted=weights is not None, lazy=lazy)
+        batches = Batches(loader, weighted=weights is not None, lazy=lazy, targets=targets)
     if validation_data is not None and not is_stream(validation_data[0]):
         x_val, y_val, w_val = validation_data
         require_targets(y_val, "validation_data")

@@ -103,8 +103,28 @@ class Model(Layer):
         TypeError: ``inputs`` or ``outputs`` hold something other than symbolic tensors.
     """
 
-    def __init__(self, inputs: Any, outputs: Any, name: str | None = None, trainable: bool = True) -> None:
-        super().__init__(trainable=trainable, name=name)
+    _functional = True
+
+    def __init__(
+        self,
+        inputs: Any = None,
+        outputs: Any = None,
+        name: str | None = None,
+        trainable: bool = True,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__(trainable=trainable, name=name, dtype=dtype)
+        if inputs is None and outputs is None:
+            # Keras's subclassing base: the subclass defines call (and its own steps).
+            self._functional = False
+            self._layers = []
+            self._has_output_masks = False
+            return
+        if inputs is None or outputs is None:
+            raise TypeError(
+                "Model: give both inputs and outputs (the functional API), or neither (a subclass that "
+                "defines call)"
+            )
         flat_inputs = _symbolic_leaves(inputs, "inputs")
         flat_outputs = _symbolic_leaves(outputs, "outputs")
         if len({id(t) for t in flat_inputs}) != len(flat_inputs):
@@ -125,19 +145,29 @@ class Model(Layer):
 
     # -- the graph -------------------------------------------------------------
 
+    def _graph_only(self, what: str) -> None:
+        if not self._functional:
+            raise AttributeError(
+                f"{type(self).__name__}.{what}: this Model was made without inputs and outputs (a "
+                "subclass), so it has no graph"
+            )
+
     @property
     def inputs(self) -> list[SymbolicTensor]:
         """The input symbolic tensors, flattened (dict inputs in sorted key order)."""
+        self._graph_only("inputs")
         return list(self._flat_inputs)
 
     @property
     def outputs(self) -> list[SymbolicTensor]:
         """The output symbolic tensors, flattened (dict outputs in sorted key order)."""
+        self._graph_only("outputs")
         return list(self._flat_outputs)
 
     @property
     def input_names(self) -> list[str]:
         """The names of the inputs (dict keys for dict inputs), in the order of ``inputs``."""
+        self._graph_only("input_names")
         if isinstance(self._inputs_structure, dict):
             return sorted(self._inputs_structure)
         return [t.name for t in self._flat_inputs]
@@ -146,13 +176,17 @@ class Model(Layer):
     def output_names(self) -> list[str]:
         """The names of the outputs, in the order of ``outputs``: dict keys for dict outputs,
         else the names of the layers that made them (the keys of per-output losses)."""
+        self._graph_only("output_names")
         if isinstance(self._outputs_structure, dict):
             return sorted(self._outputs_structure)
         return [t.node.layer.name if t.node is not None else t.name for t in self._flat_outputs]
 
     @property
     def layers(self) -> list[Module]:
-        """The layers, each once, in the order the model runs them first."""
+        """The layers, each once, in the order the model runs them first (of a subclass: the
+        modules it holds directly, in attribute order)."""
+        if not self._functional:
+            return [module for module, depth in self._walk(paths=False)[2] if depth == 1]
         return list(self._layers)
 
     def get_layer(self, name: str) -> Module:
@@ -161,7 +195,7 @@ class Model(Layer):
         Raises:
             ValueError: no layer has that name (the message lists them).
         """
-        for layer in self._layers:
+        for layer in self.layers:
             if layer.name == name:
                 return layer
         raise ValueError(
@@ -218,6 +252,10 @@ class Model(Layer):
             training: passed on to the layers.
             mask: masks of the inputs' steps, in the inputs' structure (``None``: none).
         """
+        if not self._functional:
+            raise NotImplementedError(
+                f"{type(self).__name__} was made without inputs and outputs: a Model subclass defines call(...)"
+            )
         values: dict[int, Any] = {}
         masks: dict[int, Any] = {}
         given_masks = self._bind_masks(mask)
@@ -299,6 +337,8 @@ class Model(Layer):
             ValueError: (``ConfigError``) two inputs or layers share a name, or a layer holds
                 what a file cannot describe.
         """
+        if not self._functional:
+            return super().get_config()
         return _model_get_config(self)
 
     @classmethod
@@ -323,6 +363,8 @@ class Model(Layer):
             print_fn: where lines go (default ``print``).
         """
         print_fn = print_fn or print
+        if not self._functional:
+            return Layer.summary(self, line_length=line_length, print_fn=print_fn)
         rows = [(f"{t.name} (InputLayer)", format_shape(t.shape), "0", "-") for t in self._flat_inputs]
         calls: dict[int, int] = {}  # node id -> its index among its layer's calls in this model
         per_layer: dict[int, list[Node]] = {}

@@ -34,6 +34,7 @@ from tapefit.core.ops.math import cast
 from tapefit.core.tensor import Tensor, Variable, as_tensor
 from tapefit.layers import constraints, initializers, regularizers
 from tapefit.layers.symbolic import has_symbolic, record_call
+from tapefit.layers.training_methods import TrainingMethods
 
 # Attributes of Module itself that hold no user state and are not walked.
 _INTERNAL = frozenset(
@@ -50,6 +51,7 @@ _INTERNAL = frozenset(
     ]
 )
 _INTERNAL |= {"_build_input_shape"}  # the first call's input shape, which export traces with
+_INTERNAL |= {"_trainer", "_compiled", "_optimizer"}  # what the trainer keeps (training_methods)
 
 _name_counts: dict[str, int] = {}
 _name_lock = threading.Lock()
@@ -285,7 +287,7 @@ class _Entry:
         self.modules_trainable = modules_trainable
 
 
-class Module:
+class Module(TrainingMethods):
     """A container of Variables and sub-Modules; the base of layers and user models.
 
     Assign Variables and Modules as attributes (directly or inside lists, tuples
@@ -527,8 +529,8 @@ class Module:
 
     @property
     def losses(self) -> list[Tensor]:
-        """The regularization losses of this module and its submodules: the weights' penalties,
-        computed now, and the activity penalties of the last call (``activity_regularizer``).
+        """The losses of this module and its submodules: the weights' penalties, computed now,
+        and the last call's activity penalties (``activity_regularizer``) and ``add_loss`` losses.
 
         Read it inside the ``GradientTape`` so the penalties are differentiated:
         ``loss = loss_fn(y, model(x)) + tp.add_n(model.losses)``.
@@ -539,8 +541,19 @@ class Module:
         return result
 
     def _regularization_losses(self) -> list[Tensor]:
-        """This module's own penalties (layers with regularizers override it)."""
-        return []
+        """This module's own penalties (layers with regularizers add theirs): what ``add_loss``
+        added during the last call."""
+        return list(self.__dict__.get("_activity_losses", ()))
+
+    def add_loss(self, loss: Any) -> None:
+        """Adds ``loss`` to ``losses`` until the next outermost call (Keras's ``add_loss``).
+
+        Call it inside ``call`` with a value computed there (an endpoint layer's loss, a VAE's
+        KL term); the default step and ``compute_loss`` add the sum of each to the loss.
+        """
+        global _activity_seen
+        _activity_seen = True
+        self.__dict__.setdefault("_activity_losses", []).append(as_tensor(loss))
 
     def named_variables(self) -> list[tuple[str, Variable]]:
         """``(path, variable)`` for every variable, as ``state_dict`` names them."""

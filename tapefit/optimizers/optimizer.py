@@ -221,8 +221,12 @@ class Optimizer:
         """Creates the slots of ``var_list`` now, in this order (otherwise done on first update)."""
         self._register([_check_variable(v, i) for i, v in enumerate(var_list)])
 
+    _through: Callable[[Optimizer, Any], Variable] | None = None
+    """While a ``tp.Trainer`` fits, its ``apply``: every update then passes the trainer's gradient
+    transforms and boundary, whoever calls ``apply_gradients`` (a custom ``train_step``)."""
+
     def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Variable]]) -> Variable:
-        """Applies one update step.
+        """Applies one update step (through the trainer's ``apply`` while a ``fit`` runs).
 
         Args:
             grads_and_vars: ``(gradient, variable)`` pairs, e.g. ``zip(grads, variables)``; a
@@ -238,6 +242,13 @@ class Optimizer:
             TypeError: an entry is not a pair, a variable is not a floating ``tp.Variable``, or a
                 gradient is not floating.
         """
+        through = self._through
+        if through is not None:
+            return through(self, grads_and_vars)
+        return self._apply_unbound(grads_and_vars)
+
+    def _apply_unbound(self, grads_and_vars: Iterable[tuple[Any, Variable]]) -> Variable:
+        """``apply_gradients`` itself, whoever holds the optimizer."""
         if tracing():
             pairs = list(grads_and_vars)
             if self._inline_gradients(pairs) is not None:
@@ -280,7 +291,7 @@ class Optimizer:
         (``_lent_gradient``); never kept past the call."""
         self._lent = scratch
         try:
-            return self.apply_gradients(grads_and_vars)
+            return self._apply_unbound(grads_and_vars)
         finally:
             self._lent = ()
 

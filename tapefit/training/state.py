@@ -72,10 +72,14 @@ class TrainState:
 
     def end_step(self, loss: float, samples: int) -> None:
         """Counts a finished step of ``samples`` samples whose mean loss was ``loss``."""
-        self.step += 1
-        self.batch_in_epoch += 1
         self.loss_sum += loss * samples
         self.loss_count += samples
+        self.count_step()
+
+    def count_step(self) -> None:
+        """Counts a finished step (its loss went to the loss tracker's sums here)."""
+        self.step += 1
+        self.batch_in_epoch += 1
 
     def end_epoch(self, logs: dict[str, float], complete: bool) -> None:
         """Ends the epoch in progress with ``logs``; a complete one goes into the history, one cut

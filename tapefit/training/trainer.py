@@ -30,8 +30,8 @@ from tapefit.checkpointing import CheckpointError, load_checkpoint, save_checkpo
 from tapefit.checkpointing.validate import check_checkpoint, check_fits
 from tapefit.core import nest
 from tapefit.core import random as _random
-from tapefit.core.function import function
-from tapefit.core.ops import add_n
+from tapefit.core.function import function, host_call, tracing
+from tapefit.core.ops import add_n, reduce_sum
 from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor, Variable
 from tapefit.data.adapters import (
@@ -46,7 +46,7 @@ from tapefit.data.adapters import (
     streamed,
 )
 from tapefit.data.loader import BatchLoader
-from tapefit.data.sources import as_source
+from tapefit.data.sources import as_source, split_batch
 from tapefit.distributed.data_parallel import DataParallel
 from tapefit.distributed.threads import limited, resolve_threads
 from tapefit.distributed.world import World
@@ -54,6 +54,13 @@ from tapefit.plugins.manager import PluginManager, create_plugin
 from tapefit.training.boundary import STOP_SIGNALS, Boundary
 from tapefit.training.output_losses import resolve_losses
 from tapefit.training.state import TrainState
+from tapefit.training.step import (
+    LossTracker,
+    overridden_step,
+    pack_x_y_sample_weight,
+    step_logs,
+    unpack_x_y_sample_weight,
+)
 
 logger = logging.getLogger("tapefit")
 
@@ -89,6 +96,8 @@ class History:
 
 
 def _to_tensors(data: Any) -> Any:
+    if data is None:
+        return None
     if isinstance(data, dict):
         return {k: _to_tensors(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
@@ -118,6 +127,8 @@ def _not_a_class(value: Any, argument: str, what: str) -> None:
 
 def _resolve_loss(loss: Any) -> Any:
     _not_a_class(loss, "loss", "a loss")
+    if loss is None:
+        return None  # the loss comes from add_loss or the model's train_step
     if isinstance(loss, str):
         from tapefit.layers import losses
 
@@ -131,6 +142,8 @@ def _resolve_loss(loss: Any) -> Any:
 
 def _resolve_optimizer(optimizer: Any) -> Any:
     _not_a_class(optimizer, "optimizer", "an optimizer")
+    if optimizer is None:
+        return None  # a model whose train_step uses optimizers of its own
     if isinstance(optimizer, str):
         from tapefit import optimizers
 
@@ -275,6 +288,38 @@ def _prefixed(logs: dict[str, float], prefix: str) -> dict[str, float]:
     return {prefix + k: v for k, v in logs.items()}
 
 
+class _Optimizers:
+    """The run's optimizers as one state: the trainer's under ``optimizer`` (as a checkpoint has
+    always kept it), the model's own under ``optimizers`` by attribute name."""
+
+    def __init__(self, optimizers: dict[str, Any]) -> None:
+        self.optimizers = optimizers
+
+    def get_state(self) -> dict[str, Any]:
+        main = self.optimizers.get("optimizer")
+        state: dict[str, Any] = {"optimizer": main.get_state() if main is not None else {}}
+        others = {name: o.get_state() for name, o in self.optimizers.items() if name != "optimizer"}
+        if others:
+            state["optimizers"] = others
+        return state
+
+    def check_names(self, state: dict[str, Any]) -> None:
+        saved = state.get("optimizers", {})
+        if not isinstance(saved, dict):
+            raise ValueError(f"optimizers: expected a mapping, got {type(saved).__name__}")
+        ours = sorted(name for name in self.optimizers if name != "optimizer")
+        if sorted(saved) != ours:
+            raise ValueError(
+                f"optimizers: the checkpoint holds the states of {sorted(saved)}, the model holds the "
+                f"optimizers {ours}"
+            )
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.check_names(state)
+        for name, optimizer in self.optimizers.items():
+            optimizer.set_state(state["optimizer"] if name == "optimizer" else state["optimizers"][name])
+
+
 class Trainer:
     """Trains a model with an optimizer and a loss, calling plugins' hooks around every step.
 
@@ -331,8 +376,8 @@ class Trainer:
     def __init__(
         self,
         model: Any,
-        optimizer: Any,
-        loss: Any,
+        optimizer: Any = None,
+        loss: Any = None,
         metrics: Any = None,
         plugins: Any = None,
         *,
@@ -382,6 +427,13 @@ class Trainer:
         # checkpoint contents from before it; a step keeps the data's and the plugins' states
         # from before its batch was read (the step itself puts the model and generators back).
         self._boundary = Boundary(self._contents, self._step_plugin_states)
+        self._loss_tracker = LossTracker(lambda: self.state)
+        self._custom_steps: dict[str, Any] = {}  # the model's step overrides, found per fit
+        self._last_logs: dict[str, float] = {}  # a custom train_step's last batch logs
+        self._updates = 0  # updates through apply in the step in progress
+        self._step_extra: dict[str, float] = {}  # what transform_gradients hooks add in a custom step
+        if hasattr(model, "_bind_trainer"):
+            model._bind_trainer(self)  # self.optimizer, compute_loss, metrics inside the model's steps
 
     # -- model files -----------------------------------------------------------
 
@@ -439,8 +491,10 @@ class Trainer:
 
     @property
     def learning_rate(self) -> float:
-        """The learning rate of the optimizer's next step, as a float."""
-        return float(self.optimizer.learning_rate)
+        """The learning rate of the optimizer's next step, as a float (the first of the model's own
+        optimizers when the trainer has none; NaN without any)."""
+        optimizer = self.optimizer or next(iter(self.optimizers.values()), None)
+        return float(optimizer.learning_rate) if optimizer is not None else float("nan")
 
     @property
     def world(self) -> World:
@@ -504,19 +558,191 @@ class Trainer:
         return self.model(x)
 
     def _total_loss(self, y: Any, y_pred: Any, weights: Any = None) -> Any:
-        loss = self.loss(y, y_pred) if weights is None else self.loss(y, y_pred, sample_weight=weights)
-        if self._has_losses is False:
-            return loss
-        regularization = getattr(self.model, "losses", None)
-        # Walking the model for its losses costs about 1% of an MLP step; a model without
-        # regularizers after its first (building) call has none later, so stop asking.
-        self._has_losses = bool(regularization)
-        if regularization:
-            loss = loss + add_n(list(regularization))
+        return self.compute_loss(None, y, y_pred, weights)
+
+    # -- what a model's step methods reach (tapefit.layers.training_methods) ------
+
+    def compute_loss(self, x: Any, y: Any, y_pred: Any, sample_weight: Any = None) -> Any:
+        """The compiled loss of ``(y, y_pred)`` plus the sum of each of ``model.losses``
+        (``model.compute_loss`` calls it).
+
+        Raises:
+            ValueError: no compiled loss and no ``model.losses``, or a compiled loss without ``y``.
+        """
+        loss = None
+        if self.loss is not None:
+            if y is None:
+                raise ValueError("compute_loss: the compiled loss needs targets, got y=None")
+            loss = (
+                self.loss(y, y_pred)
+                if sample_weight is None
+                else self.loss(y, y_pred, sample_weight=sample_weight)
+            )
+        if self._has_losses is not False:
+            added = getattr(self.model, "losses", None)
+            # Walking the model for its losses costs about 1% of an MLP step; a model without
+            # regularizers or add_loss after its first (building) call has none later, so stop asking.
+            self._has_losses = bool(added)
+            if added:
+                # Keras sums each added loss to a scalar.
+                total = add_n([term if term.ndim == 0 else reduce_sum(term) for term in added])
+                loss = total if loss is None else loss + total
+        if loss is None:
+            raise ValueError(
+                f"{type(self.model).__name__}: there is no loss to minimize: give the trainer a loss "
+                "(loss='mse', ...), or add one in the model's call with self.add_loss(...)"
+            )
         return loss
 
-    def _reset_epoch_metrics(self) -> None:
+    def compiled_metrics(self) -> list[Any]:
+        """The loss tracker (named ``loss``) and the compiled metrics, as ``model.metrics`` starts."""
+        return [self._loss_tracker, *self.metrics]
+
+    def update_compiled_metrics(self, y: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        """Updates the compiled metrics with a batch (unweighted, as Keras's ``metrics``)."""
         for metric in self.metrics:
+            metric.update_state(y, y_pred)
+
+    def _epoch_metrics(self) -> list[Any]:
+        """The metrics an epoch resets and a checkpoint saves: the compiled ones, then those the
+        model lists in ``metrics`` (its own trackers); the loss tracker lives in ``state``."""
+        metrics = list(self.metrics)
+        for metric in getattr(self.model, "metrics", []) if hasattr(self.model, "_bind_trainer") else []:
+            if metric is not self._loss_tracker and all(metric is not m for m in metrics):
+                metrics.append(metric)
+        return metrics
+
+    @property
+    def optimizers(self) -> dict[str, Any]:
+        """Every optimizer of the run: ``optimizer`` (the trainer's) and those the model holds
+        as attributes (a GAN's ``d_optimizer`` and ``g_optimizer``), each once, by name."""
+        found: dict[str, Any] = {}
+        if self.optimizer is not None:
+            found["optimizer"] = self.optimizer
+        for key, value in vars(self.model).items() if hasattr(self.model, "__dict__") else ():
+            name = "optimizer" if key == "_optimizer" else key
+            if (
+                hasattr(value, "apply_gradients")
+                and hasattr(value, "get_state")
+                and not isinstance(value, type)
+                and all(value is not known for known in found.values())
+            ):
+                found[name] = value
+        return found
+
+    def apply(self, grads_and_vars: Any, optimizer: Any = None, logs: dict[str, float] | None = None) -> Any:
+        """The one point every update of a step passes through, whoever wrote the step: the
+        ``transform_gradients`` hooks (clipping, the MPI average), then ``optimizer`` (default:
+        the trainer's) applies the pairs. An optimizer the run holds comes here by itself
+        while ``fit`` runs (``optimizer.apply_gradients`` and ``optimizer.apply``).
+
+        Returns:
+            The optimizer's ``iterations``.
+        """
+        pairs = list(grads_and_vars)
+        if tracing():  # a compiled step: the hooks and the update run on every replay's values
+            return host_call(self._apply_now, pairs, optimizer, logs)
+        return self._apply_now(pairs, optimizer, logs)
+
+    def _apply_now(self, pairs: list[Any], optimizer: Any, logs: dict[str, float] | None) -> Any:
+        optimizer = self.optimizer if optimizer is None else optimizer
+        if optimizer is None:
+            raise ValueError(
+                f"{type(self.model).__name__}: the step applies gradients but the trainer has no optimizer; "
+                "give one (Trainer(model, optimizer='adam', ...)) or apply them with the model's own"
+            )
+        pairs = self.plugins.transform_gradients(
+            self, self.step, pairs, self._step_extra if logs is None else logs
+        )
+        self._boundary.updating()
+        self._updates += 1
+        through = getattr(optimizer, "_through", None)
+        if through is None:
+            return optimizer.apply_gradients(pairs)
+        optimizer._through = None  # this call is the update itself, not another way here
+        try:
+            return optimizer.apply_gradients(pairs)
+        finally:
+            optimizer._through = through
+
+    def _through_trainer(self, optimizer: Any, grads_and_vars: Any) -> Any:
+        return self.apply(grads_and_vars, optimizer)
+
+    @contextlib.contextmanager
+    def _bound(self) -> Iterator[None]:
+        """For the length of a fit: the model's step methods reach this trainer, and every
+        optimizer of the run applies its updates through ``apply``."""
+        if hasattr(self.model, "_bind_trainer"):
+            self.model._bind_trainer(self)
+        optimizers = [o for o in self.optimizers.values() if hasattr(o, "_through")]
+        previous = [o._through for o in optimizers]
+        for optimizer in optimizers:
+            optimizer._through = self._through_trainer
+        try:
+            yield
+        finally:
+            for optimizer, through in zip(optimizers, previous):
+                optimizer._through = through
+
+    def _find_steps(self) -> None:
+        """The model's step overrides, checked, as the model has them now; a compiled trainer
+        traces its train_step."""
+        self._custom_steps = {}
+        for name in ("train_step", "test_step", "predict_step"):
+            method = overridden_step(self.model, name)
+            if method is not None:
+                self._custom_steps[name] = (
+                    function(method) if self.compile and name == "train_step" else method
+                )
+
+    def default_train_step(self, data: Any) -> dict[str, float]:
+        """The default training step on ``data`` (``tp.Module.train_step`` runs it)."""
+        x, y, weights = unpack_x_y_sample_weight(data)
+        return self._default_train(x, y, weights, tuple(self.model.trainable_variables))
+
+    def _default_train(
+        self, x: Any, y: Any, weights: Any, variables: tuple[Variable, ...]
+    ) -> dict[str, float]:
+        if self._compiled_gradients is not None:
+            # The variables before the call are part of the signature: a model that builds
+            # in its first call, or a layer made (non-)trainable, traces again.
+            loss, y_pred, grads, variables = self._compiled_gradients(x, y, weights, variables)
+        else:
+            loss, y_pred, grads, variables = self._loss_and_gradients(x, y, weights)
+        loss_value = float(loss)
+        logs = {"loss": loss_value}  # transform_gradients gets the batch's own loss
+        self.apply(zip(grads, variables), logs=logs)
+        self._loss_tracker.add(loss_value, batch_len(y if y is not None else x))
+        for metric in self.metrics:
+            metric.update_state(y, y_pred)
+        # As Keras: a batch's logs hold the epoch's running values, the loss's included; under
+        # MPI, this process's.
+        logs["loss"] = self.state.running_loss
+        for metric in self.metrics:
+            logs[metric.name] = float(metric.result())
+        return logs
+
+    def default_test_step(self, data: Any) -> dict[str, float]:
+        """The default evaluation step on ``data`` (``tp.Module.test_step`` runs it)."""
+        x, y, weights = unpack_x_y_sample_weight(data)
+        y_pred = self._call(x, training=False)
+        n = batch_len(y if y is not None else x)
+        loss = self._total_loss(y, y_pred, weights)
+        self._loss_tracker.add(float(loss), n)
+        for metric in self.metrics:
+            metric.update_state(y, y_pred)
+        return {metric.name: float(metric.result()) for metric in self.compiled_metrics()}
+
+    def default_predict_step(self, data: Any) -> Any:
+        """The default prediction step: the model's outputs for ``data``'s inputs."""
+        x, _, _ = unpack_x_y_sample_weight(data)
+        return self._call(x, training=False)
+
+    def _custom_logs(self, name: str, result: Any) -> dict[str, float]:
+        return step_logs(f"{type(self.model).__name__}.{name}", result)
+
+    def _reset_epoch_metrics(self) -> None:
+        for metric in self._epoch_metrics():
             metric.reset_state()
 
     def _metric_logs(self, needs_batches: str = "") -> dict[str, float]:
@@ -531,16 +757,28 @@ class Trainer:
         self._parallel.average_moving_statistics(self.model)
         return logs
 
+    def _step_epoch_logs(self, last: dict[str, float]) -> dict[str, float]:
+        """A custom step's epoch logs: its last batch's (Keras's rule), each metric's value taken
+        over every process."""
+        with self._parallel.global_epoch():
+            logs = dict(last)
+            for metric in [self._loss_tracker, *self._epoch_metrics()]:
+                if metric.name in logs:
+                    logs[metric.name] = float(metric.result())
+        self._parallel.average_moving_statistics(self.model)
+        return logs
+
     def _metric_states(self) -> list[dict[str, Any]]:
-        return [_metric_state(metric) for metric in self.metrics]
+        return [_metric_state(metric) for metric in self._epoch_metrics()]
 
     def _set_metric_states(self, states: list[dict[str, Any]]) -> None:
-        if len(states) != len(self.metrics):
+        metrics = self._epoch_metrics()
+        if len(states) != len(metrics):
             raise ValueError(
-                f"the checkpoint has {len(states)} metric states, this trainer has {len(self.metrics)} metrics "
-                f"({[m.name for m in self.metrics]})"
+                f"the checkpoint has {len(states)} metric states, this trainer has {len(metrics)} metrics "
+                f"({[m.name for m in metrics]})"
             )
-        for metric, state in zip(self.metrics, states):
+        for metric, state in zip(metrics, states):
             _load_metric_state(metric, state)
 
     # -- fit -------------------------------------------------------------------
@@ -633,7 +871,8 @@ class Trainer:
         Returns:
             A ``History``.
         """
-        with self.plugins.registered(callbacks):  # a Keras user's callbacks, for this fit
+        with self.plugins.registered(callbacks), self._bound():  # a Keras user's callbacks, for this fit
+            self._find_steps()
             _check_fit_arguments(
                 {
                     "epochs": epochs,
@@ -656,6 +895,7 @@ class Trainer:
                 loss=self.loss,
                 sample_weight=sample_weight,
                 class_weight=class_weight,
+                targets="train_step" not in self._custom_steps and self.loss is not None,
                 validation_split=validation_split,
                 validation_data=validation_data,
                 steps_per_epoch=steps_per_epoch,
@@ -724,7 +964,7 @@ class Trainer:
         """Finds the processes training together (``configure_world``) and shares the data and
         rank 0's state among them; only rank 0 keeps the plugins that write and print."""
         self._parallel = DataParallel(
-            self.plugins.hook.configure_world(trainer=self), epoch=lambda: (self.state, self.metrics)
+            self.plugins.hook.configure_world(trainer=self), epoch=lambda: (self.state, self._epoch_metrics())
         )
         source.check_shards(self.world.size)
         # A source that can read one process's part (a Pipeline, a Grain MapDataset) does; others
@@ -734,7 +974,7 @@ class Trainer:
         if not self.world.is_chief:
             for plugin in [p for p in self.plugins.get_plugins() if getattr(p, "chief_only", False) is True]:
                 self.plugins.unregister(plugin)
-        self._parallel.synchronize(self.model, self.optimizer, source)
+        self._parallel.synchronize(self.model, _Optimizers(self.optimizers), source)
 
     def _fit_epochs(self, loader: Batches, validation_data: tuple[Any, Any, Any] | None) -> None:
         """The epochs of a fit: each runs its batches, then ends (validation, the epoch hooks)."""
@@ -802,7 +1042,11 @@ class Trainer:
         """Validation and the epoch hooks; a checkpoint taken during them is the state before."""
         hooks = self.plugins.hook
         with self._boundary.epoch_end():
-            logs = self._metric_logs()
+            logs = (
+                self._metric_logs()
+                if "train_step" not in self._custom_steps
+                else self._step_epoch_logs(self._last_logs)
+            )
             steps, batch_size, every = self._validation
             if validation_data is not None and (epoch + 1) % every == 0:
                 x_val, y_val, weights = validation_data
@@ -829,34 +1073,35 @@ class Trainer:
         # BatchNormalization's statistics): put back if an exception ends the step before the
         # update, so that the interrupted checkpoint is the state before the step.
         before_step = self._moving_state()
+        self._updates = 0
         try:
-            if self._compiled_gradients is not None:
-                # The variables before the call are part of the signature: a model that builds
-                # in its first call, or a layer made (non-)trainable, traces again.
-                before = before_step[3]
-                loss, y_pred, grads, variables = self._compiled_gradients(x, y, weights, before)
+            custom = self._custom_steps.get("train_step")
+            if custom is None:
+                logs = self._default_train(x, y, weights, before_step[3])
             else:
-                loss, y_pred, grads, variables = self._loss_and_gradients(x, y, weights)
-            loss_value = float(loss)
-            logs = {"loss": loss_value}
-            pairs = self.plugins.transform_gradients(self, step, list(zip(grads, variables)), logs)
-            self._boundary.updating()
-            self.optimizer.apply_gradients(pairs)
-            self.state.end_step(loss_value, batch_len(y))
+                logs = self._custom_train(custom, pack_x_y_sample_weight(x, y, weights))
+            self.state.count_step()
             self._boundary.counted()
-            for metric in self.metrics:
-                metric.update_state(y, y_pred)
         except BaseException:
             # A model that built its layers in this step drew their weights too: keep that.
             built_now = len(getattr(self.model, "variables", [])) != before_step[2]
             if not self._boundary.update_in_progress and self.step == step and not built_now:
                 self._set_moving_state(before_step)
             raise
-        # As Keras: a batch's logs hold the epoch's running values, the loss's included (the
-        # batch's own loss went to transform_gradients); under MPI, this process's.
-        logs["loss"] = self.state.running_loss
-        for metric in self.metrics:
-            logs[metric.name] = float(metric.result())
+        return logs
+
+    def _custom_train(self, train_step: Callable[[Any], Any], data: Any) -> dict[str, float]:
+        """Runs the model's own ``train_step``: its logs, with what plugins added to the update's."""
+        self._step_extra = {}
+        logs = self._custom_logs("train_step", train_step(data))
+        if self._updates == 0:
+            raise ValueError(
+                f"{type(self.model).__name__}.train_step applied no update; a training step applies its "
+                "gradients with an optimizer (self.optimizer.apply(grads, self.trainable_variables))"
+            )
+        for key, value in self._step_extra.items():
+            logs.setdefault(key, value)
+        self._last_logs = logs
         return logs
 
     def _moving_state(self) -> tuple[Any, list[np.ndarray], int, tuple[Variable, ...]]:
@@ -891,7 +1136,14 @@ class Trainer:
     # -- evaluate / predict ------------------------------------------------------
 
     def _batches(
-        self, x: Any, y: Any, batch_size: int, steps: int | None, targets: bool, weights: Any = None
+        self,
+        x: Any,
+        y: Any,
+        batch_size: int,
+        steps: int | None,
+        targets: bool,
+        weights: Any = None,
+        optional: bool = False,
     ) -> Iterator[Any]:
         """The batches of ``evaluate`` (``(x, y, weights or None)``) and ``predict`` (``x``): of
         arrays in order, or of a stream (at most ``steps``)."""
@@ -909,10 +1161,22 @@ class Trainer:
                     batch = source.next_batch()
                 except StopIteration:
                     return
-                yield stream_batch(batch, index, targets)
+                if optional:  # a custom test_step: (x, y, w) when the batch has them, else x
+                    x_b, y_b, _ = split_batch(batch, index, targets=False)
+                    yield (
+                        stream_batch(batch, index, True)
+                        if y_b is not None
+                        else (stream_batch(x_b, index, False), None, None)
+                    )
+                else:
+                    yield stream_batch(batch, index, targets)
             return
-        if targets:
+        if targets and not optional:
             require_targets(y, "evaluate")
+        if targets and y is None:
+            for xb in self._batches(x, None, batch_size, None, targets=False):
+                yield xb, None, None
+            return
         if steps is not None:
             raise ValueError("steps is for data sets and generators; with arrays every sample is used")
         targets_of = float32_inputs(y) if weights is None else (float32_inputs(y), weights)
@@ -956,34 +1220,41 @@ class Trainer:
             )
         # a stream's batches carry their own targets: _batches refuses weights beside them
         weights = sample_weight if streamed(x, y) else sample_weights(y, sample_weight, None, self.loss)
-        saved_states = self._metric_states()
-        saved_loss = self.state.loss_sum, self.state.loss_count
-        try:
-            self._reset_epoch_metrics()
-            self.state.loss_sum, self.state.loss_count = 0.0, 0
-            is_streamed = streamed(x, y)
-            batches = self._batches(x, y, batch_size, steps, targets=True, weights=weights)
-            for index, batch in enumerate(batches):
-                xb, yb, wb = self._parallel.shard(*batch)
-                if self.batch_rows[0] == 0:
-                    continue  # a batch smaller than the processes: this one has no rows of it
-                try:
-                    xb, yb = _to_tensors(xb), _to_tensors(yb)
-                    y_pred = self._call(xb, training=False)
-                    n = batch_len(yb)
-                    loss = self._total_loss(yb, y_pred, None if wb is None else _to_tensors(wb))
-                    self.state.loss_sum += float(loss) * n
-                    self.state.loss_count += n
-                    for metric in self.metrics:
-                        metric.update_state(yb, y_pred)
-                except (ValueError, TypeError) as error:
-                    if not is_streamed:
-                        raise
-                    raise in_batch(error, f"batch {index}") from error  # as fit names it
-            return self._metric_logs(needs_batches="evaluate")
-        finally:
-            self._set_metric_states(saved_states)
-            self.state.loss_sum, self.state.loss_count = saved_loss
+        with self._bound():
+            custom = overridden_step(self.model, "test_step")
+            saved_states = self._metric_states()
+            saved_loss = self.state.loss_sum, self.state.loss_count
+            try:
+                self._reset_epoch_metrics()
+                self.state.loss_sum, self.state.loss_count = 0.0, 0
+                is_streamed = streamed(x, y)
+                optional = custom is not None or self.loss is None
+                batches = self._batches(
+                    x, y, batch_size, steps, targets=True, weights=weights, optional=optional
+                )
+                logs: dict[str, float] | None = None
+                for index, batch in enumerate(batches):
+                    xb, yb, wb = self._parallel.shard(*batch)
+                    if self.batch_rows[0] == 0:
+                        continue  # a batch smaller than the processes: this one has no rows of it
+                    try:
+                        data = pack_x_y_sample_weight(_to_tensors(xb), _to_tensors(yb), _to_tensors(wb))
+                        if custom is None:
+                            logs = self.default_test_step(data)
+                        else:
+                            logs = self._custom_logs("test_step", custom(data))
+                    except (ValueError, TypeError) as error:
+                        if not is_streamed:
+                            raise
+                        raise in_batch(error, f"batch {index}") from error  # as fit names it
+                if custom is None:
+                    return self._metric_logs(needs_batches="evaluate")
+                if logs is None:
+                    raise ValueError("evaluate: the data gave no batch")
+                return self._step_epoch_logs(logs)
+            finally:
+                self._set_metric_states(saved_states)
+                self.state.loss_sum, self.state.loss_count = saved_loss
 
     def predict(self, x: Any, batch_size: int = 32, *, steps: int | None = None) -> Any:
         """The model's outputs for ``x`` (``training=False``), batch by batch, as one ndarray.
@@ -996,9 +1267,15 @@ class Trainer:
         structure: Any = None
         columns: list[list[np.ndarray]] = []
         is_streamed = streamed(x, None)
+        with self._bound():
+            custom = overridden_step(self.model, "predict_step")
         for index, batch in enumerate(self._batches(x, None, batch_size, steps, targets=False)):
             try:
-                outputs = self._call(_to_tensors(batch), training=False)
+                if custom is None:
+                    outputs = self._call(_to_tensors(batch), training=False)
+                else:
+                    with self._bound():
+                        outputs = custom(pack_x_y_sample_weight(_to_tensors(batch)))
             except (ValueError, TypeError) as error:
                 if not is_streamed:
                     raise
@@ -1048,7 +1325,7 @@ class Trainer:
         contents = {
             **self.train_state().to_dict(),
             "model": self.model.state_dict(),
-            "optimizer": self.optimizer.get_state(),
+            **_Optimizers(self.optimizers).get_state(),
             "plugins": _copied(self.plugins.state_dicts()),
             "config": self.config,
         }
@@ -1092,8 +1369,12 @@ class Trainer:
             plugins=self.plugins.list_name_plugin(),
             source=source,
         )
+        try:
+            _Optimizers(self.optimizers).check_names(checkpoint)
+        except ValueError as error:
+            raise CheckpointError(f"{source}: {error}") from None
         self.model.load_state_dict(checkpoint["model"])
-        self.optimizer.set_state(checkpoint["optimizer"])
+        _Optimizers(self.optimizers).set_state(checkpoint)
         state = TrainState.from_dict(checkpoint)
         if state.metrics:
             self._set_metric_states(state.metrics)
