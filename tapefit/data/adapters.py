@@ -300,11 +300,20 @@ class Batches:
             y, weights = y
         return x, y, weights
 
+    def first_batch(self) -> tuple[Any, Any, Any]:
+        """A first batch's ``(x, y, sample weights or None)``, to build a model with, leaving the
+        source where it was."""
+        if self.stream:
+            return split_batch(self.source.peek(), 0, self.targets)
+        batch = self.source.batch(None, 0)
+        if self.source.y is None:
+            return batch, None, None
+        x, y = batch
+        return (x, *y) if self._weighted else (x, y, None)
+
     def first_inputs(self) -> Any:
         """The inputs of a first batch, to build a model with, leaving the source where it was."""
-        if not self.stream:
-            return self.source.batch(None, 0)[0]
-        return split_batch(self.source.peek(), 0)[0]
+        return self.first_batch()[0]
 
     def shard(self, rank: int, size: int) -> bool:
         """Makes this process read only its part, when the source can (a Pipeline, a Grain

@@ -7,11 +7,13 @@ their ratio as a float32 scalar Tensor (0 before any update).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from tapefit.core.function import host_call, tracing
 from tapefit.core.naming import Registry
 from tapefit.core.tensor import Tensor, _wrap
 from tapefit.layers import losses as _losses
@@ -37,8 +39,31 @@ def _same_rank(y_true: Any, y_pred: Any, metric: str) -> tuple[np.ndarray, np.nd
     return y_true, y_pred
 
 
+def _call_method(method: Callable[..., Any], metric: Metric, args: Any, kwargs: Any) -> Any:
+    return method(metric, *args, **kwargs)
+
+
+def _hosted(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` as a ``tp.function`` trace records it: a host call, run on every replay with
+    that call's values (a metric's state is Python numbers, which a trace cannot follow)."""
+    if getattr(method, "_tapefit_hosted", False):
+        return method
+
+    @functools.wraps(method)
+    def hosted(self: Metric, *args: Any, **kwargs: Any) -> Any:
+        if tracing():
+            return host_call(_call_method, method, self, args, kwargs)
+        return method(self, *args, **kwargs)
+
+    hosted._tapefit_hosted = True  # type: ignore[attr-defined]
+    return hosted
+
+
 class Metric:
     """Base class of streaming metrics.
+
+    ``update_state``, ``result`` and ``reset_state`` (a subclass's too) run as host calls inside
+    a ``tp.function``: a compiled training step updates its metrics on every call.
 
     Args:
         name: the metric's name (the key in training logs).
@@ -46,11 +71,18 @@ class Metric:
 
     default_name = "metric"
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in ("update_state", "result", "reset_state"):
+            if name in cls.__dict__:
+                setattr(cls, name, _hosted(cls.__dict__[name]))
+
     def __init__(self, name: str | None = None) -> None:
         self.name = name or self.default_name
         self.total = 0.0
         self.count = 0.0
 
+    @_hosted
     def update_state(self, *args: Any, **kwargs: Any) -> None:
         """Adds a batch."""
         raise NotImplementedError
@@ -93,10 +125,12 @@ class Metric:
         self.total += float((values * weights).sum())
         self.count += float(weights.sum())
 
+    @_hosted
     def result(self) -> Tensor:
         """The weighted mean so far, as a float32 scalar Tensor (0 when nothing was added)."""
         return _wrap(np.asarray(self.total / self.count if self.count else 0.0, dtype=np.float32))
 
+    @_hosted
     def reset_state(self) -> None:
         """Forgets every batch."""
         self.total = 0.0

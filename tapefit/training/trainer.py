@@ -431,6 +431,7 @@ class Trainer:
         self._custom_steps: dict[str, Any] = {}  # the model's step overrides, found per fit
         self._last_logs: dict[str, float] = {}  # a custom train_step's last batch logs
         self._updates = 0  # updates through apply in the step in progress
+        self._probing = False  # see _build_by_step
         self._step_extra: dict[str, float] = {}  # what transform_gradients hooks add in a custom step
         if hasattr(model, "_bind_trainer"):
             model._bind_trainer(self)  # self.optimizer, compute_loss, metrics inside the model's steps
@@ -651,19 +652,16 @@ class Trainer:
                 f"{type(self.model).__name__}: the step applies gradients but the trainer has no optimizer; "
                 "give one (Trainer(model, optimizer='adam', ...)) or apply them with the model's own"
             )
+        unbound = getattr(optimizer, "_apply_unbound", None)  # a tapefit optimizer's update itself
+        update = unbound if unbound is not None else optimizer.apply_gradients
+        if self._probing:  # building the model for a resume: what it updates is restored after
+            return update(pairs)
         pairs = self.plugins.transform_gradients(
             self, self.step, pairs, self._step_extra if logs is None else logs
         )
         self._boundary.updating()
         self._updates += 1
-        through = getattr(optimizer, "_through", None)
-        if through is None:
-            return optimizer.apply_gradients(pairs)
-        optimizer._through = None  # this call is the update itself, not another way here
-        try:
-            return optimizer.apply_gradients(pairs)
-        finally:
-            optimizer._through = through
+        return update(pairs)
 
     def _through_trainer(self, optimizer: Any, grads_and_vars: Any) -> Any:
         return self.apply(grads_and_vars, optimizer)
@@ -711,7 +709,12 @@ class Trainer:
             loss, y_pred, grads, variables = self._loss_and_gradients(x, y, weights)
         loss_value = float(loss)
         logs = {"loss": loss_value}  # transform_gradients gets the batch's own loss
-        self.apply(zip(grads, variables), logs=logs)
+        optimizer = self.optimizer
+        if getattr(optimizer, "_through", None) is not None:
+            self._step_extra = logs
+            optimizer.apply_gradients(zip(grads, variables))  # reaches apply, as a custom step's does
+        else:
+            self.apply(zip(grads, variables), logs=logs)
         self._loss_tracker.add(loss_value, batch_len(y if y is not None else x))
         for metric in self.metrics:
             metric.update_state(y, y_pred)
@@ -1355,13 +1358,32 @@ class Trainer:
         """Writes a checkpoint of the current state to ``path`` (atomically); only during ``fit``."""
         return save_checkpoint(path, self.checkpoint_contents())
 
+    def _build_by_step(self, loader: Batches) -> None:
+        """Runs the model's own ``train_step`` once on a first batch, without plugins: only it
+        knows which layers see what (a GAN's generator its noise), so only it builds them and
+        its optimizers' slots, in the order of the run. The random generators are put back;
+        the checkpoint then overwrites the variables, the optimizers and the metrics."""
+        x, y, weights = loader.first_batch()
+        generators = _random.get_state()
+        step = overridden_step(self.model, "train_step")
+        assert step is not None
+        self._probing = True
+        try:
+            step(pack_x_y_sample_weight(_to_tensors(x), _to_tensors(y), _to_tensors(weights)))
+        finally:
+            self._probing = False
+            _random.set_state(generators)
+
     def _restore(self, checkpoint: dict[str, Any], loader: Batches, source: Any) -> None:
         check_checkpoint(checkpoint, source=source)  # the fields read below; the model's after it is built
         check_fits(checkpoint, loader.kind(), source)
         # One call builds the lazy layers; the model may have Variables of its own already.
         modules = [self.model, *getattr(self.model, "submodules", [])]
         if not all(getattr(module, "built", True) for module in modules):
-            self._call(_to_tensors(loader.first_inputs()), training=False)
+            if "train_step" in self._custom_steps:
+                self._build_by_step(loader)
+            else:
+                self._call(_to_tensors(loader.first_inputs()), training=False)
         check_checkpoint(
             checkpoint,
             model=self.model,
