@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tapefit.core.files import FileRefused, atomic_write, file_size, open_untrusted
+from tapefit.core.messages import shown
 
 if TYPE_CHECKING:
     from tapefit.layers.module import Module
@@ -274,7 +275,7 @@ def read_model_file(path: str | os.PathLike[str]) -> ModelFile:
     weights = _parse_safetensors(data[WEIGHTS_MEMBER], WEIGHTS_MEMBER, refuse)
     if set(weights) != set(config["weight_paths"]):
         extra = sorted(set(weights) ^ set(config["weight_paths"]))
-        raise refuse(f"{WEIGHTS_MEMBER} and weight_paths disagree about {extra[0][:80]!r}")
+        raise refuse(f"{WEIGHTS_MEMBER} and weight_paths disagree about {shown(extra[0])}")
     optimizer_state = None
     if OPTIMIZER_MEMBER in data:
         optimizer_state = _parse_safetensors(data[OPTIMIZER_MEMBER], OPTIMIZER_MEMBER, refuse)
@@ -291,21 +292,23 @@ def _read_members(archive: zipfile.ZipFile, length: int, refuse: Any) -> dict[st
     seen: set[str] = set()
     total = 0
     for info in infos:
-        shown = repr(info.filename[:80])
+        quoted = shown(info.filename)
         if info.filename not in allowed:
-            raise refuse(f"unknown member {shown} (a model file holds {', '.join(allowed)})")
+            raise refuse(f"unknown member {quoted} (a model file holds {', '.join(allowed)})")
         if info.filename in seen:
-            raise refuse(f"the member {shown} appears twice")
+            raise refuse(f"the member {quoted} appears twice")
         seen.add(info.filename)
         if info.compress_type != zipfile.ZIP_STORED:
-            raise refuse(f"the member {shown} is compressed; model files store their members")
+            raise refuse(f"the member {quoted} is compressed; model files store their members")
         if info.file_size != info.compress_size:
             raise refuse(
-                f"the member {shown} declares {info.file_size} bytes but stores {info.compress_size}"
+                f"the member {quoted} declares {info.file_size} bytes but stores {info.compress_size}"
             )
         total += info.file_size
         if info.header_offset + info.file_size > length or total > length:
-            raise refuse(f"the member {shown} declares {info.file_size} bytes, more than the file's {length}")
+            raise refuse(
+                f"the member {quoted} declares {info.file_size} bytes, more than the file's {length}"
+            )
         if info.filename == CONFIG_MEMBER and info.file_size > MAX_CONFIG_BYTES:
             raise refuse(
                 f"{CONFIG_MEMBER} is {info.file_size} bytes, more than the {MAX_CONFIG_BYTES} allowed"
@@ -319,10 +322,10 @@ def _read_members(archive: zipfile.ZipFile, length: int, refuse: Any) -> dict[st
             with archive.open(info) as member:
                 content = member.read(info.file_size + 1)
         except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as error:
-            raise refuse(f"the member {info.filename!r} cannot be read ({_first_line(error)})") from None
+            raise refuse(f"the member {shown(info.filename)} cannot be read ({_first_line(error)})") from None
         if len(content) != info.file_size:
             raise refuse(
-                f"the member {info.filename!r} holds {len(content)} bytes, it declares {info.file_size}"
+                f"the member {shown(info.filename)} holds {len(content)} bytes, it declares {info.file_size}"
             )
         data[info.filename] = content
     return data
@@ -338,7 +341,7 @@ def _parse_config(data: bytes, refuse: Any) -> dict[str, Any]:
         result: dict[str, Any] = {}
         for key, value in items:
             if key in result:
-                raise ValueError(f"the key {key[:80]!r} appears twice in one object")
+                raise ValueError(f"the key {shown(key)} appears twice in one object")
             result[key] = value
         return result
 
@@ -358,15 +361,15 @@ def _parse_config(data: bytes, refuse: Any) -> dict[str, Any]:
         raise refuse(f"{CONFIG_MEMBER} must hold an object, got {type(config).__name__}")
     unknown = [k for k in config if k not in _TOP_KEYS]
     if unknown:
-        raise refuse(f"unknown key {unknown[0][:80]!r} in {CONFIG_MEMBER} (known: {', '.join(_TOP_KEYS)})")
+        raise refuse(f"unknown key {shown(unknown[0])} in {CONFIG_MEMBER} (known: {', '.join(_TOP_KEYS)})")
     missing = [k for k in _TOP_KEYS if k not in config]
     if missing:
-        raise refuse(f"{CONFIG_MEMBER} has no {missing[0]!r}")
+        raise refuse(f"{CONFIG_MEMBER} has no {shown(missing[0])}")
     if config["format"] != FORMAT:
-        raise refuse(f"its format is {str(config['format'])[:80]!r}, not {FORMAT!r}")
+        raise refuse(f"its format is {shown(config['format'])}, not {shown(FORMAT)}")
     if config["format_version"] != FORMAT_VERSION:
         raise refuse(
-            f"format version {str(config['format_version'])[:20]!r}; this tapefit reads version {FORMAT_VERSION}"
+            f"format version {shown(config['format_version'])}; this tapefit reads version {FORMAT_VERSION}"
         )
     for key in ("build_config", "compile_config"):
         if config[key] is not None and not isinstance(config[key], dict):
@@ -430,7 +433,7 @@ def build_from_spec(module: Module, spec: Any) -> None:
             if dtype not in _INPUT_DTYPES or not all(
                 isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in dims
             ):
-                raise ValueError(f"build_config: not an input spec: {str(leaf)[:80]}")
+                raise ValueError(f"build_config: not an input spec: {shown(leaf)}")
             if math.prod(dims) > _MAX_BUILD_ELEMENTS:
                 raise ValueError(
                     f"build_config: an input of shape {dims} per sample is too large to build with"
@@ -438,6 +441,6 @@ def build_from_spec(module: Module, spec: Any) -> None:
             return np.zeros((1, *dims), dtype=np.dtype(dtype))
         if isinstance(leaf, list):
             return [zeros(v) for v in leaf]
-        raise ValueError(f"build_config: not an input spec: {str(leaf)[:80]}")
+        raise ValueError(f"build_config: not an input spec: {shown(leaf)}")
 
     module(zeros(spec), training=False)

@@ -19,6 +19,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from tapefit.core.messages import shown
 from tapefit.layers import saving, serialization
 from tapefit.layers.module import Module, weight_budget
 from tapefit.layers.saving import ModelFileError
@@ -158,7 +159,7 @@ def load_compiled(path: str | os.PathLike[str]) -> CompiledModel:
         unknown = [k for k in compile_config if k not in _COMPILE_KEYS]
         if unknown:
             raise serialization.ConfigError(
-                f"unknown key {str(unknown[0])[:80]!r} in compile_config (known: {', '.join(_COMPILE_KEYS)})"
+                f"unknown key {shown(unknown[0])} in compile_config (known: {', '.join(_COMPILE_KEYS)})"
             )
         compiled = {k: serialization.from_plain(compile_config.get(k), tables, k) for k in _COMPILE_KEYS}
     except serialization.ConfigError as error:
@@ -208,7 +209,7 @@ def _build(model: Any, build: Any) -> None:
     if build is not None:
         unknown = [k for k in build if k != "input_spec"]
         if unknown:
-            raise serialization.ConfigError(f"unknown key {str(unknown[0])[:80]!r} in build_config")
+            raise serialization.ConfigError(f"unknown key {shown(unknown[0])} in build_config")
         if "input_spec" not in build:
             raise serialization.ConfigError("build_config has no 'input_spec'")
         try:
@@ -224,7 +225,7 @@ def _rebuild_optimizer(entry: Any, tables: dict[str, dict[str, type]]) -> Any:
         entry, {"tapefit.optimizers": tables["tapefit.optimizers"]}, "optimizer"
     )
     if not (isinstance(cls, type) and issubclass(cls, Optimizer)):
-        raise serialization.ConfigError(f"optimizer: {entry['class_name']!r} is not an optimizer")
+        raise serialization.ConfigError(f"optimizer: {shown(entry['class_name'])} is not an optimizer")
     serialization.check_arguments(cls, config)
     learning_rate = config.get("learning_rate")
     if serialization.is_entry(learning_rate):

@@ -443,3 +443,21 @@ def test_a_config_asking_for_more_weights_than_the_file_holds_allocates_nothing(
     config["model"]["config"]["layers"][0]["config"]["units"] = 10**9
     members["config.json"] = json.dumps(config).encode()
     _refused(_write_zip(tmp_path / "g.tapefit", members), "more than the weights the model file holds")
+
+
+def test_an_error_quotes_a_short_prefix_of_a_huge_value(tmp_path: Path) -> None:
+    model = tp.layers.Sequential([tp.layers.Conv1D(2, 3)])
+    model(np.zeros((1, 8, 2), np.float32))
+    model.save(tmp_path / "conv.tapefit")
+    with zipfile.ZipFile(tmp_path / "conv.tapefit") as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    for key, value in (
+        ("kernel_size", [3] * 200_000),
+        ("padding", "x" * 200_000),
+        ("activation", "y" * 200_000),
+    ):
+        config = json.loads(members["config.json"])
+        config["model"]["config"]["layers"][0]["config"][key] = value
+        path = _write_zip(tmp_path / "bad.tapefit", {**members, "config.json": json.dumps(config).encode()})
+        message = _refused(path, key if key != "padding" else "padding must be")
+        assert len(message) < 1000 and repr(value)[:100] not in message, message[:300]
