@@ -141,7 +141,15 @@ MAX_JSON_DEPTH = 100
 _INPUT_DTYPES = frozenset(
     ["bool", "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"]
 )
-_MAX_BUILD_ELEMENTS = 2**26
+MAX_LAYERS = 10_000
+"""The most layers a model file may describe."""
+MAX_SAMPLE_ELEMENTS = 2**24
+"""The most elements one sample of one input of a model file may have (64 MB of float32)."""
+MAX_PROBE_COST = 2**30
+"""The most a file may ask of the batches its layers are built on: layers times the elements of
+its largest input sample. Layers learn their shapes by running once on a small batch, so a file
+of many layers on a huge input would take minutes to load (ten layers on 2**24, or 1,000 on 2**20,
+are within it)."""
 _TOP_KEYS = (
     "format",
     "format_version",
@@ -272,6 +280,7 @@ def read_model_file(path: str | os.PathLike[str]) -> ModelFile:
         with archive:
             data = _read_members(archive, length, refuse)
     config = _parse_config(data[CONFIG_MEMBER], refuse)
+    _check_claims(config, refuse)
     weights = _parse_safetensors(data[WEIGHTS_MEMBER], WEIGHTS_MEMBER, refuse)
     if set(weights) != set(config["weight_paths"]):
         extra = sorted(set(weights) ^ set(config["weight_paths"]))
@@ -384,6 +393,66 @@ def _parse_config(data: bytes, refuse: Any) -> dict[str, Any]:
     return config
 
 
+def _check_claims(config: dict[str, Any], refuse: Any) -> None:
+    """Refuses a config that asks for more work to build than a model file may: more than
+    ``MAX_LAYERS`` layers, an input sample of more than ``MAX_SAMPLE_ELEMENTS`` elements, or
+    both so large together that building would pass ``MAX_PROBE_COST``."""
+    layers = 0
+    largest, where = 0, ""
+    stack: list[tuple[Any, str]] = [(config["model"], "model"), (config["build_config"], "build_config")]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, list):
+            if (
+                len(item) == 2
+                and isinstance(item[0], list)
+                and isinstance(item[1], str)
+                and at.startswith("build")
+            ):
+                elements = _sample_elements(item[0][1:], 1)  # an input spec: [shape with batch, dtype]
+                key = "build_config.input_spec"
+            else:
+                stack.extend((child, at) for child in item)
+                continue
+        elif isinstance(item, dict):
+            if item.get("module") in ("tapefit.layers", "custom") and "class_name" in item:
+                layers += 1
+            if set(item) == {"name", "shape", "dtype"} and isinstance(item["shape"], list):
+                elements = _sample_elements(item["shape"], 3)  # a functional input, no batch axis
+                key = f"the shape of the input {shown(item['name'])}"
+            else:
+                stack.extend((child, at) for child in item.values())
+                continue
+        else:
+            continue
+        if elements > MAX_SAMPLE_ELEMENTS:
+            raise refuse(
+                f"{key} asks for {elements} elements a sample, more than the {MAX_SAMPLE_ELEMENTS} allowed"
+            )
+        if elements > largest:
+            largest, where = elements, key
+    if layers > MAX_LAYERS:
+        raise refuse(f"model: it describes {layers} layers, more than the {MAX_LAYERS} allowed")
+    if layers * largest > MAX_PROBE_COST:
+        raise refuse(
+            f"{where} asks for {largest} elements a sample, too many for {layers} layers to be built on "
+            f"(at most {MAX_PROBE_COST} for layers times elements)"
+        )
+
+
+def _sample_elements(shape: list[Any], unknown: int) -> int:
+    """The elements of one sample of ``shape`` (``unknown`` for each ``None`` axis); a shape
+    that is not one of numbers counts as none (building it says what is wrong)."""
+    if not all(n is None or (isinstance(n, int) and not isinstance(n, bool)) for n in shape):
+        return 0
+    count = 1
+    for n in shape:
+        count *= unknown if n is None else max(n, 0)
+        if count > MAX_SAMPLE_ELEMENTS:  # past the limit: the exact count is not needed
+            return count
+    return count
+
+
 def _depth(value: Any) -> int:
     """How deeply lists and dicts nest in ``value`` (a scalar is 0), without recursion."""
     deepest = 0
@@ -434,7 +503,7 @@ def build_from_spec(module: Module, spec: Any) -> None:
                 isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in dims
             ):
                 raise ValueError(f"build_config: not an input spec: {shown(leaf)}")
-            if math.prod(dims) > _MAX_BUILD_ELEMENTS:
+            if math.prod(dims) > MAX_SAMPLE_ELEMENTS:
                 raise ValueError(
                     f"build_config: an input of shape {dims} per sample is too large to build with"
                 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -461,3 +462,44 @@ def test_an_error_quotes_a_short_prefix_of_a_huge_value(tmp_path: Path) -> None:
         path = _write_zip(tmp_path / "bad.tapefit", {**members, "config.json": json.dumps(config).encode()})
         message = _refused(path, key if key != "padding" else "padding must be")
         assert len(message) < 1000 and repr(value)[:100] not in message, message[:300]
+
+
+def _many_layers(tmp_path: Path, layers: int, width: int, sequential: bool) -> Path:
+    """A file of ``layers`` ReLU layers on inputs of ``width`` features, made by editing a small one."""
+    if sequential:
+        model: Any = tp.layers.Sequential([tp.layers.Activation("relu")])
+        model(np.zeros((1, 4), np.float32))
+    else:
+        inputs = tp.Input((4,), name="x")
+        model = tp.Model(inputs, tp.layers.Activation("relu", name="a0")(inputs))
+    model.save(tmp_path / "small.tapefit")
+    with zipfile.ZipFile(tmp_path / "small.tapefit") as archive:
+        config = json.loads(archive.read("config.json"))
+        weights = archive.read("model.safetensors")
+    inner = config["model"]["config"]
+    entry = inner["layers"][0]
+    inner["layers"] = [{**entry, "config": {**entry["config"], "name": f"a{i}"}} for i in range(layers)]
+    if sequential:
+        config["build_config"]["input_spec"] = [[None, width], "float32"]
+    else:
+        inner["inputs"]["items"][0]["shape"] = [width]
+        inner["calls"] = [
+            {"layer": f"a{i}", "args": [{"tensor": [f"a{i - 1}", 0, 0] if i else ["x", 0, 0]}], "kwargs": {}}
+            for i in range(layers)
+        ]
+        inner["outputs"]["items"] = [{"tensor": [f"a{layers - 1}", 0, 0]}]
+    members = {"config.json": json.dumps(config).encode(), "model.safetensors": weights}
+    return _write_zip(tmp_path / f"many{layers}x{width}.tapefit", members)
+
+
+@pytest.mark.parametrize("sequential", [True, False])
+def test_a_file_asking_for_a_huge_build_is_refused_quickly(tmp_path: Path, sequential: bool) -> None:
+    path = _many_layers(tmp_path, 2000, 2**22, sequential)
+    assert path.stat().st_size < 500_000
+    start = time.perf_counter()
+    key = "build_config.input_spec" if sequential else "the shape of the input 'x'"
+    _refused(path, f"{key} asks for 4194304 elements a sample, too many for 2001 layers")
+    assert time.perf_counter() - start < 2.0
+    _refused(_many_layers(tmp_path, 2, 2**25, sequential), "more than the 16777216 allowed")
+    _refused(_many_layers(tmp_path, 10_001, 4, sequential), "it describes 10002 layers, more than the 10000")
+    assert len(tp.models.load_model(_many_layers(tmp_path, 300, 64, sequential)).layers) == 300
