@@ -277,6 +277,8 @@ def read_model_file(path: str | os.PathLike[str]) -> ModelFile:
             archive = zipfile.ZipFile(f)
         except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError):
             raise refuse("not a tapefit model file (not a zip archive, or a truncated one)") from None
+        except NotImplementedError as error:  # zipfile's word for a zip version it cannot read
+            raise refuse(f"not a tapefit model file ({_first_line(error)})") from None
         with archive:
             data = _read_members(archive, length, refuse)
     config = _parse_config(data[CONFIG_MEMBER], refuse)
@@ -307,6 +309,8 @@ def _read_members(archive: zipfile.ZipFile, length: int, refuse: Any) -> dict[st
         if info.filename in seen:
             raise refuse(f"the member {quoted} appears twice")
         seen.add(info.filename)
+        if info.flag_bits & 0x1:
+            raise refuse(f"the member {quoted} is encrypted; model files store their members in the clear")
         if info.compress_type != zipfile.ZIP_STORED:
             raise refuse(f"the member {quoted} is compressed; model files store their members")
         if info.file_size != info.compress_size:
@@ -330,7 +334,14 @@ def _read_members(archive: zipfile.ZipFile, length: int, refuse: Any) -> dict[st
         try:
             with archive.open(info) as member:
                 content = member.read(info.file_size + 1)
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as error:
+        except (
+            zipfile.BadZipFile,
+            OSError,
+            ValueError,
+            EOFError,
+            NotImplementedError,
+            RuntimeError,
+        ) as error:
             raise refuse(f"the member {shown(info.filename)} cannot be read ({_first_line(error)})") from None
         if len(content) != info.file_size:
             raise refuse(

@@ -126,11 +126,16 @@ def layer_tables() -> dict[str, dict[str, type]]:
     from tapefit.layers import constraints, initializers, losses, metrics, regularizers
     from tapefit.layers.module import Module
 
+    # Base classes that leave their work to subclasses (a Module has no call, a Loss no
+    # call): a file that names one would load and fail at its first use.
+    unfinished: tuple[type, ...] = (Module, layers.Layer, losses.Loss, metrics.Metric)
+    unfinished += (initializers.Initializer, regularizers.Regularizer)
+
     def classes(module: Any, base: type, names: Any) -> dict[str, type]:
         found = {}
         for key in names:
             value = getattr(module, key, None)
-            if isinstance(value, type) and issubclass(value, base):
+            if isinstance(value, type) and issubclass(value, base) and value not in unfinished:
                 found[value.__name__] = value
         return found
 
@@ -315,7 +320,15 @@ def deserialize(entry: Any, tables: Mapping[str, Mapping[str, type]], where: str
         return obj
     except ConfigError:
         raise
-    except (TypeError, ValueError, KeyError, IndexError, OverflowError, MemoryError) as error:
+    except (
+        TypeError,
+        ValueError,
+        KeyError,
+        IndexError,
+        OverflowError,
+        MemoryError,
+        NotImplementedError,
+    ) as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ConfigError(f"{where}: {target.__name__}: {message}") from None
 

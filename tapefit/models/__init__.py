@@ -46,12 +46,14 @@ def _tables() -> dict[str, dict[str, type]]:
     tables["tapefit.optimizers"] = {
         cls.__name__: cls
         for cls in vars(optimizers).values()
-        if isinstance(cls, type) and issubclass(cls, optimizers.Optimizer)
+        if isinstance(cls, type) and issubclass(cls, optimizers.Optimizer) and cls is not optimizers.Optimizer
     }
     tables["tapefit.optimizers.schedules"] = {
         cls.__name__: cls
         for cls in vars(schedules).values()
-        if isinstance(cls, type) and issubclass(cls, schedules.LearningRateSchedule)
+        if isinstance(cls, type)
+        and issubclass(cls, schedules.LearningRateSchedule)
+        and cls is not schedules.LearningRateSchedule
     }
     return tables
 
@@ -214,7 +216,7 @@ def _build(model: Any, build: Any) -> None:
             raise serialization.ConfigError("build_config has no 'input_spec'")
         try:
             saving.build_from_spec(model, build["input_spec"])
-        except (TypeError, ValueError, IndexError, MemoryError) as error:
+        except (TypeError, ValueError, IndexError, MemoryError, NotImplementedError) as error:
             raise serialization.ConfigError(f"the model cannot be built: {_first_line(error)}") from None
 
 

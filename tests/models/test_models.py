@@ -503,3 +503,66 @@ def test_a_file_asking_for_a_huge_build_is_refused_quickly(tmp_path: Path, seque
     _refused(_many_layers(tmp_path, 2, 2**25, sequential), "more than the 16777216 allowed")
     _refused(_many_layers(tmp_path, 10_001, 4, sequential), "it describes 10002 layers, more than the 10000")
     assert len(tp.models.load_model(_many_layers(tmp_path, 300, 64, sequential)).layers) == 300
+
+
+def _trainer_file(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+    """A file ``Trainer.save`` wrote after one epoch of SGD with momentum, and its members."""
+    x, y = _data(16)
+    trainer = _trainer(_functional(), tp.optimizers.SGD(0.1, momentum=0.9))
+    _fit(trainer, x, y)
+    path = tmp_path / "t.tapefit"
+    trainer.save(path)
+    with zipfile.ZipFile(path) as archive:
+        return path, {name: archive.read(name) for name in archive.namelist()}
+
+
+def _refused_by_both(path: Path, match: str) -> None:
+    _refused(path, match)
+    with pytest.raises(tp.models.ModelFileError, match=match) as caught:
+        tp.Trainer.load(path)
+    assert str(path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_an_encrypted_member_or_an_unknown_zip_version_is_a_model_file_error(tmp_path: Path) -> None:
+    path, _ = _trainer_file(tmp_path)
+    data = path.read_bytes()
+    record = data.find(b"PK\x01\x02")  # the central directory's first record
+    encrypted = bytearray(data)
+    encrypted[record + 8] |= 1  # general purpose flags: bit 0, encrypted
+    (tmp_path / "encrypted.tapefit").write_bytes(bytes(encrypted))
+    _refused_by_both(tmp_path / "encrypted.tapefit", "the member 'config.json' is encrypted")
+    version = bytearray(data)
+    version[record + 6] = 99  # the version needed to extract: 9.9
+    (tmp_path / "version.tapefit").write_bytes(bytes(version))
+    _refused_by_both(tmp_path / "version.tapefit", r"not a tapefit model file \(zip file version 9\.9\)")
+
+
+@pytest.mark.parametrize(
+    "place, name",
+    [
+        ("layer", "Module"),
+        ("layer", "Layer"),
+        ("optimizer", "Optimizer"),
+        ("schedule", "LearningRateSchedule"),
+    ],
+)
+def test_a_base_class_named_in_a_file_is_refused_at_load(tmp_path: Path, place: str, name: str) -> None:
+    _, members = _trainer_file(tmp_path)
+    config = json.loads(members["config.json"])
+    if place == "layer":
+        config["model"]["config"]["layers"][0] = {
+            "module": "tapefit.layers",
+            "class_name": name,
+            "config": {},
+        }
+    elif place == "optimizer":
+        config["optimizer"]["class_name"] = name
+        del config["optimizer"]["config"]["momentum"], config["optimizer"]["config"]["nesterov"]
+    else:
+        config["optimizer"]["config"]["learning_rate"] = {
+            "module": "tapefit.optimizers.schedules",
+            "class_name": name,
+            "config": {},
+        }
+    members["config.json"] = json.dumps(config).encode()
+    _refused_by_both(_write_zip(tmp_path / "base.tapefit", members), f"'{name}' is not a class of")
