@@ -207,6 +207,7 @@ def check_checkpoint(
     model: Any = None,
     num_samples: int | None = None,
     plugins: Iterable[tuple[str, Any]] = (),
+    optimizer: Any = None,
     source: Any,
 ) -> None:
     """Checks every field a resume reads; raises ``CheckpointError`` naming the first bad one.
@@ -214,6 +215,9 @@ def check_checkpoint(
     Args:
         contents: what ``load_checkpoint`` returned.
         model: the model to resume (built): the saved weights must have its dtypes and shapes.
+        optimizer: the optimizer to resume, with ``model``: the saved state must be one it
+            takes, its slots those of the model's trainable variables (``Optimizer.check_state``,
+            as a model file's optimizer state is checked).
         num_samples: the fit's number of training samples, when known.
         plugins: ``(registered name, plugin)`` pairs whose saved states are checked by each
             plugin (``check_plugin_states``).
@@ -229,6 +233,11 @@ def check_checkpoint(
         expect_weights(contents["model"], "model", model)
         if not isinstance(contents["optimizer"], dict):
             raise ValueError(f"optimizer: expected a mapping, got {shown(contents['optimizer'])}")
+        if optimizer is not None and model is not None:
+            try:
+                optimizer.check_state(contents["optimizer"], model.trainable_variables)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"optimizer: {_first_line(error)}") from None
         if not isinstance(contents["metrics"], list) or not all(
             isinstance(m, dict) for m in contents["metrics"]
         ):
@@ -257,3 +266,8 @@ def check_fits(contents: dict[str, Any], fit: dict[str, Any], source: Any) -> No
         raise CheckpointError(
             f"cannot resume from {source}: it was written by a fit with {theirs}, this fit has {ours}"
         )
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -514,20 +514,7 @@ class Optimizer:
             ValueError: an entry is missing, unexpected, or of the wrong shape (all checked
                 before anything changes).
         """
-        if not isinstance(state, Mapping):
-            raise TypeError(f"set_state expects the dict get_state returned, got {type(state).__name__}")
-        if "iterations" not in state:
-            raise ValueError("set_state: the state has no 'iterations' entry")
-        iterations = _state_int("iterations", state["iterations"])
-        learning_rate = None
-        if "learning_rate" in state:
-            if not isinstance(self._learning_rate, float):
-                raise ValueError(
-                    "set_state: the state holds a float 'learning_rate' but this optimizer uses the "
-                    f"schedule {shown(self._learning_rate)}"
-                )
-            learning_rate = _config.check_float("learning_rate", state["learning_rate"], low=0)
-        by_position = _parse_state_slots(state, self.get_slot_names(), type(self).__name__)
+        iterations, learning_rate, by_position = self._parsed_state(state)
         restored: dict[int, dict[str, np.ndarray]] = {}
         for position, arrays in by_position.items():
             if position < len(self._variables):
@@ -549,6 +536,58 @@ class Optimizer:
                 else:
                     slot.assign(np.asarray(saved[name], slot.dtype))
         self._restored = restored
+
+    def check_state(self, state: Mapping[str, Any], variables: Iterable[Variable] | None = None) -> None:
+        """Checks ``state`` as ``set_state`` would take it, changing nothing.
+
+        Args:
+            state: what ``get_state`` returned (from a file, say).
+            variables: the variables this optimizer will update, in the order it will first
+                see them (a model's ``trainable_variables``); each saved slot must then belong
+                to one of them and have its shape, as ``set_state`` checks for the variables
+                seen already.
+
+        Raises:
+            ValueError: the first entry that ``set_state`` would refuse or that does not fit
+                ``variables`` (named).
+        """
+        _, _, by_position = self._parsed_state(state)
+        if variables is None:
+            return
+        variables = list(variables)
+        for position, arrays in sorted(by_position.items()):
+            if position >= len(variables):
+                raise ValueError(
+                    f"set_state: the state holds slots for variable {position}, but there are "
+                    f"{len(variables)} variables to update"
+                )
+            for name, array in arrays.items():
+                _check_slot_shape(name, position, array, variables[position])
+
+    def _parsed_state(
+        self, state: Mapping[str, Any]
+    ) -> tuple[int, float | None, dict[int, dict[str, np.ndarray]]]:
+        """``state``'s iterations, float learning rate (or ``None``) and slots by position."""
+        if not isinstance(state, Mapping):
+            raise TypeError(f"set_state expects the dict get_state returned, got {type(state).__name__}")
+        if "iterations" not in state:
+            raise ValueError("set_state: the state has no 'iterations' entry")
+        iterations = _state_int("iterations", state["iterations"])
+        if iterations < 0:
+            raise ValueError(f"set_state: 'iterations' must be a count of steps (>= 0), got {iterations}")
+        learning_rate = None
+        if "learning_rate" in state:
+            if not isinstance(self._learning_rate, float):
+                raise ValueError(
+                    "set_state: the state holds a float 'learning_rate' but this optimizer uses the "
+                    f"schedule {shown(self._learning_rate)}"
+                )
+            learning_rate = _config.check_float("learning_rate", state["learning_rate"], low=0, finite=True)
+        return (
+            iterations,
+            learning_rate,
+            _parse_state_slots(state, self.get_slot_names(), type(self).__name__),
+        )
 
     # -- configs ---------------------------------------------------------------
 

@@ -1090,6 +1090,7 @@ class Trainer:
             model=self.model,
             num_samples=loader.num_samples,
             plugins=self.plugins.list_name_plugin(),
+            optimizer=self.optimizer,
             source=source,
         )
         self.model.load_state_dict(checkpoint["model"])

@@ -566,3 +566,55 @@ def test_a_base_class_named_in_a_file_is_refused_at_load(tmp_path: Path, place: 
         }
     members["config.json"] = json.dumps(config).encode()
     _refused_by_both(_write_zip(tmp_path / "base.tapefit", members), f"'{name}' is not a class of")
+
+
+def _optimizer_state(members: dict[str, bytes], change: dict[str, np.ndarray]) -> dict[str, bytes]:
+    import safetensors.numpy
+
+    state = {**safetensors.numpy.load(members["optimizer.safetensors"]), **change}
+    return {**members, "optimizer.safetensors": safetensors.numpy.save(state)}
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (
+            {"momentum/0": np.zeros(999, np.float32)},
+            r"slot 'momentum/0' has shape \(999,\), but the variable",
+        ),
+        ({"momentum/9": np.zeros(3, np.float32)}, "holds slots for variable 9, but there are 5 variables"),
+        ({"learning_rate": np.array(np.inf)}, "`learning_rate` must be a finite number, got inf"),
+        ({"iterations": np.array(-5)}, r"'iterations' must be a count of steps \(>= 0\), got -5"),
+    ],
+)
+def test_an_optimizer_state_that_does_not_fit_the_model_is_refused_at_load(
+    tmp_path: Path, change: dict[str, np.ndarray], match: str
+) -> None:
+    _, members = _trainer_file(tmp_path)
+    path = _write_zip(tmp_path / "state.tapefit", _optimizer_state(members, change))
+    _refused_by_both(path, "the optimizer's state: .*" + match)
+
+
+@pytest.mark.parametrize(
+    "key, value, match",
+    [
+        ("loss", 5, r"compile_config\.loss: expected a name, a Loss or a registered function, got int 5"),
+        ("metrics", [0], r"compile_config\.metrics\[0\]: expected a name, a Metric .*got int 0"),
+        (
+            "loss",
+            {"module": "tapefit.layers", "class_name": "Dense", "config": {"units": 2}},
+            r"compile_config\.loss: expected a name, a Loss .*got Dense",
+        ),
+        ("loss", "nope", r"compile_config\.loss: unknown loss 'nope'"),
+        ("metrics", ["accuracy", "nope"], r"compile_config\.metrics\[1\]: unknown metric 'nope'"),
+        ("loss_weights", [1.0, "x"], r"compile_config\.loss_weights\[1\]: expected a finite number, got 'x'"),
+    ],
+)
+def test_a_compile_config_a_trainer_cannot_take_is_refused_at_load(
+    tmp_path: Path, key: str, value: Any, match: str
+) -> None:
+    _, members = _trainer_file(tmp_path)
+    config = json.loads(members["config.json"])
+    config["compile_config"][key] = value
+    members["config.json"] = json.dumps(config).encode()
+    _refused_by_both(_write_zip(tmp_path / "compile.tapefit", members), match)
