@@ -40,6 +40,7 @@ from tapefit.core.files import (
     open_regular,
     open_untrusted,
 )
+from tapefit.core.messages import shown
 from tapefit.core.tensor import Tensor
 
 FORMAT_NAME = "tapefit-checkpoint"
@@ -96,7 +97,7 @@ def _split(contents: dict[str, Any]) -> tuple[Any, dict[str, np.ndarray]]:
             for key, item in value.items():
                 if not isinstance(key, str):
                     raise TypeError(
-                        f"checkpoint entry {'/'.join(path) or '<root>'!r}: keys must be strings, got {key!r}"
+                        f"checkpoint entry {'/'.join(path) or '<root>'!r}: keys must be strings, got {shown(key)}"
                     )
                 out[key] = convert(item, [*path, key])
             return out
@@ -121,7 +122,7 @@ def _join(data: Any, arrays: dict[str, np.ndarray], source: Path) -> Any:
                 try:
                     return arrays[value[_ARRAY_REF]]
                 except KeyError:
-                    raise CheckpointError(f"{source}: missing array {value[_ARRAY_REF]!r}") from None
+                    raise CheckpointError(f"{source}: missing array {shown(value[_ARRAY_REF])}") from None
             return {k: convert(v) for k, v in value.items()}
         if isinstance(value, list):
             return [convert(v) for v in value]
@@ -197,9 +198,8 @@ def read_pointer(pointer: str | os.PathLike[str]) -> str:
         raise CheckpointError(f"the pointer {pointer} cannot be read ({error})") from error
     plain = name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
     if not plain or len(name.encode("utf-8")) > _MAX_NAME_BYTES:
-        shown = name if len(name) <= 60 else name[:57] + "..."
         raise CheckpointError(
-            f"the pointer {pointer} holds {shown!r}, which is not a file name in its folder"
+            f"the pointer {pointer} holds {shown(name)}, which is not a file name in its folder"
         )
     return name
 
@@ -227,9 +227,11 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Path:
         try:
             mode = os.lstat(target).st_mode
         except FileNotFoundError:
-            raise CheckpointError(f"the pointer {pointer} names {name!r}, which is not in {path}") from None
+            raise CheckpointError(
+                f"the pointer {pointer} names {shown(name)}, which is not in {path}"
+            ) from None
         if not stat.S_ISREG(mode):
-            raise CheckpointError(f"the pointer {pointer} names {name!r}, which is {file_kind(mode)}")
+            raise CheckpointError(f"the pointer {pointer} names {shown(name)}, which is {file_kind(mode)}")
         return target
     if path.exists():  # not a folder: load_checkpoint says what else it is
         return path
@@ -309,7 +311,7 @@ def _read_members(f: IO[bytes], path: Path) -> dict[str, np.ndarray]:
         for info in infos:
             if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
                 raise CheckpointError(
-                    f"{path}: member {info.filename!r} is compressed ({info.file_size} bytes declared); "
+                    f"{path}: member {shown(info.filename)} is compressed ({info.file_size} bytes declared); "
                     "tapefit checkpoints store their members uncompressed, so it is not read"
                 )
         if sum(info.file_size for info in infos) > length:
@@ -322,7 +324,7 @@ def _read_members(f: IO[bytes], path: Path) -> dict[str, np.ndarray]:
                 )
             with zf.open(info) as member:
                 try:
-                    npy_header(member, info.file_size, f"{path}: member {info.filename!r}")
+                    npy_header(member, info.file_size, f"{path}: member {shown(info.filename)}")
                 except FileRefused as error:
                     raise CheckpointError(str(error)) from None
             with zf.open(info) as member:
@@ -383,7 +385,9 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
         raise CheckpointError(f"{path}: not a tapefit checkpoint")
     if data.get("version") != FORMAT_VERSION:
-        raise CheckpointError(f"{path}: checkpoint format version {data.get('version')!r} is not supported")
+        raise CheckpointError(
+            f"{path}: checkpoint format version {shown(data.get('version'))} is not supported"
+        )
     return _join(data, members, path)
 
 

@@ -9,12 +9,13 @@ model's shapes and dtypes), and the first one that is not is named in a ``Checkp
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from tapefit.checkpointing import CheckpointError
+from tapefit.core.messages import shown
 
 _SECTIONS = ("trainer", "model", "optimizer", "metrics", "random", "loader", "plugins")
 _COUNTERS = ("epoch", "batch_in_epoch", "step", "epochs", "batch_size", "num_samples", "loss_count")
@@ -30,16 +31,11 @@ def _is_number(value: Any) -> bool:
     )
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def expect_mapping(state: Any, keys: tuple[str, ...]) -> dict[str, Any]:
     """``state`` as a mapping that holds every one of ``keys``; else a ``ValueError`` naming what
     it is or the first key it lacks."""
     if not isinstance(state, dict):
-        raise ValueError(f"expected a mapping, got {_shown(state)}")
+        raise ValueError(f"expected a mapping, got {shown(state)}")
     for key in keys:
         if key not in state:
             raise ValueError(f"{key}: missing")
@@ -51,8 +47,8 @@ def expect_count(value: Any, field: str, *, optional: bool = False) -> None:
     if optional and value is None:
         return
     if not _is_int(value) or value < 0:
-        shown = "null or a non-negative integer" if optional else "a non-negative integer"
-        raise ValueError(f"{field}: expected {shown}, got {_shown(value)}")
+        wanted = "null or a non-negative integer" if optional else "a non-negative integer"
+        raise ValueError(f"{field}: expected {wanted}, got {shown(value)}")
 
 
 def expect_number(value: Any, field: str, *, optional: bool = False, finite: bool = False) -> None:
@@ -62,8 +58,8 @@ def expect_number(value: Any, field: str, *, optional: bool = False, finite: boo
         return
     if not _is_number(value) or math.isnan(value) or (finite and math.isinf(value)):
         kind = "a finite number" if finite else "a number"
-        shown = f"null or {kind}" if optional else kind
-        raise ValueError(f"{field}: expected {shown}, got {_shown(value)}")
+        wanted = f"null or {kind}" if optional else kind
+        raise ValueError(f"{field}: expected {wanted}, got {shown(value)}")
 
 
 def _check_generator_state(state: Any, field: str) -> None:
@@ -72,17 +68,17 @@ def _check_generator_state(state: Any, field: str) -> None:
         scratch = np.random.default_rng()
         scratch.bit_generator.state = state
     except Exception:
-        raise ValueError(f"{field}: not a random generator state, got {_shown(state)}") from None
+        raise ValueError(f"{field}: not a random generator state, got {shown(state)}") from None
 
 
 def _check_trainer(state: Any, num_samples: int | None) -> None:
     if not isinstance(state, dict):
-        raise ValueError(f"trainer: expected a mapping, got {_shown(state)}")
+        raise ValueError(f"trainer: expected a mapping, got {shown(state)}")
     for key in _COUNTERS:
         expect_count(state.get(key), f"trainer.{key}")
     for key in ("in_epoch", "shuffle", "drop_last"):
         if not isinstance(state.get(key), bool):
-            raise ValueError(f"trainer.{key}: expected true or false, got {_shown(state.get(key))}")
+            raise ValueError(f"trainer.{key}: expected true or false, got {shown(state.get(key))}")
     expect_number(state.get("loss_sum"), "trainer.loss_sum", finite=True)
     if state["batch_size"] < 1 and state["num_samples"] > 0:  # a stream's fit has neither
         raise ValueError(f"trainer.batch_size: expected at least 1, got {state['batch_size']}")
@@ -98,25 +94,25 @@ def _check_trainer(state: Any, num_samples: int | None) -> None:
         and isinstance(stopped.get("by"), str)
         and isinstance(stopped.get("reason"), str)
     ):
-        raise ValueError(f"trainer.stopped: expected null or {{by, reason}}, got {_shown(stopped)}")
+        raise ValueError(f"trainer.stopped: expected null or {{by, reason}}, got {shown(stopped)}")
     history = state.get("history")
     if not isinstance(history, list):
-        raise ValueError(f"trainer.history: expected a list, got {_shown(history)}")
+        raise ValueError(f"trainer.history: expected a list, got {shown(history)}")
     for i, record in enumerate(history):
         if not isinstance(record, dict) or not _is_int(record.get("epoch")) or record["epoch"] < 0:
-            raise ValueError(f"trainer.history[{i}]: expected {{epoch, logs}}, got {_shown(record)}")
+            raise ValueError(f"trainer.history[{i}]: expected {{epoch, logs}}, got {shown(record)}")
         logs = record.get("logs")
         if not isinstance(logs, dict) or not all(
             isinstance(k, str) and _is_number(v) for k, v in logs.items()
         ):
-            raise ValueError(f"trainer.history[{i}].logs: expected a mapping of numbers, got {_shown(logs)}")
+            raise ValueError(f"trainer.history[{i}].logs: expected a mapping of numbers, got {shown(logs)}")
 
 
 def expect_weights(saved: Any, field: str, model: Any) -> None:
     """``saved`` must be a model's weights (``{variable path: array}``, finite floats), and
     ``model``'s own when a model is given: the same names, dtypes and shapes."""
     if not isinstance(saved, dict):
-        raise ValueError(f"{field}: expected a mapping of arrays, got {_shown(saved)}")
+        raise ValueError(f"{field}: expected a mapping of arrays, got {shown(saved)}")
     ours = model.state_dict() if model is not None else {}
     if ours and set(saved) != set(ours):
         missing, unexpected = sorted(set(ours) - set(saved)), sorted(set(saved) - set(ours))
@@ -128,7 +124,7 @@ def expect_weights(saved: Any, field: str, model: Any) -> None:
         raise ValueError(f"{field}: the checkpoint holds another model than this one ({'; '.join(parts)})")
     for name, value in saved.items():
         if not isinstance(value, np.ndarray):
-            raise ValueError(f"{field}.{name}: expected an array, got {_shown(value)}")
+            raise ValueError(f"{field}.{name}: expected an array, got {shown(value)}")
         if name in ours:
             expected = np.asarray(ours[name])
             if value.dtype != expected.dtype:
@@ -145,33 +141,33 @@ def expect_weights(saved: Any, field: str, model: Any) -> None:
 
 def _check_random(state: Any) -> None:
     if not isinstance(state, dict):
-        raise ValueError(f"random: expected a mapping, got {_shown(state)}")
+        raise ValueError(f"random: expected a mapping, got {shown(state)}")
     expect_count(state.get("seed"), "random.seed", optional=True)
     _check_generator_state(state.get("main"), "random.main")
     by_op_seed = state.get("by_op_seed")
     if not isinstance(by_op_seed, dict):
-        raise ValueError(f"random.by_op_seed: expected a mapping, got {_shown(by_op_seed)}")
+        raise ValueError(f"random.by_op_seed: expected a mapping, got {shown(by_op_seed)}")
     for key, value in by_op_seed.items():
         if not (isinstance(key, str) and key.isdigit()):
-            raise ValueError(f"random.by_op_seed: keys are seeds, got {_shown(key)}")
+            raise ValueError(f"random.by_op_seed: keys are seeds, got {shown(key)}")
         _check_generator_state(value, f"random.by_op_seed.{key}")
 
 
 def _check_loader(state: Any, trainer: dict[str, Any]) -> None:
     if not isinstance(state, dict):
-        raise ValueError(f"loader: expected a mapping, got {_shown(state)}")
+        raise ValueError(f"loader: expected a mapping, got {shown(state)}")
     if state.get("kind") is not None:  # a stream's source checks its own state when it is set
         return
     _check_generator_state(state.get("rng"), "loader.rng")
     position = state.get("position", 0)
     if not _is_int(position) or not 0 <= position <= trainer["num_samples"]:
-        raise ValueError(f"loader.position: expected a batch index of the epoch, got {_shown(position)}")
+        raise ValueError(f"loader.position: expected a batch index of the epoch, got {shown(position)}")
     order = state.get("order")
     if order is None:
         return
     n = trainer["num_samples"]
     if not isinstance(order, np.ndarray) or order.ndim != 1 or order.dtype.kind not in "iu":
-        raise ValueError(f"loader.order: expected a 1-d integer array, got {_shown(order)}")
+        raise ValueError(f"loader.order: expected a 1-d integer array, got {shown(order)}")
     if order.shape[0] != n or not np.array_equal(np.sort(order), np.arange(n)):
         raise ValueError(f"loader.order: expected an order of all {n} samples, got {order.shape[0]} entries")
 
@@ -193,7 +189,7 @@ def check_plugin_states(
         source: the file, for the message.
     """
     if not isinstance(states, dict):
-        raise CheckpointError(f"{source}: plugins: expected a mapping, got {_shown(states)}")
+        raise CheckpointError(f"{source}: plugins: expected a mapping, got {shown(states)}")
     for name, plugin in plugins:
         check = getattr(plugin, "check_state_dict", None)
         if plugin is None or not callable(check) or name not in states:
@@ -211,6 +207,7 @@ def check_checkpoint(
     model: Any = None,
     num_samples: int | None = None,
     plugins: Iterable[tuple[str, Any]] = (),
+    optimizers: Mapping[str, Any] | None = None,
     source: Any,
 ) -> None:
     """Checks every field a resume reads; raises ``CheckpointError`` naming the first bad one.
@@ -218,6 +215,11 @@ def check_checkpoint(
     Args:
         contents: what ``load_checkpoint`` returned.
         model: the model to resume (built): the saved weights must have its dtypes and shapes.
+        optimizers: the optimizers to resume by name, with ``model``: ``optimizer`` (the
+            trainer's, saved under ``optimizer``) and those the model holds (saved under
+            ``optimizers``). Each saved state must be one the optimizer takes, its slots those
+            of the variables it updates: the ones it has seen, else the model's trainable
+            variables (``Optimizer.check_state``, as a model file's optimizer state is checked).
         num_samples: the fit's number of training samples, when known.
         plugins: ``(registered name, plugin)`` pairs whose saved states are checked by each
             plugin (``check_plugin_states``).
@@ -232,15 +234,17 @@ def check_checkpoint(
         _check_trainer(contents["trainer"], num_samples)
         expect_weights(contents["model"], "model", model)
         if not isinstance(contents["optimizer"], dict):
-            raise ValueError(f"optimizer: expected a mapping, got {_shown(contents['optimizer'])}")
+            raise ValueError(f"optimizer: expected a mapping, got {shown(contents['optimizer'])}")
+        if optimizers is not None and model is not None:
+            _check_optimizers(contents, optimizers, model)
         if not isinstance(contents["metrics"], list) or not all(
             isinstance(m, dict) for m in contents["metrics"]
         ):
-            raise ValueError(f"metrics: expected a list of mappings, got {_shown(contents['metrics'])}")
+            raise ValueError(f"metrics: expected a list of mappings, got {shown(contents['metrics'])}")
         _check_random(contents["random"])
         _check_loader(contents["loader"], contents["trainer"])
         if not isinstance(contents["plugins"], dict):
-            raise ValueError(f"plugins: expected a mapping, got {_shown(contents['plugins'])}")
+            raise ValueError(f"plugins: expected a mapping, got {shown(contents['plugins'])}")
     except ValueError as error:
         raise CheckpointError(f"{source}: {error}") from None
     check_plugin_states(contents["plugins"], plugins, model=model, source=source)
@@ -261,3 +265,28 @@ def check_fits(contents: dict[str, Any], fit: dict[str, Any], source: Any) -> No
         raise CheckpointError(
             f"cannot resume from {source}: it was written by a fit with {theirs}, this fit has {ours}"
         )
+
+
+def _check_optimizers(contents: dict[str, Any], optimizers: Mapping[str, Any], model: Any) -> None:
+    saved = contents.get("optimizers", {})
+    if not isinstance(saved, dict):
+        raise ValueError(f"optimizers: expected a mapping, got {shown(saved)}")
+    held = sorted(name for name in optimizers if name != "optimizer")
+    if sorted(saved) != held:
+        raise ValueError(
+            f"optimizers: the checkpoint holds the states of {sorted(saved)}, the model holds the "
+            f"optimizers {held}"
+        )
+    for name, optimizer in optimizers.items():
+        section = "optimizer" if name == "optimizer" else f"optimizers.{name}"
+        state = contents["optimizer"] if name == "optimizer" else saved[name]
+        seen = list(getattr(optimizer, "_variables", ()))
+        try:
+            optimizer.check_state(state, seen or model.trainable_variables)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{section}: {_first_line(error)}") from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

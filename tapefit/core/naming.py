@@ -18,6 +18,8 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
+from tapefit.core.messages import shown
+
 T = TypeVar("T")
 
 _UNSET: Any = object()
@@ -178,7 +180,7 @@ class Registry(Mapping[str, T], Generic[T]):
             if candidate in self._entries:
                 return self._entries[candidate]
         hint = " (or an import path 'package.module:Class')" if self._import_paths else ""
-        raise ValueError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}{hint}")
+        raise ValueError(f"unknown {self.kind} {shown(name)}; known: {', '.join(self.names())}{hint}")
 
     def name_of(self, entry: Any) -> str | None:
         """The first name registered for ``entry`` (the entry itself, by identity), else ``None``."""

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.core.messages import shown
 from tapefit.core.ops import math as _math
 from tapefit.core.ops import nn as _nn
 from tapefit.core.ops import shape as _shape
@@ -96,9 +97,9 @@ class MultiHeadAttention(Layer):
             ("value_dim", value_dim or key_dim),
         ):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"MultiHeadAttention: {what} must be a positive integer, got {value!r}")
+                raise ValueError(f"MultiHeadAttention: {what} must be a positive integer, got {shown(value)}")
         if not 0.0 <= float(dropout) < 1.0:
-            raise ValueError(f"MultiHeadAttention: dropout must be in [0, 1), got {dropout!r}")
+            raise ValueError(f"MultiHeadAttention: dropout must be in [0, 1), got {shown(dropout)}")
         self.num_heads, self.key_dim = int(num_heads), int(key_dim)
         self.value_dim = int(value_dim or key_dim)
         self.dropout, self.use_bias, self.output_dim = float(dropout), bool(use_bias), output_shape

@@ -11,6 +11,7 @@ import numbers
 from collections.abc import Callable
 from typing import Any
 
+from tapefit.core.messages import shown
 from tapefit.core.naming import Registry
 from tapefit.core.ops.math import clip_by_value, maximum, sqrt, square
 from tapefit.core.ops.reduce import reduce_sum
@@ -23,16 +24,18 @@ EPSILON = 1e-7
 def _axis(value: Any, cls: str) -> int | tuple[int, ...]:
     if isinstance(value, (list, tuple)):
         if not value or not all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in value):
-            raise ValueError(f"{cls}: axis must be an integer or a non-empty list of them, got {value!r}")
+            raise ValueError(
+                f"{cls}: axis must be an integer or a non-empty list of them, got {shown(value)}"
+            )
         return tuple(int(a) for a in value)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{cls}: axis must be an integer or a non-empty list of them, got {value!r}")
+        raise ValueError(f"{cls}: axis must be an integer or a non-empty list of them, got {shown(value)}")
     return int(value)
 
 
 def _number(value: Any, what: str, cls: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 0:
-        raise ValueError(f"{cls}: {what} must be a number >= 0, got {value!r}")
+        raise ValueError(f"{cls}: {what} must be a number >= 0, got {shown(value)}")
     return value  # type: ignore[return-value]  # kept as given, for get_config
 
 
@@ -134,7 +137,9 @@ class MinMaxNorm(Constraint):
         self.min_value = _number(min_value, "min_value", "MinMaxNorm")
         self.max_value = _number(max_value, "max_value", "MinMaxNorm")
         if max_value < min_value:
-            raise ValueError(f"MinMaxNorm: max_value must be >= min_value, got {max_value!r} < {min_value!r}")
+            raise ValueError(
+                f"MinMaxNorm: max_value must be >= min_value, got {shown(max_value)} < {shown(min_value)}"
+            )
         self.rate = _number(rate, "rate", "MinMaxNorm")
         self.axis = axis
         self._axes = _axis(axis, "MinMaxNorm")

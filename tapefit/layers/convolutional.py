@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.core.messages import shown
 from tapefit.core.ops import math as _math
 from tapefit.core.ops import nn as _nn
 from tapefit.core.ops import reduce as _reduce
@@ -31,13 +32,13 @@ def _pair(value: Any, what: str, layer: str) -> tuple[int, int]:
         or len(items) != 2
         or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n > 0 for n in items)
     ):
-        raise ValueError(f"{layer}: {what} must be a positive int or a pair of them, got {value!r}")
+        raise ValueError(f"{layer}: {what} must be a positive int or a pair of them, got {shown(value)}")
     return int(items[0]), int(items[1])
 
 
 def _padding(value: Any, layer: str) -> str:
     if not isinstance(value, str) or value.lower() not in ("valid", "same"):
-        raise ValueError(f"{layer}: padding must be 'valid' or 'same', got {value!r}")
+        raise ValueError(f"{layer}: padding must be 'valid' or 'same', got {shown(value)}")
     return value.lower()
 
 
@@ -283,7 +284,7 @@ class Conv1D(_KernelLayer):
         self.kernel_size = _single(kernel_size, "kernel_size")
         self.strides = _single(strides, "strides")
         if not isinstance(padding, str) or padding.lower() not in ("valid", "same", "causal"):
-            raise ValueError(f"Conv1D: padding must be 'valid', 'same' or 'causal', got {padding!r}")
+            raise ValueError(f"Conv1D: padding must be 'valid', 'same' or 'causal', got {shown(padding)}")
         self.padding = padding.lower()
         self.dilation_rate = _single(dilation_rate, "dilation_rate")
         self.groups = _positive_int(groups, "groups", "Conv1D")

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from tapefit.core import dtypes as _dt
+from tapefit.core.messages import shown
 from tapefit.core.ops import nn as _nn
 from tapefit.core.ops import shape as _shape
 from tapefit.core.ops.linalg import matmul
@@ -22,7 +23,7 @@ from tapefit.layers.module import Layer, Module
 
 def _positive_int(value: Any, what: str, layer: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(f"{layer}: {what} must be a positive integer, got {value!r}")
+        raise ValueError(f"{layer}: {what} must be a positive integer, got {shown(value)}")
     return int(value)
 
 
@@ -312,7 +313,7 @@ class Dropout(Layer):
     ) -> None:
         super().__init__(name=name, dtype=dtype)
         if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not 0 <= rate < 1:
-            raise ValueError(f"Dropout: rate must be a number in [0, 1), got {rate!r}")
+            raise ValueError(f"Dropout: rate must be a number in [0, 1), got {shown(rate)}")
         self.rate = float(rate)
         self.noise_shape = noise_shape
         self.seed = seed
@@ -337,7 +338,7 @@ class Lambda(Layer):
 
     def __init__(self, function: Callable[..., Any], name: str | None = None) -> None:
         if not callable(function):
-            raise TypeError(f"Lambda needs a callable, got {function!r}")
+            raise TypeError(f"Lambda needs a callable, got {shown(function)}")
         super().__init__(name=name)
         self.function = function
 
@@ -376,7 +377,7 @@ class Sequential(Layer):
         """
         if not isinstance(layer, Module):
             raise TypeError(
-                f"Sequential '{self.name}' takes Modules (layers), got {type(layer).__name__} {layer!r}; "
+                f"Sequential '{self.name}' takes Modules (layers), got {type(layer).__name__} {shown(layer)}; "
                 "wrap a function in tp.layers.Lambda"
             )
         self._layers.append(layer)

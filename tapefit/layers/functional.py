@@ -15,6 +15,7 @@ import numpy as np
 
 from tapefit.core import dtypes as _dt
 from tapefit.core import nest
+from tapefit.core.messages import shown
 from tapefit.core.ops.math import cast
 from tapefit.core.tensor import Tensor, as_tensor
 from tapefit.layers.module import Layer, Module, unique_name
@@ -41,9 +42,9 @@ def Input(shape: Any, dtype: Any = "float32", name: str | None = None) -> Symbol
     if not isinstance(shape, (tuple, list)) or not all(
         n is None or (isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0) for n in shape
     ):
-        raise ValueError(f"Input: shape must be a tuple of non-negative ints or None, got {shape!r}")
+        raise ValueError(f"Input: shape must be a tuple of non-negative ints or None, got {shown(shape)}")
     if name is not None and (not isinstance(name, str) or not name):
-        raise ValueError(f"Input: name must be a non-empty string, got {name!r}")
+        raise ValueError(f"Input: name must be a non-empty string, got {shown(name)}")
     dims: tuple[int | None, ...] = tuple(None if n is None else int(n) for n in shape)
     return SymbolicTensor((None, *dims), _dt.as_dtype(dtype), name or unique_name("input_layer"))
 
@@ -53,7 +54,7 @@ def _symbolic_leaves(value: Any, what: str) -> list[SymbolicTensor]:
     for leaf in leaves:
         if not isinstance(leaf, SymbolicTensor):
             raise TypeError(
-                f"Model: {what} must be symbolic tensors (from tp.Input and layers), got {leaf!r}"
+                f"Model: {what} must be symbolic tensors (from tp.Input and layers), got {shown(leaf)}"
             )
     if not leaves:
         raise ValueError(f"Model: {what} are empty")
@@ -450,10 +451,10 @@ def _expect_keys(value: Any, keys: tuple[str, ...], at: str) -> None:
         raise _error(f"{at} must be an object with the keys {', '.join(keys)}")
     for key in value:
         if key not in keys:
-            raise _error(f"{at}: unknown key {str(key)[:80]!r} (known: {', '.join(keys)})")
+            raise _error(f"{at}: unknown key {shown(key)} (known: {', '.join(keys)})")
     for key in keys:
         if key not in value:
-            raise _error(f"{at}: the key {key!r} is missing")
+            raise _error(f"{at}: the key {shown(key)} is missing")
 
 
 def _error(message: str) -> Exception:
@@ -525,7 +526,7 @@ def _config_layers(entries: Any, tables: Any, where: str) -> dict[str, Module]:
         if not isinstance(layer, Module):
             raise _error(f"{where}: layers[{position}] is a {type(layer).__name__}, not a layer")
         if layer.name in layers:
-            raise _error(f"{where}: two layers are named {layer.name!r}")
+            raise _error(f"{where}: two layers are named {shown(layer.name)}")
         layers[layer.name] = layer
     return layers
 
@@ -540,11 +541,9 @@ def _config_inputs(specs: list[Any], layers: dict[str, Module], where: str) -> l
             or spec["name"] in layers
             or spec["name"] in [t.name for t in inputs]
         ):
-            raise _error(
-                f"{where}: the input name {str(spec['name'])[:80]!r} is used twice or is not a string"
-            )
+            raise _error(f"{where}: the input name {shown(spec['name'])} is used twice or is not a string")
         if spec["dtype"] not in _INPUT_DTYPES:
-            raise _error(f"{where}: inputs.items[{position}] has the dtype {str(spec['dtype'])[:40]!r}")
+            raise _error(f"{where}: inputs.items[{position}] has the dtype {shown(spec['dtype'])}")
         inputs.append(Input(spec["shape"], dtype=spec["dtype"], name=spec["name"]))
     return inputs
 
@@ -557,9 +556,9 @@ def _model_from_config(cls: type[Model], config: dict[str, Any]) -> Model:
     )
     missing = [k for k in _CONFIG_KEYS if k not in config]
     if missing:
-        raise _error(f"Model: its config has no {missing[0]!r}")
+        raise _error(f"Model: its config has no {shown(missing[0])}")
     name = config["name"]
-    where = f"Model {str(name)[:80]!r}"
+    where = f"Model {shown(name)}"
     tables = serialization.layer_tables()
     if not isinstance(config["calls"], list):
         raise _error(f"{where}: 'calls' must be a list")
@@ -574,10 +573,10 @@ def _model_from_config(cls: type[Model], config: dict[str, Any]) -> Model:
         if isinstance(value, dict) and set(value) == {"tensor"}:
             ref = value["tensor"]
             if not (isinstance(ref, list) and len(ref) == 3 and isinstance(ref[0], str)):
-                raise _error(f"{at}: a tensor reference is [layer name, call, output], got {str(ref)[:80]}")
+                raise _error(f"{at}: a tensor reference is [layer name, call, output], got {shown(ref)}")
             made = tensors.get((ref[0], ref[1])) if isinstance(ref[1], int) else None
             if made is None or not isinstance(ref[2], int) or not 0 <= ref[2] < len(made):
-                raise _error(f"{at}: no tensor {str(ref)[:80]} has been made before this call")
+                raise _error(f"{at}: no tensor {shown(ref)} has been made before this call")
             return made[ref[2]]
         if serialization.is_entry(value):
             return serialization.deserialize(value, tables, at)
@@ -593,7 +592,7 @@ def _model_from_config(cls: type[Model], config: dict[str, Any]) -> Model:
         _expect_keys(call, ("layer", "args", "kwargs"), at)
         layer = layers.get(call["layer"]) if isinstance(call["layer"], str) else None
         if layer is None:
-            raise _error(f"{at}: no layer is named {str(call['layer'])[:80]!r}")
+            raise _error(f"{at}: no layer is named {shown(call['layer'])}")
         args, kwargs = resolve(call["args"], at), resolve(call["kwargs"], at)
         if not isinstance(args, list) or not isinstance(kwargs, dict):
             raise _error(f"{at}: 'args' must be a list and 'kwargs' an object")

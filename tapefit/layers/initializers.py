@@ -16,6 +16,7 @@ import numpy as np
 
 from tapefit.core import dtypes as _dt
 from tapefit.core import random as _random
+from tapefit.core.messages import shown
 from tapefit.core.naming import Registry
 from tapefit.core.tensor import Tensor, _wrap
 
@@ -186,12 +187,12 @@ class VarianceScaling(Initializer):
     ) -> None:
         super().__init__(seed)
         if scale <= 0:
-            raise ValueError(f"VarianceScaling: scale must be positive, got {scale!r}")
+            raise ValueError(f"VarianceScaling: scale must be positive, got {shown(scale)}")
         if mode not in self._MODES:
-            raise ValueError(f"VarianceScaling: mode must be one of {self._MODES}, got {mode!r}")
+            raise ValueError(f"VarianceScaling: mode must be one of {self._MODES}, got {shown(mode)}")
         if distribution not in self._DISTRIBUTIONS:
             raise ValueError(
-                f"VarianceScaling: distribution must be one of {self._DISTRIBUTIONS}, got {distribution!r}"
+                f"VarianceScaling: distribution must be one of {self._DISTRIBUTIONS}, got {shown(distribution)}"
             )
         self.scale, self.mode, self.distribution = float(scale), mode, distribution
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from tapefit.core import dtypes as _dt
 from tapefit.core.function import host_call
+from tapefit.core.messages import shown
 from tapefit.core.naming import Registry
 from tapefit.core.ops import nn as _nn
 from tapefit.core.ops.math import abs, cast, clip_by_value, log, square, where
@@ -82,7 +83,7 @@ class Loss:
             reduction = "none"
         if reduction not in _REDUCTIONS:
             raise ValueError(
-                f"{type(self).__name__}: reduction must be one of {_REDUCTIONS} or None, got {reduction!r}"
+                f"{type(self).__name__}: reduction must be one of {_REDUCTIONS} or None, got {shown(reduction)}"
             )
         self.name = name or self.default_name
         self.reduction = reduction
@@ -195,7 +196,7 @@ class Huber(_MeanOfError):
     ) -> None:
         super().__init__(name, reduction)
         if delta <= 0:
-            raise ValueError(f"Huber: delta must be positive, got {delta!r}")
+            raise ValueError(f"Huber: delta must be positive, got {shown(delta)}")
         self.delta = float(delta)
 
     def of_error(self, error: Tensor) -> Tensor:
@@ -373,7 +374,7 @@ _UNSIGNED = {size: np.dtype(f"u{size}") for size in (1, 2, 4, 8)}
 
 def _smoothing(value: float, loss: str) -> float:
     if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{loss}: label_smoothing must be in [0, 1], got {value!r}")
+        raise ValueError(f"{loss}: label_smoothing must be in [0, 1], got {shown(value)}")
     return float(value)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from tapefit.core import dtypes as _dt
+from tapefit.core.messages import shown
 from tapefit.core.ops import math as _math
 from tapefit.core.ops import reduce as _reduce
 from tapefit.core.ops import shape as _shape
@@ -230,7 +231,7 @@ class Concatenate(Layer):
     def __init__(self, axis: int = -1, name: str | None = None) -> None:
         super().__init__(name=name)
         if isinstance(axis, bool) or not isinstance(axis, int):
-            raise TypeError(f"Concatenate: axis must be an int, got {axis!r}")
+            raise TypeError(f"Concatenate: axis must be an int, got {shown(axis)}")
         self.axis = axis
 
     def call(self, inputs: Any) -> Tensor:
@@ -310,7 +311,7 @@ class Dot(Layer):
         ):
             pair = (int(axes[0]), int(axes[1]))
         else:
-            raise ValueError(f"Dot: axes must be an int or a list of two ints, got {axes!r}")
+            raise ValueError(f"Dot: axes must be an int or a list of two ints, got {shown(axes)}")
         self.axes = axes
         self._pair = pair
         self.normalize = bool(normalize)

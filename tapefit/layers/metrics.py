@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from tapefit.core.function import host_call, tracing
+from tapefit.core.messages import shown
 from tapefit.core.naming import Registry
 from tapefit.core.tensor import Tensor, _wrap
 from tapefit.layers import losses as _losses
@@ -323,7 +324,7 @@ class _Accuracy(Metric):
             super().set_state(state)
             return
         if kind not in kinds:
-            raise ValueError(f"{self.name}: unknown accuracy kind {kind!r}; known: {sorted(kinds)}")
+            raise ValueError(f"{self.name}: unknown accuracy kind {shown(kind)}; known: {sorted(kinds)}")
         if not isinstance(self.chosen, kinds[kind]):
             self.chosen = kinds[kind](self.name)
         self.chosen.set_state(state)
@@ -402,7 +403,7 @@ def get(identifier: str | Metric | Callable[..., Any], loss: Any = None) -> Metr
     if callable(identifier):
         return MeanMetricWrapper(identifier)
     raise TypeError(
-        f"a metric must be a name, a Metric or a callable (y_true, y_pred) -> values, got {identifier!r}"
+        f"a metric must be a name, a Metric or a callable (y_true, y_pred) -> values, got {shown(identifier)}"
     )
 
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from tapefit.core import dtypes as _dt
 from tapefit.core import nest
+from tapefit.core.messages import shown
 from tapefit.core.naming import to_snake_case
 from tapefit.core.ops.math import cast
 from tapefit.core.tensor import Tensor, Variable, as_tensor
@@ -67,9 +68,11 @@ def unique_name(base: str) -> str:
 
 def _check_name(name: Any) -> str:
     if not isinstance(name, str) or not name:
-        raise TypeError(f"a module name must be a non-empty string, got {name!r}")
+        raise TypeError(f"a module name must be a non-empty string, got {shown(name)}")
     if "/" in name:
-        raise ValueError(f"a module name may not contain '/' (it separates variable paths), got {name!r}")
+        raise ValueError(
+            f"a module name may not contain '/' (it separates variable paths), got {shown(name)}"
+        )
     return name
 
 
@@ -821,7 +824,7 @@ class Module(TrainingMethods):
             ValueError: another ``format``, or a layer or op with no ONNX form.
         """
         if format != "onnx":
-            raise ValueError(f"export: format must be 'onnx', got {format!r}")
+            raise ValueError(f"export: format must be 'onnx', got {shown(format)}")
         from tapefit.export import to_onnx  # export reads layers: imported only when used
 
         to_onnx(self, path, input_signature=input_signature)

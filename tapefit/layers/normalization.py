@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tapefit.core.messages import shown
 from tapefit.core.ops.math import sqrt, square
 from tapefit.core.ops.reduce import normalize_axes, reduce_mean
 from tapefit.core.ops.shape import reshape
@@ -197,7 +198,7 @@ class BatchNormalization(_Normalization):
         super().__init__(trainable=trainable, name=name, dtype=dtype)
         self._init_penalties(beta_regularizer, gamma_regularizer, beta_constraint, gamma_constraint)
         if not 0.0 <= momentum <= 1.0:
-            raise ValueError(f"BatchNormalization: momentum must be in [0, 1], got {momentum!r}")
+            raise ValueError(f"BatchNormalization: momentum must be in [0, 1], got {shown(momentum)}")
         self.axis = axis
         self.momentum = float(momentum)
         self.epsilon = float(epsilon)
@@ -216,7 +217,7 @@ class BatchNormalization(_Normalization):
     def build(self, input_shape: Any) -> None:
         """Creates ``gamma``, ``beta`` and the moving statistics, one value per feature."""
         if not isinstance(self.axis, int):
-            raise TypeError(f"BatchNormalization '{self.name}': axis must be an int, got {self.axis!r}")
+            raise TypeError(f"BatchNormalization '{self.name}': axis must be an int, got {shown(self.axis)}")
         (axis,) = _axes(self.axis, len(input_shape), f"BatchNormalization '{self.name}'")
         own, self._broadcast_shape = _param_shapes(tuple(input_shape), (axis,))
         self._feature_axis = axis

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.core.messages import shown
 from tapefit.core.ops import math as _math
 from tapefit.core.ops import nn as _nn
 from tapefit.core.ops import shape as _shape
@@ -70,10 +71,10 @@ class _RNN(Layer):
         super().__init__(name=name)
         for what, rate in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
             if not 0.0 <= float(rate) < 1.0:
-                raise ValueError(f"{type(self).__name__}: {what} must be in [0, 1), got {rate!r}")
+                raise ValueError(f"{type(self).__name__}: {what} must be in [0, 1), got {shown(rate)}")
         self.dropout, self.recurrent_dropout = float(dropout), float(recurrent_dropout)
         if isinstance(units, bool) or not isinstance(units, (int, np.integer)) or units < 1:
-            raise ValueError(f"{type(self).__name__}: units must be a positive integer, got {units!r}")
+            raise ValueError(f"{type(self).__name__}: units must be a positive integer, got {shown(units)}")
         self.units = int(units)
         self.activation = activations.get(activation)
         self.use_bias = bool(use_bias)
@@ -488,9 +489,11 @@ class Bidirectional(Layer):
     def __init__(self, layer: _RNN, merge_mode: str | None = "concat", *, name: str | None = None) -> None:
         super().__init__(name=name)
         if not isinstance(layer, _RNN):
-            raise TypeError(f"Bidirectional wraps a SimpleRNN, LSTM or GRU layer, got {layer!r}")
+            raise TypeError(f"Bidirectional wraps a SimpleRNN, LSTM or GRU layer, got {shown(layer)}")
         if merge_mode not in self._MODES:
-            raise ValueError(f"Bidirectional: merge_mode must be one of {self._MODES}, got {merge_mode!r}")
+            raise ValueError(
+                f"Bidirectional: merge_mode must be one of {self._MODES}, got {shown(merge_mode)}"
+            )
         self.merge_mode = merge_mode
         self.forward_layer = layer
         layer.zero_output_for_mask = layer.return_sequences

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.core.messages import shown
 from tapefit.core.naming import Registry
 from tapefit.core.ops.linalg import matmul, transpose
 from tapefit.core.ops.math import abs, maximum, sqrt, square
@@ -54,7 +55,7 @@ class L1L2(Regularizer):
 
     def __init__(self, l1: float = 0.0, l2: float = 0.0) -> None:
         if l1 < 0 or l2 < 0:
-            raise ValueError(f"regularization factors must be >= 0, got l1={l1!r}, l2={l2!r}")
+            raise ValueError(f"regularization factors must be >= 0, got l1={shown(l1)}, l2={shown(l2)}")
         self.l1, self.l2 = float(l1), float(l2)
 
     def __call__(self, x: Tensor) -> Tensor:
@@ -102,9 +103,11 @@ class OrthogonalRegularizer(Regularizer):
             or not math.isfinite(factor)
             or factor < 0
         ):
-            raise ValueError(f"OrthogonalRegularizer: factor must be a finite number >= 0, got {factor!r}")
+            raise ValueError(
+                f"OrthogonalRegularizer: factor must be a finite number >= 0, got {shown(factor)}"
+            )
         if mode not in ("rows", "columns"):
-            raise ValueError(f"OrthogonalRegularizer: mode must be 'rows' or 'columns', got {mode!r}")
+            raise ValueError(f"OrthogonalRegularizer: mode must be 'rows' or 'columns', got {shown(mode)}")
         self.factor: float = float(factor)
         self.mode: str = mode
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.core.messages import shown
 from tapefit.core.ops import shape as _shape
 from tapefit.core.ops.linalg import einsum
 from tapefit.core.tensor import Tensor, as_tensor
@@ -43,7 +44,7 @@ def _pair(value: Any, what: str, layer: str, low: int = 0) -> tuple[int, int]:
         or not all(_is_int(v) and v >= low for v in pair)
     ):
         words = "non-negative" if low == 0 else "positive"
-        raise ValueError(f"{layer}: {what} must be a {words} int or a pair of them, got {value!r}")
+        raise ValueError(f"{layer}: {what} must be a {words} int or a pair of them, got {shown(value)}")
     return int(pair[0]), int(pair[1])
 
 
@@ -54,14 +55,16 @@ def _pairs(value: Any, what: str, layer: str) -> tuple[tuple[int, int], tuple[in
         return (p[0], p[0]), (p[1], p[1])
     if isinstance(value, (tuple, list)) and len(value) == 2:
         return _pair(value[0], what, layer), _pair(value[1], what, layer)
-    raise ValueError(f"{layer}: {what} must be an int, a pair of ints or a pair of pairs, got {value!r}")
+    raise ValueError(f"{layer}: {what} must be an int, a pair of ints or a pair of pairs, got {shown(value)}")
 
 
 def _data_format(value: Any, layer: str) -> str:
     if value is None:
         return "channels_last"
     if value not in ("channels_last", "channels_first"):
-        raise ValueError(f"{layer}: data_format must be 'channels_last' or 'channels_first', got {value!r}")
+        raise ValueError(
+            f"{layer}: data_format must be 'channels_last' or 'channels_first', got {shown(value)}"
+        )
     return str(value)
 
 
@@ -87,10 +90,10 @@ class Reshape(Layer):
             _is_int(n) and (n > 0 or n == -1) for n in target_shape
         ):
             raise ValueError(
-                f"Reshape: target_shape must be a tuple of positive ints (one may be -1), got {target_shape!r}"
+                f"Reshape: target_shape must be a tuple of positive ints (one may be -1), got {shown(target_shape)}"
             )
         if list(target_shape).count(-1) > 1:
-            raise ValueError(f"Reshape: target_shape may hold one -1, got {target_shape!r}")
+            raise ValueError(f"Reshape: target_shape may hold one -1, got {shown(target_shape)}")
         self.target_shape = tuple(int(n) for n in target_shape)
 
     def call(self, inputs: Any) -> Tensor:
@@ -120,7 +123,7 @@ class Permute(Layer):
     def __init__(self, dims: tuple[int, ...] | list[int], name: str | None = None) -> None:
         super().__init__(name=name)
         if not isinstance(dims, (tuple, list)) or sorted(dims) != list(range(1, len(dims) + 1)):
-            raise ValueError(f"Permute: dims must be a permutation of 1, ..., n, got {dims!r}")
+            raise ValueError(f"Permute: dims must be a permutation of 1, ..., n, got {shown(dims)}")
         self.dims = tuple(int(d) for d in dims)
 
     def call(self, inputs: Any) -> Tensor:
@@ -141,7 +144,7 @@ class RepeatVector(Layer):
     def __init__(self, n: int, name: str | None = None) -> None:
         super().__init__(name=name)
         if not _is_int(n) or n <= 0:
-            raise ValueError(f"RepeatVector: n must be a positive int, got {n!r}")
+            raise ValueError(f"RepeatVector: n must be a positive int, got {shown(n)}")
         self.n = int(n)
 
     def call(self, inputs: Any) -> Tensor:
@@ -283,7 +286,7 @@ class UpSampling1D(Layer):
     def __init__(self, size: int = 2, name: str | None = None) -> None:
         super().__init__(name=name)
         if not _is_int(size) or size <= 0:
-            raise ValueError(f"UpSampling1D: size must be a positive int, got {size!r}")
+            raise ValueError(f"UpSampling1D: size must be a positive int, got {shown(size)}")
         self.size = int(size)
 
     def call(self, inputs: Any) -> Tensor:
@@ -331,7 +334,7 @@ class UpSampling2D(Layer):
         self.data_format = _data_format(data_format, "UpSampling2D")
         if not isinstance(interpolation, str) or interpolation.lower() not in ("nearest", "bilinear"):
             raise ValueError(
-                f"UpSampling2D: interpolation must be 'nearest' or 'bilinear', got {interpolation!r}"
+                f"UpSampling2D: interpolation must be 'nearest' or 'bilinear', got {shown(interpolation)}"
             )
         self.interpolation = interpolation.lower()
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tapefit.core.files import FileRefused, atomic_write, file_size, open_untrusted
+from tapefit.core.messages import shown
 
 if TYPE_CHECKING:
     from tapefit.layers.module import Module
@@ -140,7 +141,15 @@ MAX_JSON_DEPTH = 100
 _INPUT_DTYPES = frozenset(
     ["bool", "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"]
 )
-_MAX_BUILD_ELEMENTS = 2**26
+MAX_LAYERS = 10_000
+"""The most layers a model file may describe."""
+MAX_SAMPLE_ELEMENTS = 2**24
+"""The most elements one sample of one input of a model file may have (64 MB of float32)."""
+MAX_PROBE_COST = 2**30
+"""The most a file may ask of the batches its layers are built on: layers times the elements of
+its largest input sample. Layers learn their shapes by running once on a small batch, so a file
+of many layers on a huge input would take minutes to load (ten layers on 2**24, or 1,000 on 2**20,
+are within it)."""
 _TOP_KEYS = (
     "format",
     "format_version",
@@ -268,13 +277,16 @@ def read_model_file(path: str | os.PathLike[str]) -> ModelFile:
             archive = zipfile.ZipFile(f)
         except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError):
             raise refuse("not a tapefit model file (not a zip archive, or a truncated one)") from None
+        except NotImplementedError as error:  # zipfile's word for a zip version it cannot read
+            raise refuse(f"not a tapefit model file ({_first_line(error)})") from None
         with archive:
             data = _read_members(archive, length, refuse)
     config = _parse_config(data[CONFIG_MEMBER], refuse)
+    _check_claims(config, refuse)
     weights = _parse_safetensors(data[WEIGHTS_MEMBER], WEIGHTS_MEMBER, refuse)
     if set(weights) != set(config["weight_paths"]):
         extra = sorted(set(weights) ^ set(config["weight_paths"]))
-        raise refuse(f"{WEIGHTS_MEMBER} and weight_paths disagree about {extra[0][:80]!r}")
+        raise refuse(f"{WEIGHTS_MEMBER} and weight_paths disagree about {shown(extra[0])}")
     optimizer_state = None
     if OPTIMIZER_MEMBER in data:
         optimizer_state = _parse_safetensors(data[OPTIMIZER_MEMBER], OPTIMIZER_MEMBER, refuse)
@@ -291,21 +303,25 @@ def _read_members(archive: zipfile.ZipFile, length: int, refuse: Any) -> dict[st
     seen: set[str] = set()
     total = 0
     for info in infos:
-        shown = repr(info.filename[:80])
+        quoted = shown(info.filename)
         if info.filename not in allowed:
-            raise refuse(f"unknown member {shown} (a model file holds {', '.join(allowed)})")
+            raise refuse(f"unknown member {quoted} (a model file holds {', '.join(allowed)})")
         if info.filename in seen:
-            raise refuse(f"the member {shown} appears twice")
+            raise refuse(f"the member {quoted} appears twice")
         seen.add(info.filename)
+        if info.flag_bits & 0x1:
+            raise refuse(f"the member {quoted} is encrypted; model files store their members in the clear")
         if info.compress_type != zipfile.ZIP_STORED:
-            raise refuse(f"the member {shown} is compressed; model files store their members")
+            raise refuse(f"the member {quoted} is compressed; model files store their members")
         if info.file_size != info.compress_size:
             raise refuse(
-                f"the member {shown} declares {info.file_size} bytes but stores {info.compress_size}"
+                f"the member {quoted} declares {info.file_size} bytes but stores {info.compress_size}"
             )
         total += info.file_size
         if info.header_offset + info.file_size > length or total > length:
-            raise refuse(f"the member {shown} declares {info.file_size} bytes, more than the file's {length}")
+            raise refuse(
+                f"the member {quoted} declares {info.file_size} bytes, more than the file's {length}"
+            )
         if info.filename == CONFIG_MEMBER and info.file_size > MAX_CONFIG_BYTES:
             raise refuse(
                 f"{CONFIG_MEMBER} is {info.file_size} bytes, more than the {MAX_CONFIG_BYTES} allowed"
@@ -318,11 +334,18 @@ def _read_members(archive: zipfile.ZipFile, length: int, refuse: Any) -> dict[st
         try:
             with archive.open(info) as member:
                 content = member.read(info.file_size + 1)
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as error:
-            raise refuse(f"the member {info.filename!r} cannot be read ({_first_line(error)})") from None
+        except (
+            zipfile.BadZipFile,
+            OSError,
+            ValueError,
+            EOFError,
+            NotImplementedError,
+            RuntimeError,
+        ) as error:
+            raise refuse(f"the member {shown(info.filename)} cannot be read ({_first_line(error)})") from None
         if len(content) != info.file_size:
             raise refuse(
-                f"the member {info.filename!r} holds {len(content)} bytes, it declares {info.file_size}"
+                f"the member {shown(info.filename)} holds {len(content)} bytes, it declares {info.file_size}"
             )
         data[info.filename] = content
     return data
@@ -338,7 +361,7 @@ def _parse_config(data: bytes, refuse: Any) -> dict[str, Any]:
         result: dict[str, Any] = {}
         for key, value in items:
             if key in result:
-                raise ValueError(f"the key {key[:80]!r} appears twice in one object")
+                raise ValueError(f"the key {shown(key)} appears twice in one object")
             result[key] = value
         return result
 
@@ -358,15 +381,15 @@ def _parse_config(data: bytes, refuse: Any) -> dict[str, Any]:
         raise refuse(f"{CONFIG_MEMBER} must hold an object, got {type(config).__name__}")
     unknown = [k for k in config if k not in _TOP_KEYS]
     if unknown:
-        raise refuse(f"unknown key {unknown[0][:80]!r} in {CONFIG_MEMBER} (known: {', '.join(_TOP_KEYS)})")
+        raise refuse(f"unknown key {shown(unknown[0])} in {CONFIG_MEMBER} (known: {', '.join(_TOP_KEYS)})")
     missing = [k for k in _TOP_KEYS if k not in config]
     if missing:
-        raise refuse(f"{CONFIG_MEMBER} has no {missing[0]!r}")
+        raise refuse(f"{CONFIG_MEMBER} has no {shown(missing[0])}")
     if config["format"] != FORMAT:
-        raise refuse(f"its format is {str(config['format'])[:80]!r}, not {FORMAT!r}")
+        raise refuse(f"its format is {shown(config['format'])}, not {shown(FORMAT)}")
     if config["format_version"] != FORMAT_VERSION:
         raise refuse(
-            f"format version {str(config['format_version'])[:20]!r}; this tapefit reads version {FORMAT_VERSION}"
+            f"format version {shown(config['format_version'])}; this tapefit reads version {FORMAT_VERSION}"
         )
     for key in ("build_config", "compile_config"):
         if config[key] is not None and not isinstance(config[key], dict):
@@ -379,6 +402,66 @@ def _parse_config(data: bytes, refuse: Any) -> dict[str, Any]:
     ):
         raise refuse("weight_paths must be a list of distinct strings")
     return config
+
+
+def _check_claims(config: dict[str, Any], refuse: Any) -> None:
+    """Refuses a config that asks for more work to build than a model file may: more than
+    ``MAX_LAYERS`` layers, an input sample of more than ``MAX_SAMPLE_ELEMENTS`` elements, or
+    both so large together that building would pass ``MAX_PROBE_COST``."""
+    layers = 0
+    largest, where = 0, ""
+    stack: list[tuple[Any, str]] = [(config["model"], "model"), (config["build_config"], "build_config")]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, list):
+            if (
+                len(item) == 2
+                and isinstance(item[0], list)
+                and isinstance(item[1], str)
+                and at.startswith("build")
+            ):
+                elements = _sample_elements(item[0][1:], 1)  # an input spec: [shape with batch, dtype]
+                key = "build_config.input_spec"
+            else:
+                stack.extend((child, at) for child in item)
+                continue
+        elif isinstance(item, dict):
+            if item.get("module") in ("tapefit.layers", "custom") and "class_name" in item:
+                layers += 1
+            if set(item) == {"name", "shape", "dtype"} and isinstance(item["shape"], list):
+                elements = _sample_elements(item["shape"], 3)  # a functional input, no batch axis
+                key = f"the shape of the input {shown(item['name'])}"
+            else:
+                stack.extend((child, at) for child in item.values())
+                continue
+        else:
+            continue
+        if elements > MAX_SAMPLE_ELEMENTS:
+            raise refuse(
+                f"{key} asks for {elements} elements a sample, more than the {MAX_SAMPLE_ELEMENTS} allowed"
+            )
+        if elements > largest:
+            largest, where = elements, key
+    if layers > MAX_LAYERS:
+        raise refuse(f"model: it describes {layers} layers, more than the {MAX_LAYERS} allowed")
+    if layers * largest > MAX_PROBE_COST:
+        raise refuse(
+            f"{where} asks for {largest} elements a sample, too many for {layers} layers to be built on "
+            f"(at most {MAX_PROBE_COST} for layers times elements)"
+        )
+
+
+def _sample_elements(shape: list[Any], unknown: int) -> int:
+    """The elements of one sample of ``shape`` (``unknown`` for each ``None`` axis); a shape
+    that is not one of numbers counts as none (building it says what is wrong)."""
+    if not all(n is None or (isinstance(n, int) and not isinstance(n, bool)) for n in shape):
+        return 0
+    count = 1
+    for n in shape:
+        count *= unknown if n is None else max(n, 0)
+        if count > MAX_SAMPLE_ELEMENTS:  # past the limit: the exact count is not needed
+            return count
+    return count
 
 
 def _depth(value: Any) -> int:
@@ -430,14 +513,14 @@ def build_from_spec(module: Module, spec: Any) -> None:
             if dtype not in _INPUT_DTYPES or not all(
                 isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in dims
             ):
-                raise ValueError(f"build_config: not an input spec: {str(leaf)[:80]}")
-            if math.prod(dims) > _MAX_BUILD_ELEMENTS:
+                raise ValueError(f"build_config: not an input spec: {shown(leaf)}")
+            if math.prod(dims) > MAX_SAMPLE_ELEMENTS:
                 raise ValueError(
                     f"build_config: an input of shape {dims} per sample is too large to build with"
                 )
             return np.zeros((1, *dims), dtype=np.dtype(dtype))
         if isinstance(leaf, list):
             return [zeros(v) for v in leaf]
-        raise ValueError(f"build_config: not an input spec: {str(leaf)[:80]}")
+        raise ValueError(f"build_config: not an input spec: {shown(leaf)}")
 
     module(zeros(spec), training=False)

@@ -23,6 +23,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from tapefit.core.messages import shown
+
 _T = TypeVar("_T")
 
 CUSTOM = "custom"
@@ -72,14 +74,14 @@ def register_serializable(obj: _T | None = None, *, name: str | None = None) -> 
 
     def register(target: _T) -> _T:
         if not callable(target):
-            raise TypeError(f"register_serializable: register a class or a function, got {target!r}")
+            raise TypeError(f"register_serializable: register a class or a function, got {shown(target)}")
         key = name if name is not None else getattr(target, "__name__", None)
         if not isinstance(key, str) or not key or key.startswith("<"):
-            raise ValueError(f"register_serializable: give {target!r} a name=")
+            raise ValueError(f"register_serializable: give {shown(target)} a name=")
         present = _registered.get(key)
         if present is not None and present is not target and _qualified(present) != _qualified(target):
             raise ValueError(
-                f"register_serializable: the name {key!r} is taken by {_qualified(present)}; "
+                f"register_serializable: the name {shown(key)} is taken by {_qualified(present)}; "
                 f"pass name= to register {_qualified(target)}"
             )
         _registered[key] = target
@@ -124,11 +126,16 @@ def layer_tables() -> dict[str, dict[str, type]]:
     from tapefit.layers import constraints, initializers, losses, metrics, regularizers
     from tapefit.layers.module import Module
 
+    # Base classes that leave their work to subclasses (a Module has no call, a Loss no
+    # call): a file that names one would load and fail at its first use.
+    unfinished: tuple[type, ...] = (Module, layers.Layer, losses.Loss, metrics.Metric)
+    unfinished += (initializers.Initializer, regularizers.Regularizer)
+
     def classes(module: Any, base: type, names: Any) -> dict[str, type]:
         found = {}
         for key in names:
             value = getattr(module, key, None)
-            if isinstance(value, type) and issubclass(value, base):
+            if isinstance(value, type) and issubclass(value, base) and value not in unfinished:
                 found[value.__name__] = value
         return found
 
@@ -167,11 +174,11 @@ def serialize(obj: Any, where: str = "") -> dict[str, Any]:
         return {"module": CUSTOM, "class_name": name, "config": {}}
     if callable(obj):
         raise ConfigError(
-            f"{where}: {_brief(obj)} cannot be saved in a model file (a file holds no code); decorate it "
+            f"{where}: {shown(obj, 120)} cannot be saved in a model file (a file holds no code); decorate it "
             "with @tp.register_serializable"
         )
     raise ConfigError(
-        f"{where}: a {type(obj).__name__} ({_brief(obj)}) is not a plain value a config can hold; "
+        f"{where}: a {type(obj).__name__} ({shown(obj)}) is not a plain value a config can hold; "
         "write get_config/from_config for the class that takes it"
     )
 
@@ -209,7 +216,7 @@ def to_plain(value: Any, where: str) -> Any:
         return int(value)
     if isinstance(value, (float, np.floating)):
         if not math.isfinite(value):
-            raise ConfigError(f"{where}: {value!r} is not a finite number, which JSON cannot hold")
+            raise ConfigError(f"{where}: {shown(value)} is not a finite number, which JSON cannot hold")
         return float(value)
     if isinstance(value, np.bool_):
         return bool(value)
@@ -250,57 +257,47 @@ def lookup(entry: Any, tables: Mapping[str, Mapping[str, type]], where: str) -> 
     unknown = sorted(set(entry) - set(_ENTRY_KEYS))
     if unknown:
         raise ConfigError(
-            f"{where}: unknown key {unknown[0]!r} (an object's entry has {', '.join(_ENTRY_KEYS)})"
+            f"{where}: unknown key {shown(unknown[0])} (an object's entry has {', '.join(_ENTRY_KEYS)})"
         )
     missing = [k for k in _ENTRY_KEYS if k not in entry]
     if missing:
-        raise ConfigError(f"{where}: the object's entry has no {missing[0]!r}")
+        raise ConfigError(f"{where}: the object's entry has no {shown(missing[0])}")
     space, name, config = entry["module"], entry["class_name"], entry["config"]
     if not isinstance(name, str) or not isinstance(space, str):
         raise ConfigError(f"{where}: 'module' and 'class_name' must be strings")
     if not isinstance(config, dict):
-        raise ConfigError(f"{where}: the config of {name!r} must be a dict, got {type(config).__name__}")
-    shown = _shown(name)
+        raise ConfigError(f"{where}: the config of {shown(name)} must be a dict, got {type(config).__name__}")
+    quoted = shown(name)
     if space == CUSTOM:
         target = _registered.get(name)
         if target is None:
             path = " (model files name classes, they never import them)" if _looks_like_path(name) else ""
             raise ConfigError(
-                f"{where}: the class {shown} is not registered{path}; import the module that defines it, "
+                f"{where}: the class {quoted} is not registered{path}; import the module that defines it, "
                 "decorated with @tp.register_serializable, before loading"
             )
         return target, config
     table = tables.get(space)
     if table is None:
         raise ConfigError(
-            f"{where}: unknown module {_shown(space)} (known: {', '.join(sorted(tables))}, custom)"
+            f"{where}: unknown module {shown(space)} (known: {', '.join(sorted(tables))}, custom)"
         )
     target = table.get(name)
     if target is None:
         if _looks_like_path(name):
             raise ConfigError(
-                f"{where}: the class name {shown} is an import path, and model files import nothing; "
+                f"{where}: the class name {quoted} is an import path, and model files import nothing; "
                 "register the class with @tp.register_serializable"
             )
         raise ConfigError(
-            f"{where}: {shown} is not a class of {space}; a class of your own needs "
+            f"{where}: {quoted} is not a class of {space}; a class of your own needs "
             "@tp.register_serializable (and 'module': 'custom')"
         )
     return target, config
 
 
-def _brief(obj: Any) -> str:
-    """``repr(obj)`` on one line, cut to 80 characters (an array's repr runs over many)."""
-    text = " ".join(repr(obj).split())
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def _looks_like_path(name: str) -> bool:
     return any(c in name for c in ".:/")
-
-
-def _shown(text: str) -> str:
-    return repr(text if len(text) <= 80 else text[:77] + "...")
 
 
 def deserialize(entry: Any, tables: Mapping[str, Mapping[str, type]], where: str) -> Any:
@@ -312,7 +309,7 @@ def deserialize(entry: Any, tables: Mapping[str, Mapping[str, type]], where: str
     target, config = lookup(entry, tables, where)
     if not isinstance(target, type):
         if config:
-            raise ConfigError(f"{where}: the function {entry['class_name']!r} takes no config")
+            raise ConfigError(f"{where}: the function {shown(entry['class_name'])} takes no config")
         return target
     from_config = getattr(target, "from_config", None)
     if from_config is None:
@@ -323,7 +320,15 @@ def deserialize(entry: Any, tables: Mapping[str, Mapping[str, type]], where: str
         return obj
     except ConfigError:
         raise
-    except (TypeError, ValueError, KeyError, IndexError, OverflowError, MemoryError) as error:
+    except (
+        TypeError,
+        ValueError,
+        KeyError,
+        IndexError,
+        OverflowError,
+        MemoryError,
+        NotImplementedError,
+    ) as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ConfigError(f"{where}: {target.__name__}: {message}") from None
 
@@ -422,7 +427,7 @@ def check_arguments(cls: type, config: Mapping[str, Any], function: Callable[...
     for key in config:
         if key not in known:
             raise ConfigError(
-                f"{cls.__name__}: unknown key {_shown(str(key))} in its config (known: {', '.join(known)})"
+                f"{cls.__name__}: unknown key {shown(str(key))} in its config (known: {', '.join(known)})"
             )
 
 
@@ -451,6 +456,6 @@ def attribute_config(obj: Any) -> dict[str, Any]:
         if key == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
         if not hasattr(obj, key):
-            raise ConfigError(f"{cls.__name__} keeps no attribute {key!r}; define its get_config")
+            raise ConfigError(f"{cls.__name__} keeps no attribute {shown(key)}; define its get_config")
         config[key] = getattr(obj, key)
     return to_plain(config, cls.__name__)

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
 
+from tapefit.core.messages import shown
 from tapefit.layers import saving, serialization
 from tapefit.layers.module import Module, weight_budget
 from tapefit.layers.saving import ModelFileError
@@ -45,12 +47,14 @@ def _tables() -> dict[str, dict[str, type]]:
     tables["tapefit.optimizers"] = {
         cls.__name__: cls
         for cls in vars(optimizers).values()
-        if isinstance(cls, type) and issubclass(cls, optimizers.Optimizer)
+        if isinstance(cls, type) and issubclass(cls, optimizers.Optimizer) and cls is not optimizers.Optimizer
     }
     tables["tapefit.optimizers.schedules"] = {
         cls.__name__: cls
         for cls in vars(schedules).values()
-        if isinstance(cls, type) and issubclass(cls, schedules.LearningRateSchedule)
+        if isinstance(cls, type)
+        and issubclass(cls, schedules.LearningRateSchedule)
+        and cls is not schedules.LearningRateSchedule
     }
     return tables
 
@@ -147,6 +151,7 @@ def load_compiled(path: str | os.PathLike[str]) -> CompiledModel:
             optimizer = _rebuild_optimizer(contents.config["optimizer"], tables)
             assert contents.optimizer_state is not None  # read_model_file checks they come together
             try:
+                optimizer.check_state(contents.optimizer_state, model.trainable_variables)
                 optimizer.set_state(contents.optimizer_state)
             except (TypeError, ValueError) as error:
                 raise serialization.ConfigError(f"the optimizer's state: {_first_line(error)}") from None
@@ -158,9 +163,10 @@ def load_compiled(path: str | os.PathLike[str]) -> CompiledModel:
         unknown = [k for k in compile_config if k not in _COMPILE_KEYS]
         if unknown:
             raise serialization.ConfigError(
-                f"unknown key {str(unknown[0])[:80]!r} in compile_config (known: {', '.join(_COMPILE_KEYS)})"
+                f"unknown key {shown(unknown[0])} in compile_config (known: {', '.join(_COMPILE_KEYS)})"
             )
         compiled = {k: serialization.from_plain(compile_config.get(k), tables, k) for k in _COMPILE_KEYS}
+        _check_compiled(compiled)
     except serialization.ConfigError as error:
         raise ModelFileError(f"load_model: '{path}': {error}") from None
     return CompiledModel(model, optimizer, compiled["loss"], compiled["metrics"], compiled["loss_weights"])
@@ -208,12 +214,12 @@ def _build(model: Any, build: Any) -> None:
     if build is not None:
         unknown = [k for k in build if k != "input_spec"]
         if unknown:
-            raise serialization.ConfigError(f"unknown key {str(unknown[0])[:80]!r} in build_config")
+            raise serialization.ConfigError(f"unknown key {shown(unknown[0])} in build_config")
         if "input_spec" not in build:
             raise serialization.ConfigError("build_config has no 'input_spec'")
         try:
             saving.build_from_spec(model, build["input_spec"])
-        except (TypeError, ValueError, IndexError, MemoryError) as error:
+        except (TypeError, ValueError, IndexError, MemoryError, NotImplementedError) as error:
             raise serialization.ConfigError(f"the model cannot be built: {_first_line(error)}") from None
 
 
@@ -224,7 +230,7 @@ def _rebuild_optimizer(entry: Any, tables: dict[str, dict[str, type]]) -> Any:
         entry, {"tapefit.optimizers": tables["tapefit.optimizers"]}, "optimizer"
     )
     if not (isinstance(cls, type) and issubclass(cls, Optimizer)):
-        raise serialization.ConfigError(f"optimizer: {entry['class_name']!r} is not an optimizer")
+        raise serialization.ConfigError(f"optimizer: {shown(entry['class_name'])} is not an optimizer")
     serialization.check_arguments(cls, config)
     learning_rate = config.get("learning_rate")
     if serialization.is_entry(learning_rate):
@@ -243,3 +249,44 @@ def _rebuild_optimizer(entry: Any, tables: dict[str, dict[str, type]]) -> Any:
         return cls.from_config(config)
     except (TypeError, ValueError) as error:
         raise serialization.ConfigError(f"optimizer {cls.__name__}: {_first_line(error)}") from None
+
+
+def _check_compiled(compiled: dict[str, Any]) -> None:
+    """Checks the loss, metrics and loss weights a file names as a trainer will take them: a loss
+    by name, a loss object or a registered function, metrics likewise, and finite weights; each
+    alone or in a list or dict (one per output)."""
+    from tapefit.layers import losses, metrics
+
+    def each(value: Any, where: str) -> Any:
+        if isinstance(value, list):
+            return [(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        if isinstance(value, dict):
+            return [(v, f"{where}.{k}") for k, v in value.items()]
+        return [(value, where)]
+
+    def check(value: Any, where: str, kind: type, get: Any) -> None:
+        if value is None:
+            return
+        if isinstance(value, str):
+            try:
+                get(value)
+            except ValueError as error:
+                raise serialization.ConfigError(f"compile_config.{where}: {_first_line(error)}") from None
+        elif not (isinstance(value, kind) or inspect.isfunction(value)):
+            raise serialization.ConfigError(
+                f"compile_config.{where}: expected a name, a {kind.__name__} or a registered function, "
+                f"got {type(value).__name__} {shown(value)}"
+            )
+
+    for value, where in each(compiled["loss"], "loss"):
+        check(value, where, losses.Loss, losses.get)
+    for value, where in each(compiled["metrics"], "metrics"):
+        for metric, at in each(value, where) if isinstance(value, (list, dict)) else [(value, where)]:
+            check(metric, at, metrics.Metric, metrics.get)
+    for value, where in each(compiled["loss_weights"], "loss_weights"):
+        if value is not None and not (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        ):
+            raise serialization.ConfigError(
+                f"compile_config.{where}: expected a finite number, got {shown(value)}"
+            )

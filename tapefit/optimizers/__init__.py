@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tapefit.core.messages import shown
 from tapefit.core.naming import Registry
 from tapefit.optimizers import _config, schedules
 from tapefit.optimizers.adagrad import Adagrad
@@ -76,5 +77,5 @@ def get(identifier: Optimizer | str | Mapping[str, Any]) -> Optimizer:
     known = ", ".join(registry.names())
     raise TypeError(
         f"expected an Optimizer, a name ({known}) or a config dict like {{'type': 'adam', ...}}, "
-        f"got {type(identifier).__name__} {identifier!r}"
+        f"got {type(identifier).__name__} {shown(identifier)}"
     )

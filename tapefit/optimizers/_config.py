@@ -8,6 +8,7 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tapefit.core.messages import shown
 from tapefit.core.naming import Registry
 
 
@@ -19,19 +20,21 @@ def build(config: Mapping[str, Any], registry: Registry[type]) -> Any:
         name, kwargs = config["class_name"], dict(config.get("config") or {})
     else:
         if "type" not in config:
-            raise ValueError(f"a {kind} config needs a 'type' key naming the {kind}, got {dict(config)!r}")
+            raise ValueError(
+                f"a {kind} config needs a 'type' key naming the {kind}, got {shown(dict(config))}"
+            )
         kwargs = {k: v for k, v in config.items() if k != "type"}
         name = config["type"]
     if not isinstance(name, str):
-        raise ValueError(f"{kind} 'type' must be a string, got {name!r}")
+        raise ValueError(f"{kind} 'type' must be a string, got {shown(name)}")
     cls = registry.lookup(name)
     if not isinstance(cls, type):
-        raise ValueError(f"{kind} {name!r} is not a class")
+        raise ValueError(f"{kind} {shown(name)} is not a class")
     try:
         inspect.signature(cls).bind(**kwargs)
     except TypeError as error:
         accepted = ", ".join(p for p in inspect.signature(cls).parameters if p not in ("self", "kwargs"))
-        raise ValueError(f"{kind} {name!r}: {error}; it accepts: {accepted}") from None
+        raise ValueError(f"{kind} {shown(name)}: {error}; it accepts: {accepted}") from None
     return cls(**kwargs)
 
 
@@ -53,7 +56,7 @@ def deserialize(
     """
     obj = build(config, registry)
     if not is_valid(obj):
-        raise TypeError(f"{registry.kind} {config.get('type')!r} is not {expected}: {obj!r}")
+        raise TypeError(f"{registry.kind} {shown(config.get('type'))} is not {expected}: {shown(obj)}")
     return obj
 
 
@@ -82,24 +85,26 @@ def check_float(
     """
     if isinstance(value, str):
         hint = " (YAML reads 1e-3 as a string: write 1.0e-3)" if _looks_numeric(value) else ""
-        raise argument_error(TypeError, name, f"`{name}` must be a number, got the string {value!r}{hint}")
+        raise argument_error(
+            TypeError, name, f"`{name}` must be a number, got the string {shown(value)}{hint}"
+        )
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         try:
             value = float(value)  # 0-d arrays and one-element tensors
         except (TypeError, ValueError):
             raise argument_error(
-                TypeError, name, f"`{name}` must be a number, got {type(value).__name__} {value!r}"
+                TypeError, name, f"`{name}` must be a number, got {type(value).__name__} {shown(value)}"
             ) from None
     value = float(value)
     if math.isnan(value) or (finite and math.isinf(value)):
-        raise argument_error(ValueError, name, f"`{name}` must be a finite number, got {value!r}")
+        raise argument_error(ValueError, name, f"`{name}` must be a finite number, got {shown(value)}")
     too_low = low is not None and (value <= low if low_open else value < low)
     too_high = high is not None and (value >= high if high_open else value > high)
     if too_low or too_high:
         lo = "-inf" if low is None else f"{low:g}"
         hi = "inf" if high is None else f"{high:g}"
         interval = f"{'(' if low_open else '['}{lo}, {hi}{')' if high_open else ']'}"
-        raise argument_error(ValueError, name, f"`{name}` must be in {interval}, got {value!r}")
+        raise argument_error(ValueError, name, f"`{name}` must be in {interval}, got {shown(value)}")
     return value
 
 

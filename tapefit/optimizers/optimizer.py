@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from tapefit.core.function import guarded, host_call, tracing, unchanged
+from tapefit.core.messages import shown
 from tapefit.core.record import active_tapes, pause_recording
 from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor, Variable, _wrap
@@ -124,7 +125,7 @@ class Optimizer:
         if sum(c is not None for c in (self.clipnorm, self.clipvalue, self.global_clipnorm)) > 1:
             raise ValueError(
                 "only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set; got "
-                f"clipnorm={clipnorm!r}, clipvalue={clipvalue!r}, global_clipnorm={global_clipnorm!r}"
+                f"clipnorm={shown(clipnorm)}, clipvalue={shown(clipvalue)}, global_clipnorm={shown(global_clipnorm)}"
             )
         self._iterations = Variable(np.int64(0), trainable=False, name="iteration")
         self._variables: list[Variable] = []  # in first-seen order: the positions of get_state
@@ -175,7 +176,7 @@ class Optimizer:
         new = _learning_rate_arg(value)
         if isinstance(new, float) and not isinstance(self._learning_rate, float):
             raise TypeError(
-                f"this optimizer's learning rate is the schedule {self._learning_rate!r}, so it cannot be "
+                f"this optimizer's learning rate is the schedule {shown(self._learning_rate)}, so it cannot be "
                 "set to a number; create the optimizer with a float learning_rate to change it during training"
             )
         self._set_learning_rate(new)
@@ -202,7 +203,9 @@ class Optimizer:
             )
         slots = self._slots[position]
         if slot_name not in slots:
-            raise ValueError(f"{type(self).__name__} has no slot {slot_name!r}; its slots: {list(slots)}")
+            raise ValueError(
+                f"{type(self).__name__} has no slot {shown(slot_name)}; its slots: {list(slots)}"
+            )
         return slots[slot_name]
 
     def exclude_from_weight_decay(
@@ -522,20 +525,7 @@ class Optimizer:
             ValueError: an entry is missing, unexpected, or of the wrong shape (all checked
                 before anything changes).
         """
-        if not isinstance(state, Mapping):
-            raise TypeError(f"set_state expects the dict get_state returned, got {type(state).__name__}")
-        if "iterations" not in state:
-            raise ValueError("set_state: the state has no 'iterations' entry")
-        iterations = _state_int("iterations", state["iterations"])
-        learning_rate = None
-        if "learning_rate" in state:
-            if not isinstance(self._learning_rate, float):
-                raise ValueError(
-                    "set_state: the state holds a float 'learning_rate' but this optimizer uses the "
-                    f"schedule {self._learning_rate!r}"
-                )
-            learning_rate = _config.check_float("learning_rate", state["learning_rate"], low=0)
-        by_position = _parse_state_slots(state, self.get_slot_names(), type(self).__name__)
+        iterations, learning_rate, by_position = self._parsed_state(state)
         restored: dict[int, dict[str, np.ndarray]] = {}
         for position, arrays in by_position.items():
             if position < len(self._variables):
@@ -557,6 +547,58 @@ class Optimizer:
                 else:
                     slot.assign(np.asarray(saved[name], slot.dtype))
         self._restored = restored
+
+    def check_state(self, state: Mapping[str, Any], variables: Iterable[Variable] | None = None) -> None:
+        """Checks ``state`` as ``set_state`` would take it, changing nothing.
+
+        Args:
+            state: what ``get_state`` returned (from a file, say).
+            variables: the variables this optimizer will update, in the order it will first
+                see them (a model's ``trainable_variables``); each saved slot must then belong
+                to one of them and have its shape, as ``set_state`` checks for the variables
+                seen already.
+
+        Raises:
+            ValueError: the first entry that ``set_state`` would refuse or that does not fit
+                ``variables`` (named).
+        """
+        _, _, by_position = self._parsed_state(state)
+        if variables is None:
+            return
+        variables = list(variables)
+        for position, arrays in sorted(by_position.items()):
+            if position >= len(variables):
+                raise ValueError(
+                    f"set_state: the state holds slots for variable {position}, but there are "
+                    f"{len(variables)} variables to update"
+                )
+            for name, array in arrays.items():
+                _check_slot_shape(name, position, array, variables[position])
+
+    def _parsed_state(
+        self, state: Mapping[str, Any]
+    ) -> tuple[int, float | None, dict[int, dict[str, np.ndarray]]]:
+        """``state``'s iterations, float learning rate (or ``None``) and slots by position."""
+        if not isinstance(state, Mapping):
+            raise TypeError(f"set_state expects the dict get_state returned, got {type(state).__name__}")
+        if "iterations" not in state:
+            raise ValueError("set_state: the state has no 'iterations' entry")
+        iterations = _state_int("iterations", state["iterations"])
+        if iterations < 0:
+            raise ValueError(f"set_state: 'iterations' must be a count of steps (>= 0), got {iterations}")
+        learning_rate = None
+        if "learning_rate" in state:
+            if not isinstance(self._learning_rate, float):
+                raise ValueError(
+                    "set_state: the state holds a float 'learning_rate' but this optimizer uses the "
+                    f"schedule {shown(self._learning_rate)}"
+                )
+            learning_rate = _config.check_float("learning_rate", state["learning_rate"], low=0, finite=True)
+        return (
+            iterations,
+            learning_rate,
+            _parse_state_slots(state, self.get_slot_names(), type(self).__name__),
+        )
 
     # -- configs ---------------------------------------------------------------
 
@@ -786,7 +828,7 @@ def _check_slot_shape(name: str, position: int, array: np.ndarray, variable: Var
 def _state_int(key: str, value: Any) -> int:
     array = np.asarray(value)
     if array.shape != () or array.dtype.kind not in "iu":
-        raise ValueError(f"set_state: {key!r} must be an integer, got {value!r}")
+        raise ValueError(f"set_state: {shown(key)} must be an integer, got {shown(value)}")
     return int(array)
 
 
@@ -812,7 +854,7 @@ def _parse_state_slots(
         array = np.asarray(value)
         if array.dtype.kind != "f":
             raise ValueError(
-                f"set_state: slot {key!r} must be a floating array, got dtype {array.dtype.name}"
+                f"set_state: slot {shown(key)} must be a floating array, got dtype {array.dtype.name}"
             )
         by_position.setdefault(parsed[1], {})[parsed[0]] = array
     if unexpected:

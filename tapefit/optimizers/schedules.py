@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tapefit.core.messages import shown
 from tapefit.core.naming import Registry
 from tapefit.optimizers import _config
 
@@ -33,11 +34,13 @@ __all__ = [
 def _step(step: Any) -> float:
     """The step as a float: an int, a NumPy scalar, or a one-element Tensor/Variable."""
     if isinstance(step, bool) or isinstance(step, str):
-        raise TypeError(f"a schedule's step must be a number, got {step!r}")
+        raise TypeError(f"a schedule's step must be a number, got {shown(step)}")
     try:
         return float(step)
     except (TypeError, ValueError):
-        raise TypeError(f"a schedule's step must be a number, got {type(step).__name__} {step!r}") from None
+        raise TypeError(
+            f"a schedule's step must be a number, got {type(step).__name__} {shown(step)}"
+        ) from None
 
 
 class LearningRateSchedule:
@@ -120,22 +123,26 @@ class PiecewiseConstantDecay(LearningRateSchedule):
     ) -> None:
         if isinstance(boundaries, (str, bytes)) or not isinstance(boundaries, Sequence):
             raise _config.argument_error(
-                TypeError, "boundaries", f"`boundaries` must be a list of step numbers, got {boundaries!r}"
+                TypeError,
+                "boundaries",
+                f"`boundaries` must be a list of step numbers, got {shown(boundaries)}",
             )
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
             raise _config.argument_error(
-                TypeError, "values", f"`values` must be a list of learning rates, got {values!r}"
+                TypeError, "values", f"`values` must be a list of learning rates, got {shown(values)}"
             )
         if len(values) != len(boundaries) + 1:
             raise ValueError(
                 f"`values` must have one more entry than `boundaries`, got {len(boundaries)} "
-                f"boundaries {list(boundaries)!r} and {len(values)} values {list(values)!r}"
+                f"boundaries {shown(list(boundaries))} and {len(values)} values {shown(list(values))}"
             )
         self.boundaries = [_config.check_float(f"boundaries[{i}]", b) for i, b in enumerate(boundaries)]
         self.values = [_config.check_float(f"values[{i}]", v) for i, v in enumerate(values)]
         if any(a > b for a, b in zip(self.boundaries, self.boundaries[1:])):
             raise _config.argument_error(
-                ValueError, "boundaries", f"`boundaries` must be non-decreasing, got {list(boundaries)!r}"
+                ValueError,
+                "boundaries",
+                f"`boundaries` must be non-decreasing, got {shown(list(boundaries))}",
             )
         self.name = name
 
@@ -309,5 +316,5 @@ def get(identifier: LearningRateSchedule | Mapping[str, Any]) -> LearningRateSch
     known = ", ".join(registry.names())
     raise TypeError(
         f"expected a LearningRateSchedule or a config dict like {{'type': 'cosine_decay', ...}} "
-        f"(known types: {known}), got {type(identifier).__name__} {identifier!r}"
+        f"(known types: {known}), got {type(identifier).__name__} {shown(identifier)}"
     )

@@ -303,19 +303,9 @@ class _Optimizers:
             state["optimizers"] = others
         return state
 
-    def check_names(self, state: dict[str, Any]) -> None:
-        saved = state.get("optimizers", {})
-        if not isinstance(saved, dict):
-            raise ValueError(f"optimizers: expected a mapping, got {type(saved).__name__}")
-        ours = sorted(name for name in self.optimizers if name != "optimizer")
-        if sorted(saved) != ours:
-            raise ValueError(
-                f"optimizers: the checkpoint holds the states of {sorted(saved)}, the model holds the "
-                f"optimizers {ours}"
-            )
-
     def set_state(self, state: dict[str, Any]) -> None:
-        self.check_names(state)
+        """Restores what ``get_state`` gave (checked by ``check_checkpoint``, or broadcast by
+        rank 0 of the same run)."""
         for name, optimizer in self.optimizers.items():
             optimizer.set_state(state["optimizer"] if name == "optimizer" else state["optimizers"][name])
 
@@ -1389,12 +1379,9 @@ class Trainer:
             model=self.model,
             num_samples=loader.num_samples,
             plugins=self.plugins.list_name_plugin(),
+            optimizers=self.optimizers,
             source=source,
         )
-        try:
-            _Optimizers(self.optimizers).check_names(checkpoint)
-        except ValueError as error:
-            raise CheckpointError(f"{source}: {error}") from None
         self.model.load_state_dict(checkpoint["model"])
         _Optimizers(self.optimizers).set_state(checkpoint)
         state = TrainState.from_dict(checkpoint)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -443,3 +444,177 @@ def test_a_config_asking_for_more_weights_than_the_file_holds_allocates_nothing(
     config["model"]["config"]["layers"][0]["config"]["units"] = 10**9
     members["config.json"] = json.dumps(config).encode()
     _refused(_write_zip(tmp_path / "g.tapefit", members), "more than the weights the model file holds")
+
+
+def test_an_error_quotes_a_short_prefix_of_a_huge_value(tmp_path: Path) -> None:
+    model = tp.layers.Sequential([tp.layers.Conv1D(2, 3)])
+    model(np.zeros((1, 8, 2), np.float32))
+    model.save(tmp_path / "conv.tapefit")
+    with zipfile.ZipFile(tmp_path / "conv.tapefit") as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    for key, value in (
+        ("kernel_size", [3] * 200_000),
+        ("padding", "x" * 200_000),
+        ("activation", "y" * 200_000),
+    ):
+        config = json.loads(members["config.json"])
+        config["model"]["config"]["layers"][0]["config"][key] = value
+        path = _write_zip(tmp_path / "bad.tapefit", {**members, "config.json": json.dumps(config).encode()})
+        message = _refused(path, key if key != "padding" else "padding must be")
+        assert len(message) < 1000 and repr(value)[:100] not in message, message[:300]
+
+
+def _many_layers(tmp_path: Path, layers: int, width: int, sequential: bool) -> Path:
+    """A file of ``layers`` ReLU layers on inputs of ``width`` features, made by editing a small one."""
+    if sequential:
+        model: Any = tp.layers.Sequential([tp.layers.Activation("relu")])
+        model(np.zeros((1, 4), np.float32))
+    else:
+        inputs = tp.Input((4,), name="x")
+        model = tp.Model(inputs, tp.layers.Activation("relu", name="a0")(inputs))
+    model.save(tmp_path / "small.tapefit")
+    with zipfile.ZipFile(tmp_path / "small.tapefit") as archive:
+        config = json.loads(archive.read("config.json"))
+        weights = archive.read("model.safetensors")
+    inner = config["model"]["config"]
+    entry = inner["layers"][0]
+    inner["layers"] = [{**entry, "config": {**entry["config"], "name": f"a{i}"}} for i in range(layers)]
+    if sequential:
+        config["build_config"]["input_spec"] = [[None, width], "float32"]
+    else:
+        inner["inputs"]["items"][0]["shape"] = [width]
+        inner["calls"] = [
+            {"layer": f"a{i}", "args": [{"tensor": [f"a{i - 1}", 0, 0] if i else ["x", 0, 0]}], "kwargs": {}}
+            for i in range(layers)
+        ]
+        inner["outputs"]["items"] = [{"tensor": [f"a{layers - 1}", 0, 0]}]
+    members = {"config.json": json.dumps(config).encode(), "model.safetensors": weights}
+    return _write_zip(tmp_path / f"many{layers}x{width}.tapefit", members)
+
+
+@pytest.mark.parametrize("sequential", [True, False])
+def test_a_file_asking_for_a_huge_build_is_refused_quickly(tmp_path: Path, sequential: bool) -> None:
+    path = _many_layers(tmp_path, 2000, 2**22, sequential)
+    assert path.stat().st_size < 500_000
+    start = time.perf_counter()
+    key = "build_config.input_spec" if sequential else "the shape of the input 'x'"
+    _refused(path, f"{key} asks for 4194304 elements a sample, too many for 2001 layers")
+    assert time.perf_counter() - start < 2.0
+    _refused(_many_layers(tmp_path, 2, 2**25, sequential), "more than the 16777216 allowed")
+    _refused(_many_layers(tmp_path, 10_001, 4, sequential), "it describes 10002 layers, more than the 10000")
+    assert len(tp.models.load_model(_many_layers(tmp_path, 300, 64, sequential)).layers) == 300
+
+
+def _trainer_file(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+    """A file ``Trainer.save`` wrote after one epoch of SGD with momentum, and its members."""
+    x, y = _data(16)
+    trainer = _trainer(_functional(), tp.optimizers.SGD(0.1, momentum=0.9))
+    _fit(trainer, x, y)
+    path = tmp_path / "t.tapefit"
+    trainer.save(path)
+    with zipfile.ZipFile(path) as archive:
+        return path, {name: archive.read(name) for name in archive.namelist()}
+
+
+def _refused_by_both(path: Path, match: str) -> None:
+    _refused(path, match)
+    with pytest.raises(tp.models.ModelFileError, match=match) as caught:
+        tp.Trainer.load(path)
+    assert str(path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_an_encrypted_member_or_an_unknown_zip_version_is_a_model_file_error(tmp_path: Path) -> None:
+    path, _ = _trainer_file(tmp_path)
+    data = path.read_bytes()
+    record = data.find(b"PK\x01\x02")  # the central directory's first record
+    encrypted = bytearray(data)
+    encrypted[record + 8] |= 1  # general purpose flags: bit 0, encrypted
+    (tmp_path / "encrypted.tapefit").write_bytes(bytes(encrypted))
+    _refused_by_both(tmp_path / "encrypted.tapefit", "the member 'config.json' is encrypted")
+    version = bytearray(data)
+    version[record + 6] = 99  # the version needed to extract: 9.9
+    (tmp_path / "version.tapefit").write_bytes(bytes(version))
+    _refused_by_both(tmp_path / "version.tapefit", r"not a tapefit model file \(zip file version 9\.9\)")
+
+
+@pytest.mark.parametrize(
+    "place, name",
+    [
+        ("layer", "Module"),
+        ("layer", "Layer"),
+        ("optimizer", "Optimizer"),
+        ("schedule", "LearningRateSchedule"),
+    ],
+)
+def test_a_base_class_named_in_a_file_is_refused_at_load(tmp_path: Path, place: str, name: str) -> None:
+    _, members = _trainer_file(tmp_path)
+    config = json.loads(members["config.json"])
+    if place == "layer":
+        config["model"]["config"]["layers"][0] = {
+            "module": "tapefit.layers",
+            "class_name": name,
+            "config": {},
+        }
+    elif place == "optimizer":
+        config["optimizer"]["class_name"] = name
+        del config["optimizer"]["config"]["momentum"], config["optimizer"]["config"]["nesterov"]
+    else:
+        config["optimizer"]["config"]["learning_rate"] = {
+            "module": "tapefit.optimizers.schedules",
+            "class_name": name,
+            "config": {},
+        }
+    members["config.json"] = json.dumps(config).encode()
+    _refused_by_both(_write_zip(tmp_path / "base.tapefit", members), f"'{name}' is not a class of")
+
+
+def _optimizer_state(members: dict[str, bytes], change: dict[str, np.ndarray]) -> dict[str, bytes]:
+    import safetensors.numpy
+
+    state = {**safetensors.numpy.load(members["optimizer.safetensors"]), **change}
+    return {**members, "optimizer.safetensors": safetensors.numpy.save(state)}
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (
+            {"momentum/0": np.zeros(999, np.float32)},
+            r"slot 'momentum/0' has shape \(999,\), but the variable",
+        ),
+        ({"momentum/9": np.zeros(3, np.float32)}, "holds slots for variable 9, but there are 5 variables"),
+        ({"learning_rate": np.array(np.inf)}, "`learning_rate` must be a finite number, got inf"),
+        ({"iterations": np.array(-5)}, r"'iterations' must be a count of steps \(>= 0\), got -5"),
+    ],
+)
+def test_an_optimizer_state_that_does_not_fit_the_model_is_refused_at_load(
+    tmp_path: Path, change: dict[str, np.ndarray], match: str
+) -> None:
+    _, members = _trainer_file(tmp_path)
+    path = _write_zip(tmp_path / "state.tapefit", _optimizer_state(members, change))
+    _refused_by_both(path, "the optimizer's state: .*" + match)
+
+
+@pytest.mark.parametrize(
+    "key, value, match",
+    [
+        ("loss", 5, r"compile_config\.loss: expected a name, a Loss or a registered function, got int 5"),
+        ("metrics", [0], r"compile_config\.metrics\[0\]: expected a name, a Metric .*got int 0"),
+        (
+            "loss",
+            {"module": "tapefit.layers", "class_name": "Dense", "config": {"units": 2}},
+            r"compile_config\.loss: expected a name, a Loss .*got Dense",
+        ),
+        ("loss", "nope", r"compile_config\.loss: unknown loss 'nope'"),
+        ("metrics", ["accuracy", "nope"], r"compile_config\.metrics\[1\]: unknown metric 'nope'"),
+        ("loss_weights", [1.0, "x"], r"compile_config\.loss_weights\[1\]: expected a finite number, got 'x'"),
+    ],
+)
+def test_a_compile_config_a_trainer_cannot_take_is_refused_at_load(
+    tmp_path: Path, key: str, value: Any, match: str
+) -> None:
+    _, members = _trainer_file(tmp_path)
+    config = json.loads(members["config.json"])
+    config["compile_config"][key] = value
+    members["config.json"] = json.dumps(config).encode()
+    _refused_by_both(_write_zip(tmp_path / "compile.tapefit", members), match)
