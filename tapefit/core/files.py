@@ -5,8 +5,8 @@ it over the final name (atomic within one file system), then ``fsync``-s the fol
 never leaves a half-written file where a good one was, and the rename replaces a symbolic link
 planted at the name instead of writing through it. ``open_regular`` opens a text file that must
 be a regular file, never through a link, so that a FIFO or a device planted in its place is
-refused instead of blocking or reading without end. Checkpoints, weights files, the run
-folder's files and the plugins' logs all go through these two.
+refused instead of blocking or reading without end. Checkpoints, weights and model files, ONNX
+exports, the run folder's files and the plugins' logs all go through these two.
 
 Every file tapefit reads is untrusted (a config, a data file, a weights file, a checkpoint):
 ``open_untrusted`` opens it for reading only once the opened file is known to be a regular file
