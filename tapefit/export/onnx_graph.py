@@ -591,9 +591,16 @@ def _reduce(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
 
 @_converts("OneHot")
 def _one_hot(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
+    # Where(Unsqueeze(indices, axis) == arange(depth) along axis, on, off), not ONNX's OneHot:
+    # onnxruntime runs OneHot for a few index and depth dtypes only, and OneHot counts a
+    # negative index from the end where tapefit (as tf.one_hot) gives a row of off values.
+    axis, depth = int(op.attrs["axis"]), int(op.attrs["depth"])
     on, off = np.asarray(op.attrs["on"]), np.asarray(op.attrs["off"])
-    values = g.constant(np.stack([off, on]).astype(on.dtype))
-    return [g.node("OneHot", [x[0], g.ints([op.attrs["depth"]]), values], axis=int(op.attrs["axis"]))]
+    after = len(g.shape(op.inputs[0])) - axis  # the index axes after the new one
+    classes = g.constant(np.arange(depth, dtype=np.int64).reshape((depth,) + (1,) * after), "classes")
+    indices = g.node("Cast", [x[0]], to=g.onnx.TensorProto.INT64)
+    hit = g.node("Equal", [g.node("Unsqueeze", [indices, g.ints([axis])]), classes])
+    return [g.node("Where", [hit, g.constant(on), g.constant(off)])]
 
 
 @_converts("GetItem")

@@ -478,6 +478,17 @@ def test_two_outputs_keep_their_names(tmp_path):
     assert session.get_inputs()[0].shape == ["batch", 4]
 
 
+@pytest.mark.parametrize(
+    "dtype, axis, values",
+    [("int32", None, {}), ("int64", 0, {}), ("int32", 1, {"on_value": 5, "off_value": -2, "dtype": "int32"})],
+)
+def test_one_hot_runs_in_onnxruntime_with_out_of_range_indices(dtype, axis, values, tmp_path):
+    model = functional(L.Lambda(lambda t: tp.one_hot(t, 4, axis=axis, **values)), 6, dtype=dtype)
+    ids = np.random.default_rng(0).integers(-5, 9, (BATCH, 6)).astype(dtype)  # negative and past depth
+    ids[0] = [0, 1, 2, 3, -1, 4]
+    assert check(model, ids, tmp_path) == 0
+
+
 def test_an_op_with_no_onnx_form_is_named_in_one_line(tmp_path):
     class Odd(L.Layer):
         def call(self, x: Any) -> Any:
