@@ -585,6 +585,16 @@ def test_random_draws_and_assignments_in_inference_are_refused(tmp_path):
         def call(self, x: Any) -> Any:
             return tp.nn.dropout(x, 0.5)  # drops even in inference
 
+    class Jitter(L.Layer):
+        def call(self, x: Any) -> Any:
+            return x + tp.random.normal((3,), stddev=0.1)  # noise even in inference
+
+    from tapefit.core.function import host_call
+
+    class Hosting(L.Layer):
+        def call(self, x: Any) -> Any:
+            return host_call(lambda t: t * 2, x)
+
     class Counting(L.Layer):
         def build(self, input_shape: Any) -> None:
             self.calls = self.add_weight((), "zeros", trainable=False, name="calls")
@@ -594,10 +604,19 @@ def test_random_draws_and_assignments_in_inference_are_refused(tmp_path):
             return x
 
     inputs = tp.Input((3,))
+    draws = r"draws random numbers in inference mode \(training=False\) at .*test_onnx\.py:\d+, which has"
+    with pytest.raises(ValueError, match=rf"^ONNX export: op 'tp\.nn\.dropout' \(in layer 'noisy'\) {draws}"):
+        to_onnx(tp.Model(inputs, Noisy(name="noisy")(inputs)), tmp_path / "m.onnx")
     with pytest.raises(
-        ValueError, match=r"^ONNX export: the forward pass in inference mode draws random numbers"
+        ValueError,
+        match=rf"^ONNX export: op 'tp\.random\.normal' \(in layer 'jitter'\) {draws} no ONNX form$",
     ):
-        to_onnx(tp.Model(inputs, Noisy()(inputs)), tmp_path / "m.onnx")
+        to_onnx(tp.Model(inputs, Jitter(name="jitter")(inputs)), tmp_path / "m.onnx")
+    with pytest.raises(
+        ValueError,
+        match=r"^ONNX export: op '.*Hosting\.call\.<lambda>' \(in layer 'host'\) makes a host call in inference mode",
+    ):
+        to_onnx(tp.Model(inputs, Hosting(name="host")(inputs)), tmp_path / "m.onnx")
     with pytest.raises(
         ValueError, match=r"^ONNX export: layer 'counter' changes variable '.*calls' in inference mode"
     ):
