@@ -20,6 +20,7 @@ from tapefit.core.files import FileRefused, file_size, npy_header
 from tapefit.data.arrays import DataError
 from tapefit.data.npy import on_disk_array, open_data_file
 
+_INT32 = np.iinfo(np.int32)
 _DEFLATE_MAX_RATIO = 1032  # the most that deflate can expand a byte stream (RFC 1951: 258 bytes per 2 bits)
 
 
@@ -173,8 +174,8 @@ def load_csv(
         ``NpyFile`` with ``mmap``), and the labels.
 
     Raises:
-        DataError: If the file is missing, a field is not a number, rows differ in length, or
-            ``label_column`` names no column.
+        DataError: If the file is missing, a field is not a number, rows differ in length,
+            ``label_column`` names no column, or a class label is outside int32's range.
     """
     if header not in (True, False, "auto"):
         raise DataError(f"header must be true, false or 'auto', got {header!r}", key="header")
@@ -209,6 +210,14 @@ def load_csv(
             f"{path!r}: label_dtype is 'int' but some labels are not whole numbers", key="label_dtype"
         )
     if label_dtype == "int" or (label_dtype == "auto" and whole):
+        if table.past_int32 is not None:  # checked before any cast: a cast would wrap or warn
+            line, column, text = table.past_int32
+            raise DataError(
+                f"{path!r} line {line}, column {column}: the label {text.strip()!r} is outside the range of "
+                f"class indices (int32, {_INT32.min} to {_INT32.max}); for regression targets set "
+                "label_dtype: float",
+                key="label_dtype",
+            )
         return x, y.astype(np.int64)
     return x, y
 
@@ -257,6 +266,7 @@ class _Table:
         self.blocks: list[np.ndarray] = []
         self.rows: list[list[float]] = []
         self.out: Any = None
+        self.past_int32: tuple[int, int, str] | None = None  # the first label int32 cannot hold
         if on_disk:
             handle, self.out_path = tempfile.mkstemp(prefix="tapefit-csv-", suffix=".f32")
             self.out = os.fdopen(handle, "wb")
@@ -275,7 +285,10 @@ class _Table:
                 raise DataError(
                     f"{self.path!r} line {line}, column {c + 1}: {value!r} is not a number"
                 ) from None
-        self.labels.append(values.pop(self.label_index))
+        label = values.pop(self.label_index)
+        if self.past_int32 is None and not _INT32.min <= label <= _INT32.max:
+            self.past_int32 = (line, self.label_index + 1, row[self.label_index])
+        self.labels.append(label)
         self.rows.append(values)
         if len(self.rows) >= _CHUNK:
             self._flush()

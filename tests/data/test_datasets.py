@@ -231,6 +231,20 @@ def test_check_arrays_converts_and_rejects():
         data.check_arrays(np.zeros((0, 2)), np.zeros(0), "src")
 
 
+def test_check_arrays_refuses_integer_labels_int32_cannot_hold():
+    labels = np.array([0, 1, 2**32 + 1, 2], dtype=np.int64)  # a cast to int32 would make class 1
+    with pytest.raises(
+        DataError,
+        match=r"^src: the label 4294967297 at sample 2 is outside the range of class indices "
+        r"\(int32, -2147483648 to 2147483647\)$",
+    ):
+        data.check_arrays(np.zeros((4, 1)), labels, "src")
+    with pytest.raises(DataError, match=r"^src: the label -2147483649 at sample 1, column 0 "):
+        data.check_arrays(np.zeros((2, 1)), np.array([[0], [-(2**31) - 1]]), "src")
+    _, y = data.check_arrays(np.zeros((2, 1)), np.array([2**31 - 1, -(2**31)], dtype=np.int64), "src")
+    np.testing.assert_array_equal(y, [2**31 - 1, -(2**31)])
+
+
 def test_validation_split_is_seeded_disjoint_and_sized_like_keras():
     x = np.arange(50, dtype=np.float32)[:, None]
     y = np.arange(50)
