@@ -5,8 +5,8 @@ it over the final name (atomic within one file system), then ``fsync``-s the fol
 never leaves a half-written file where a good one was, and the rename replaces a symbolic link
 planted at the name instead of writing through it. ``open_regular`` opens a text file that must
 be a regular file, never through a link, so that a FIFO or a device planted in its place is
-refused instead of blocking or reading without end. Checkpoints, weights files, the run
-folder's files and the plugins' logs all go through these two.
+refused instead of blocking or reading without end. Checkpoints, weights and model files, ONNX
+exports, the run folder's files and the plugins' logs all go through these two.
 
 Every file tapefit reads is untrusted (a config, a data file, a weights file, a checkpoint):
 ``open_untrusted`` opens it for reading only once the opened file is known to be a regular file
@@ -31,6 +31,11 @@ import numpy as np
 TEMPORARY_SUFFIX = ".tmp"
 """The suffix of ``atomic_write``'s temporary files (``.<name>.<12 hex digits>.tmp``)."""
 
+TEMPORARY_NAME_KEPT = 32
+"""How many characters of the final name a temporary file's name keeps (``.<name>`` above): at
+most 18 + 32 characters whatever the final name's length, so that every name the file system
+allows can be written (a 250-character name plus 18 would pass its limit of 255 bytes)."""
+
 
 def _fsync_dir(folder: Path) -> None:
     # Makes the rename itself durable; not every platform can open a folder.
@@ -46,7 +51,8 @@ def _create_temporary(path: Path) -> tuple[int, str]:
     # Not tempfile.mkstemp: its files are 0600, and the rename would carry that over; 0666
     # through the umask gives what a plain open() gives.
     while True:
-        name = str(path.parent / f".{path.name}.{secrets.token_hex(6)}{TEMPORARY_SUFFIX}")
+        kept = path.name[:TEMPORARY_NAME_KEPT]
+        name = str(path.parent / f".{kept}.{secrets.token_hex(6)}{TEMPORARY_SUFFIX}")
         try:
             return os.open(
                 name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666

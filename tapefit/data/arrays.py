@@ -33,7 +33,8 @@ def check_arrays(x: Any, y: Any, source: str) -> tuple[np.ndarray, np.ndarray]:
         ``(x, y)`` as float32 features and int32 or float32 labels.
 
     Raises:
-        DataError: If the arrays are not numeric, empty, or disagree in length.
+        DataError: If the arrays are not numeric, empty, or disagree in length, or an integer
+            label is outside int32's range.
     """
     if is_lazy(x):
         return _check_lazy(x, y, source)
@@ -53,11 +54,30 @@ def check_arrays(x: Any, y: Any, source: str) -> tuple[np.ndarray, np.ndarray]:
     x = x.astype(np.float32, copy=False)
     _check_finite(x, source, "features")
     if y.dtype.kind in "biu":
+        _check_class_range(y, source)
         y = y.astype(np.int32, copy=False)
     else:
         y = y.astype(np.float32, copy=False)
         _check_finite(y, source, "labels")
     return x, y
+
+
+_INT32 = np.iinfo(np.int32)
+
+
+def _check_class_range(labels: np.ndarray, source: str) -> None:
+    """Refuses integer labels that int32 cannot hold (a cast would wrap 4294967297 to class 1)."""
+    if labels.dtype.kind == "b" or labels.size == 0:
+        return
+    if labels.min() >= _INT32.min and labels.max() <= _INT32.max:
+        return
+    where = tuple(int(i) for i in np.argwhere((labels < _INT32.min) | (labels > _INT32.max))[0])
+    sample, *rest = where
+    place = f"sample {sample}" + (f", column {rest[0] if len(rest) == 1 else tuple(rest)}" if rest else "")
+    raise DataError(
+        f"{source}: the label {labels[where]} at {place} is outside the range of class indices "
+        f"(int32, {_INT32.min} to {_INT32.max})"
+    )
 
 
 def _check_finite(values: Any, source: str, what: str, first_row: int = 0) -> None:

@@ -20,6 +20,7 @@ from tapefit.core.files import FileRefused, file_size, npy_header
 from tapefit.data.arrays import DataError
 from tapefit.data.npy import on_disk_array, open_data_file
 
+_INT32 = np.iinfo(np.int32)
 _DEFLATE_MAX_RATIO = 1032  # the most that deflate can expand a byte stream (RFC 1951: 258 bytes per 2 bits)
 
 
@@ -173,8 +174,8 @@ def load_csv(
         ``NpyFile`` with ``mmap``), and the labels.
 
     Raises:
-        DataError: If the file is missing, a field is not a number, rows differ in length, or
-            ``label_column`` names no column.
+        DataError: If the file is missing, a field is not a number, rows differ in length,
+            ``label_column`` names no column, or a class label is outside int32's range.
     """
     if header not in (True, False, "auto"):
         raise DataError(f"header must be true, false or 'auto', got {header!r}", key="header")
@@ -184,19 +185,20 @@ def load_csv(
         )
     try:
         with io.TextIOWrapper(open_data_file(path), newline="", encoding="utf-8-sig") as f:
-            rows = ((i + 1, row) for i, row in enumerate(csv.reader(f, delimiter=delimiter)) if row)
+            rows = _records(f, delimiter)
             first = next(rows, None)
             if first is None:
                 raise DataError(f"{path!r} is empty", key="path")
             names: list[str] | None = None
-            if header is True or (header == "auto" and not all(_is_number(v) for v in first[1])):
-                names = [v.strip() for v in first[1]]
+            if header is True or (header == "auto" and not _all_numbers(first[1], delimiter)):
+                names = [v.strip() for v in _fields(first[1], delimiter)]
                 first = next(rows, None)
             if first is None:
                 raise DataError(f"{path!r} has a header but no data rows", key="path")
-            width = len(first[1])
-            label_index = _label_index(path, first[1], width, names, label_column, delimiter)
-            table = _Table(path, width, label_index, on_disk=mmap)
+            width = _width(first[1], delimiter)
+            head = next(iter(_fields(first[1], delimiter)))
+            label_index = _label_index(path, head, width, names, label_column, delimiter)
+            table = _Table(path, width, label_index, delimiter, on_disk=mmap)
             table.add(*first)
             for line, row in rows:
                 table.add(line, row)
@@ -209,15 +211,88 @@ def load_csv(
             f"{path!r}: label_dtype is 'int' but some labels are not whole numbers", key="label_dtype"
         )
     if label_dtype == "int" or (label_dtype == "auto" and whole):
+        if table.past_int32 is not None:  # checked before any cast: a cast would wrap or warn
+            line, column, text = table.past_int32
+            raise DataError(
+                f"{path!r} line {line}, column {column}: the label {text.strip()!r} is outside the range of "
+                f"class indices (int32, {_INT32.min} to {_INT32.max}); for regression targets set "
+                "label_dtype: float",
+                key="label_dtype",
+            )
         return x, y.astype(np.int64)
     return x, y
 
 
+def _records(f: Any, delimiter: str) -> Iterator[tuple[int, str | list[str]]]:
+    """``(line, record)`` for each record of a CSV file that is not blank: the line's text when it
+    holds no quote (``_fields`` splits it a piece at a time), else its fields as ``csv`` reads
+    them (a quoted field may span lines). A line is read whole, but never split whole: a row of
+    millions of fields costs a few times its text, not a Python string per field."""
+    lines = iter(f)
+    number = 0
+
+    def continued(text: str) -> Iterator[str]:  # the line, then the lines a quoted field spans
+        nonlocal number
+        yield text
+        for more in lines:
+            number += 1
+            yield more
+
+    for text in lines:
+        number += 1
+        start = number
+        if '"' not in text:
+            text = text.rstrip("\r\n")
+            if text:
+                yield start, text
+            continue
+        row = next(csv.reader(continued(text), delimiter=delimiter), None)
+        if row:
+            yield start, row
+
+
+_PIECE = 1 << 16  # characters of a line split at once
+
+
+def _pieces(record: str | list[str], delimiter: str) -> Iterator[list[str]]:
+    """The fields of a record of ``_records``, in lists of a piece of the line each."""
+    if isinstance(record, list):
+        yield record
+        return
+    start, end = 0, len(record)
+    while start + _PIECE < end:
+        cut = record.find(delimiter, start + _PIECE)
+        if cut == -1:
+            break
+        yield record[start:cut].split(delimiter)
+        start = cut + 1
+    yield record[start:].split(delimiter)
+
+
+def _fields(record: str | list[str], delimiter: str) -> Iterator[str]:
+    """The fields of a record of ``_records``, one at a time."""
+    for piece in _pieces(record, delimiter):
+        yield from piece
+
+
+def _all_numbers(record: str | list[str], delimiter: str) -> bool:
+    for piece in _pieces(record, delimiter):
+        try:
+            list(map(float, piece))
+        except ValueError:
+            return False
+    return True
+
+
+def _width(record: str | list[str], delimiter: str) -> int:
+    return len(record) if isinstance(record, list) else record.count(delimiter) + 1
+
+
 def _label_index(
-    path: str, row: list[str], width: int, names: list[str] | None, label_column: int | str, delimiter: str
+    path: str, head: str, width: int, names: list[str] | None, label_column: int | str, delimiter: str
 ) -> int:
     if width < 2:
-        others = [d for d in ",;\t| " if d != delimiter and d in row[0].strip()]
+        others = [d for d in ",;\t| " if d != delimiter and d in head.strip()]
         if others:
             raise DataError(
                 f"{path!r} has 1 column when split at {delimiter!r}, but its fields seem separated by "
@@ -251,31 +326,40 @@ _CHUNK = 4096  # rows parsed before they are written out or stacked
 class _Table:
     """The parsed rows of a CSV table, kept in memory or streamed to a float32 file."""
 
-    def __init__(self, path: str, width: int, label_index: int, on_disk: bool) -> None:
-        self.path, self.width, self.label_index = path, width, label_index
+    def __init__(self, path: str, width: int, label_index: int, delimiter: str, on_disk: bool) -> None:
+        self.path, self.width, self.label_index, self.delimiter = path, width, label_index, delimiter
         self.labels: list[float] = []
         self.blocks: list[np.ndarray] = []
-        self.rows: list[list[float]] = []
+        self.rows: list[np.ndarray] = []
         self.out: Any = None
+        self.past_int32: tuple[int, int, str] | None = None  # the first label int32 cannot hold
         if on_disk:
             handle, self.out_path = tempfile.mkstemp(prefix="tapefit-csv-", suffix=".f32")
             self.out = os.fdopen(handle, "wb")
             atexit.register(_remove, self.out_path)
 
-    def add(self, line: int, row: list[str]) -> None:
-        if len(row) != self.width:
+    def add(self, line: int, record: str | list[str]) -> None:
+        fields = _width(record, self.delimiter)  # counted before any split: a long line is refused whole
+        if fields != self.width:
             raise DataError(
-                f"{self.path!r} line {line}: {len(row)} fields, but the first data row has {self.width}"
+                f"{self.path!r} line {line}: {fields} fields, but the first data row has {self.width}"
             )
-        values = []
-        for c, value in enumerate(row):
+        values = np.empty(self.width)
+        start = 0
+        for piece in _pieces(record, self.delimiter):
             try:
-                values.append(float(value))
+                values[start : start + len(piece)] = list(map(float, piece))
             except ValueError:
+                c, value = next((c, v) for c, v in enumerate(piece) if not _is_number(v))
                 raise DataError(
-                    f"{self.path!r} line {line}, column {c + 1}: {value!r} is not a number"
+                    f"{self.path!r} line {line}, column {start + c + 1}: {value!r} is not a number"
                 ) from None
-        self.labels.append(values.pop(self.label_index))
+            start += len(piece)
+        label = float(values[self.label_index])
+        if self.past_int32 is None and not _INT32.min <= label <= _INT32.max:
+            text = next(v for c, v in enumerate(_fields(record, self.delimiter)) if c == self.label_index)
+            self.past_int32 = (line, self.label_index + 1, text)
+        self.labels.append(label)
         self.rows.append(values)
         if len(self.rows) >= _CHUNK:
             self._flush()
@@ -283,7 +367,8 @@ class _Table:
     def _flush(self) -> None:
         if not self.rows:
             return
-        block = np.asarray(self.rows, dtype=np.float32 if self.out is not None else np.float64)
+        block = np.delete(np.stack(self.rows), self.label_index, axis=1)
+        block = block.astype(np.float32 if self.out is not None else np.float64, copy=False)
         if self.out is not None:
             with self._writing():
                 self.out.write(block.tobytes())

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.core.files import atomic_write
 from tapefit.core.tensor import Tensor, Variable
 from tapefit.export.trace import BATCHES, ExportError, Trace, TracedOp, trace_call
 from tapefit.layers.module import Module
@@ -590,9 +591,16 @@ def _reduce(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
 
 @_converts("OneHot")
 def _one_hot(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
+    # Where(Unsqueeze(indices, axis) == arange(depth) along axis, on, off), not ONNX's OneHot:
+    # onnxruntime runs OneHot for a few index and depth dtypes only, and OneHot counts a
+    # negative index from the end where tapefit (as tf.one_hot) gives a row of off values.
+    axis, depth = int(op.attrs["axis"]), int(op.attrs["depth"])
     on, off = np.asarray(op.attrs["on"]), np.asarray(op.attrs["off"])
-    values = g.constant(np.stack([off, on]).astype(on.dtype))
-    return [g.node("OneHot", [x[0], g.ints([op.attrs["depth"]]), values], axis=int(op.attrs["axis"]))]
+    after = len(g.shape(op.inputs[0])) - axis  # the index axes after the new one
+    classes = g.constant(np.arange(depth, dtype=np.int64).reshape((depth,) + (1,) * after), "classes")
+    indices = g.node("Cast", [x[0]], to=g.onnx.TensorProto.INT64)
+    hit = g.node("Equal", [g.node("Unsqueeze", [indices, g.ints([axis])]), classes])
+    return [g.node("Where", [hit, g.constant(on), g.constant(off)])]
 
 
 @_converts("GetItem")
@@ -923,6 +931,8 @@ def to_onnx(model: Module, path: str | os.PathLike[str], input_signature: Any = 
     The model is traced on sample batches; every op it runs becomes ONNX nodes (opset 17),
     its variables initializers. The batch axis of the inputs and outputs is dynamic; every
     other axis keeps the size it was traced with (recurrent layers are unrolled over it).
+    The file is written as tapefit writes every file: to a temporary file renamed over
+    ``path``, so that a link or a named pipe at ``path`` is replaced, never written through.
 
     Args:
         model: the model (a functional ``tp.Model``, a ``Sequential`` or any ``Module``).
@@ -936,10 +946,11 @@ def to_onnx(model: Module, path: str | os.PathLike[str], input_signature: Any = 
         ValueError: an op or layer has no ONNX form (the message names it), or the input
             shape is unknown.
         ImportError: the ``onnx`` package is missing (``pip install 'tapefit[onnx]'``).
+        OSError: the file could not be written (a full disk); it names ``path``, and the file
+            that was there before is left as it was.
     """
-    proto = build_model_proto(model, input_signature)
-    with open(os.fspath(path), "wb") as f:
-        f.write(proto.SerializeToString())
+    data = build_model_proto(model, input_signature).SerializeToString()
+    atomic_write(path, lambda f: f.write(data))  # complete or absent, and never through a link
 
 
 __all__ = ["ExportError", "build_model_proto", "to_onnx"]

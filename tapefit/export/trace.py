@@ -25,6 +25,7 @@ import numpy as np
 
 from tapefit.core import nest
 from tapefit.core import tensor as _tensor
+from tapefit.core.function import _DRAW
 from tapefit.core.registry import forward_op_name
 from tapefit.core.tensor import Tensor, Variable
 from tapefit.layers.module import Module, observe_calls
@@ -77,7 +78,8 @@ class _Recorder:
         self.trace = Trace()
         self.slot_of: dict[int, int] = {}  # id(array) -> slot
         self.keep: list[Any] = []  # every array seen stays alive, so that no id is reused
-        self.code: list[Any] = []  # random draws and host calls append here: neither exports
+        self.code = _Unexportable(self)  # random draws and host calls append here: neither exports
+        self.hosted: dict[int, Any] = {}  # a host call's Tensor result, as tp.function keeps it
         self.layers: list[str] = []
         self.dynamic: set[int] = set()  # the slots computed from the model's inputs
 
@@ -143,6 +145,41 @@ class _Recorder:
             self.layers.pop()
 
 
+class _Unexportable:
+    """Where a trace's random draws and host calls go (``tp.function`` lists them in its code):
+    keeps the first, as one line naming the op, the layer running it and the line calling it."""
+
+    def __init__(self, recorder: _Recorder) -> None:
+        self.recorder = recorder
+        self.first: str | None = None
+
+    def append(self, entry: tuple[Any, ...]) -> None:
+        if self.first is not None:
+            return
+        kind, fn = entry[0], entry[1]
+        what = "draws random numbers" if kind == _DRAW else "makes a host call"
+        layers = self.recorder.layers
+        where = f" (in layer '{layers[-1]}')" if layers else ""
+        filename, line = _user_frame()
+        self.first = (
+            f"ONNX export: op '{_function_name(fn)}'{where} {what} in inference mode (training=False) "
+            f"at {filename}:{line}, which has no ONNX form"
+        )
+
+    def __bool__(self) -> bool:
+        return self.first is not None
+
+
+def _function_name(fn: Any) -> str:
+    """``tp.random.normal`` for the sampler ``tapefit.core.random.normal`` defines, else the
+    function's qualified name (``Noisy.call.<lambda>``)."""
+    name = str(getattr(fn, "__qualname__", None) or type(fn).__name__)
+    module = str(getattr(fn, "__module__", None) or "")
+    if module.startswith("tapefit."):
+        return f"tp.{module.rsplit('.', 1)[-1]}.{name.split('.<locals>')[0]}"
+    return name.replace(".<locals>", "")
+
+
 def _user_frame() -> tuple[str, int]:
     """The innermost frame outside tapefit's core and this package: the line that read a value."""
     frame: types.FrameType | None = sys._getframe(2)
@@ -174,11 +211,8 @@ def trace_call(model: Module, arrays: list[np.ndarray], pack: Any) -> Trace:
             result = model(pack(tensors), training=False)
     finally:
         _tensor._traces.clear()
-    if recorder.code:
-        raise ExportError(
-            "ONNX export: the forward pass in inference mode draws random numbers or makes a host call "
-            "(tp.function.host_call), which have no ONNX form"
-        )
+    if recorder.code.first is not None:
+        raise ExportError(recorder.code.first)
     for leaf in nest.flatten(result):
         if not isinstance(leaf, Tensor):
             raise ExportError(f"ONNX export: the model returns a {type(leaf).__name__}, not only tensors")

@@ -48,7 +48,9 @@ def remove_stale_temporaries(folder: str | os.PathLike[str]) -> list[Path]:
     """Deletes the temporary files that a killed checkpoint write left in ``folder``; returns them.
 
     Only ``atomic_write``'s temporaries of the plugin's own file names
-    (``.epoch0003-step00000120.npz.<12 hex digits>.tmp``); a user's ``.draft.tmp`` stays.
+    (``.epoch0003-step00000120.npz.<12 hex digits>.tmp``: a temporary keeps a name of up to
+    ``TEMPORARY_NAME_KEPT`` characters whole, and the plugin's names are shorter); a user's
+    ``.draft.tmp`` stays.
     """
     removed = []
     for tmp in Path(folder).glob(f".*{TEMPORARY_SUFFIX}"):

@@ -278,3 +278,15 @@ def test_a_checkpoint_that_is_a_fifo_is_refused(tmp_path):
     os.mkfifo(tmp_path / "ck.npz")
     result = train(tmp_path, "--config", config(tmp_path), "--resume", "ck.npz")
     refused(result, "--resume: checkpoint 'ck.npz' is a named pipe (FIFO), not a regular file")
+
+
+@pytest.mark.parametrize("label", ["4294967297", "1e300"])
+def test_a_csv_label_past_int32_is_refused_before_any_cast(label, tmp_path):
+    rows = [f"{i % 5}.5,{i % 3}.25,{i % 2}" for i in range(40)]
+    rows[6] = f"1.5,2.25,{label}"  # line 7: 4294967297 would wrap to class 1, 1e300 warn of its cast
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    line = refused(train(tmp_path, "--config", config(tmp_path, "{type: csv, path: t.csv}")))  # no warning
+    assert line.endswith(
+        f"data.label_dtype: 't.csv' line 7, column 3: the label '{label}' is outside the range of class "
+        "indices (int32, -2147483648 to 2147483647); for regression targets set label_dtype: float"
+    ), line

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import tapefit as tp
-from tapefit.core.files import FileRefused, npy_header, open_untrusted
+from tapefit.checkpointing import save_checkpoint
+from tapefit.core.files import FileRefused, atomic_write, npy_header, open_untrusted
 from tapefit.data import DataError, load_npz
 from tapefit.layers.saving import read_weights
 from tests.plugins.test_checkpoint_untrusted import npy_header as npy_bytes
@@ -75,6 +76,47 @@ def test_open_regular_names_the_file_and_what_is_wrong(tmp_path):
         open_untrusted(big, "config file", max_bytes=100)
     with open_untrusted(big, "config file", max_bytes=101) as f:
         assert f.read() == bytes(101)
+
+
+def longest_name(folder: Path, suffix: str) -> Path:
+    """The longest file name ``folder``'s file system allows, ending in ``suffix``."""
+    try:
+        limit = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        limit = 255
+    return folder / ("a" * (limit - len(suffix)) + suffix)
+
+
+def small_model() -> tp.Model:
+    inputs = tp.Input((3,))
+    return tp.Model(inputs, tp.layers.Dense(2)(inputs))
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda folder: atomic_write(longest_name(folder, ".bin"), lambda f: f.write(b"x")),
+        lambda folder: small_model().save(longest_name(folder, ".tapefit")),
+        lambda folder: small_model().save_weights(longest_name(folder, ".safetensors")),
+        lambda folder: tp.Trainer(small_model(), "sgd", "mse").save(longest_name(folder, ".tapefit")),
+        lambda folder: save_checkpoint(longest_name(folder, ".npz"), {"step": 1}),
+    ],
+    ids=["atomic_write", "Model.save", "save_weights", "Trainer.save", "save_checkpoint"],
+)
+def test_every_atomic_write_takes_the_longest_name_the_file_system_allows(write, tmp_path):
+    write(tmp_path)
+    [written] = tmp_path.iterdir()  # the file itself, and no temporary left beside it
+    assert written.name.startswith("aaaa") and len(written.name) == len(longest_name(tmp_path, "").name)
+
+
+def test_a_temporary_name_is_short_whatever_the_final_name(tmp_path, monkeypatch):
+    seen = []
+    real = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: (seen.append(Path(a).name), real(a, b))[1])
+    atomic_write(tmp_path / ("b" * 200), lambda f: f.write(b"x"))
+    atomic_write(tmp_path / "epoch0003-step00000120.npz", lambda f: f.write(b"x"))
+    assert [len(name) for name in seen] == [1 + 32 + 1 + 12 + 4, 1 + 26 + 1 + 12 + 4]
+    assert seen[1].startswith(".epoch0003-step00000120.npz.")  # a short name is kept whole
 
 
 def test_an_npy_header_must_account_for_the_bytes_exactly():

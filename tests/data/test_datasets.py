@@ -1,10 +1,16 @@
 """The data sets of configs: digits, spirals, npz and csv files, the split and standardization."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from tapefit import data
 from tapefit.data import DataError, digits
+
+REPO = Path(__file__).resolve().parents[2]
 
 # --------------------------------------------------------------------------- digits
 
@@ -231,6 +237,20 @@ def test_check_arrays_converts_and_rejects():
         data.check_arrays(np.zeros((0, 2)), np.zeros(0), "src")
 
 
+def test_check_arrays_refuses_integer_labels_int32_cannot_hold():
+    labels = np.array([0, 1, 2**32 + 1, 2], dtype=np.int64)  # a cast to int32 would make class 1
+    with pytest.raises(
+        DataError,
+        match=r"^src: the label 4294967297 at sample 2 is outside the range of class indices "
+        r"\(int32, -2147483648 to 2147483647\)$",
+    ):
+        data.check_arrays(np.zeros((4, 1)), labels, "src")
+    with pytest.raises(DataError, match=r"^src: the label -2147483649 at sample 1, column 0 "):
+        data.check_arrays(np.zeros((2, 1)), np.array([[0], [-(2**31) - 1]]), "src")
+    _, y = data.check_arrays(np.zeros((2, 1)), np.array([2**31 - 1, -(2**31)], dtype=np.int64), "src")
+    np.testing.assert_array_equal(y, [2**31 - 1, -(2**31)])
+
+
 def test_validation_split_is_seeded_disjoint_and_sized_like_keras():
     x = np.arange(50, dtype=np.float32)[:, None]
     y = np.arange(50)
@@ -281,3 +301,25 @@ def test_standardize_uses_training_statistics():
     np.testing.assert_array_equal(train_s[:, 2], 0.0)  # a constant feature is only centred
     np.testing.assert_allclose(val_s, (val - mean) / std, rtol=1e-6)
     np.testing.assert_allclose(std[2], 1.0)
+
+
+def test_a_csv_line_of_millions_of_fields_costs_a_few_times_its_size(tmp_path):
+    # A 25 MB line of 6.25 million fields once cost 400 MB (a Python string per field) to be refused.
+    line = ",".join(["1.5"] * 6_250_000)
+    (tmp_path / "t.csv").write_text(f"1,2,0\n{line}\n3,4,1\n")
+    code = f"""
+import tracemalloc
+from tapefit.data import DataError, load_csv
+tracemalloc.start()
+try:
+    load_csv({str(tmp_path / "t.csv")!r})
+except DataError as e:
+    print(e)
+print(tracemalloc.get_traced_memory()[1])
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    error, peak = result.stdout.strip().splitlines()
+    assert error.endswith("t.csv' line 2: 6250000 fields, but the first data row has 3"), result.stderr
+    assert int(peak) < 4 * len(line), f"{int(peak) >> 20} MB to refuse a {len(line) >> 20} MB line"

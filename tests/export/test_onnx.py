@@ -6,6 +6,9 @@ of 5 (the batch axis is dynamic), against tapefit's predictions: atol and rtol 1
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ ort = pytest.importorskip(
 import tapefit as tp  # noqa: E402
 from tapefit import layers as L  # noqa: E402
 from tapefit.export import to_onnx  # noqa: E402
+from tests.cli import test_full_disk as full_disk  # noqa: E402
 
 BATCH = 5
 TOL = {"atol": 1e-5, "rtol": 1e-5}
@@ -474,6 +478,17 @@ def test_two_outputs_keep_their_names(tmp_path):
     assert session.get_inputs()[0].shape == ["batch", 4]
 
 
+@pytest.mark.parametrize(
+    "dtype, axis, values",
+    [("int32", None, {}), ("int64", 0, {}), ("int32", 1, {"on_value": 5, "off_value": -2, "dtype": "int32"})],
+)
+def test_one_hot_runs_in_onnxruntime_with_out_of_range_indices(dtype, axis, values, tmp_path):
+    model = functional(L.Lambda(lambda t: tp.one_hot(t, 4, axis=axis, **values)), 6, dtype=dtype)
+    ids = np.random.default_rng(0).integers(-5, 9, (BATCH, 6)).astype(dtype)  # negative and past depth
+    ids[0] = [0, 1, 2, 3, -1, 4]
+    assert check(model, ids, tmp_path) == 0
+
+
 def test_an_op_with_no_onnx_form_is_named_in_one_line(tmp_path):
     class Odd(L.Layer):
         def call(self, x: Any) -> Any:
@@ -570,6 +585,16 @@ def test_random_draws_and_assignments_in_inference_are_refused(tmp_path):
         def call(self, x: Any) -> Any:
             return tp.nn.dropout(x, 0.5)  # drops even in inference
 
+    class Jitter(L.Layer):
+        def call(self, x: Any) -> Any:
+            return x + tp.random.normal((3,), stddev=0.1)  # noise even in inference
+
+    from tapefit.core.function import host_call
+
+    class Hosting(L.Layer):
+        def call(self, x: Any) -> Any:
+            return host_call(lambda t: t * 2, x)
+
     class Counting(L.Layer):
         def build(self, input_shape: Any) -> None:
             self.calls = self.add_weight((), "zeros", trainable=False, name="calls")
@@ -579,10 +604,19 @@ def test_random_draws_and_assignments_in_inference_are_refused(tmp_path):
             return x
 
     inputs = tp.Input((3,))
+    draws = r"draws random numbers in inference mode \(training=False\) at .*test_onnx\.py:\d+, which has"
+    with pytest.raises(ValueError, match=rf"^ONNX export: op 'tp\.nn\.dropout' \(in layer 'noisy'\) {draws}"):
+        to_onnx(tp.Model(inputs, Noisy(name="noisy")(inputs)), tmp_path / "m.onnx")
     with pytest.raises(
-        ValueError, match=r"^ONNX export: the forward pass in inference mode draws random numbers"
+        ValueError,
+        match=rf"^ONNX export: op 'tp\.random\.normal' \(in layer 'jitter'\) {draws} no ONNX form$",
     ):
-        to_onnx(tp.Model(inputs, Noisy()(inputs)), tmp_path / "m.onnx")
+        to_onnx(tp.Model(inputs, Jitter(name="jitter")(inputs)), tmp_path / "m.onnx")
+    with pytest.raises(
+        ValueError,
+        match=r"^ONNX export: op '.*Hosting\.call\.<lambda>' \(in layer 'host'\) makes a host call in inference mode",
+    ):
+        to_onnx(tp.Model(inputs, Hosting(name="host")(inputs)), tmp_path / "m.onnx")
     with pytest.raises(
         ValueError, match=r"^ONNX export: layer 'counter' changes variable '.*calls' in inference mode"
     ):
@@ -600,3 +634,104 @@ def test_an_op_whose_attrs_follow_the_batch_is_refused(tmp_path):
         match=r"^ONNX export: op 'OneHot' \(in layer 'rows'\) has attributes that depend on the batch size",
     ):
         to_onnx(tp.Model(inputs, FirstRows(name="rows")(inputs)), tmp_path / "m.onnx")
+
+
+# -- writing the file: as every file tapefit writes -------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+small_disk = full_disk.small_disk  # the fixture: a real tmpfs of 512 KB, or a skip saying why not
+fill = full_disk.fill
+
+
+def onnx_model(units: int = 4, seed: int = 1) -> Any:
+    model = functional(L.Dense(units), 3)
+    randomize(model, seed)
+    return model
+
+
+def test_export_replaces_a_symbolic_link_instead_of_writing_through_it(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    (tmp_path / "m.onnx").symlink_to(victim)
+    onnx_model().export(tmp_path / "m.onnx")
+    assert victim.read_bytes() == b"precious"
+    assert not (tmp_path / "m.onnx").is_symlink()
+    run_onnx(tmp_path / "m.onnx", floats(3))  # a whole graph where the link was
+
+
+def run_python(code: str, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """``code`` or ``python -m tapefit`` in a subprocess with a deadline: a write that blocks
+    fails the test instead of hanging it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-c", code] if code else [sys.executable, "-m", "tapefit", *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+
+
+EXPORT_TO = """\
+import tapefit as tp
+inputs = tp.Input((3,))
+tp.Model(inputs, tp.layers.Dense(2)(inputs)).export("f.onnx")
+print("exported")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_export_to_a_named_pipe_replaces_it_instead_of_blocking(tmp_path):
+    os.mkfifo(tmp_path / "f.onnx")
+    result = run_python(EXPORT_TO, tmp_path)
+    assert result.stdout.strip() == "exported", result.stderr
+    assert (tmp_path / "f.onnx").is_file()
+    run_onnx(tmp_path / "f.onnx", floats(3))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A run folder with a checkpoint of the spirals config, made by ``train`` in a subprocess."""
+    folder = tmp_path_factory.mktemp("trained")
+    (folder / "c.yaml").write_text(SPIRALS.replace("[8, 8]", "[64, 64]"), encoding="utf-8")
+    result = run_python("", folder, "train", "--config", "c.yaml")
+    assert result.returncode == 0, result.stderr
+    return folder
+
+
+@pytest.mark.parametrize("planted", ["symlink", "fifo"])
+def test_train_export_replaces_a_link_or_a_pipe(planted, trained):
+    target = trained / "m.onnx"
+    victim = trained / "victim"
+    victim.write_bytes(b"precious")
+    target.unlink(missing_ok=True)
+    if planted == "symlink":
+        target.symlink_to(victim)
+    elif not hasattr(os, "mkfifo"):
+        pytest.skip("named pipes are POSIX")
+    else:
+        os.mkfifo(target)
+    result = run_python("", trained, "train", "--config", "c.yaml", "--export", "m.onnx")
+    assert result.returncode == 0, result.stderr
+    assert victim.read_bytes() == b"precious"
+    assert target.is_file() and not target.is_symlink()
+    assert run_onnx(target, floats(2))[0].shape == (BATCH, 3)
+
+
+def test_export_on_a_full_disk_keeps_the_last_export_and_names_the_file(tmp_path, small_disk):
+    path = small_disk / "m.onnx"
+    onnx_model(units=200).export(path)  # 3 KB of weights and the graph: it fits
+    before = path.read_bytes()
+    fill(small_disk)
+    with pytest.raises(OSError) as caught:  # 6 KB: more than emptying the last export would free
+        onnx_model(units=400, seed=2).export(path)
+    assert str(caught.value) == f"[Errno 28] No space left on device: '{path}'"
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "m.onnx"]  # no temporary left
+
+
+def test_train_export_on_a_full_disk_is_one_line_naming_the_file(trained, small_disk):
+    path = small_disk / "m.onnx"
+    onnx_model().export(path)  # smaller than the checkpoint's model of 17 KB
+    before = path.read_bytes()
+    fill(small_disk)
+    result = run_python("", trained, "train", "--config", "c.yaml", "--export", str(path))
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.endswith(f"--export: OSError: [Errno 28] No space left on device: '{path}'"), line
+    assert path.read_bytes() == before
