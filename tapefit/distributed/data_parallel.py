@@ -73,7 +73,7 @@ class DataParallel:
     def shard(self, x: Any, y: Any, weights: Any = None, own: bool = False) -> tuple[Any, Any, Any]:
         """This process's rows of a global batch (all of it in one process), or with ``own`` the
         batch this process read of its part of the data; sets ``batch_rows``."""
-        n = batch_len(y)
+        n = batch_len(x if y is None else y)  # a step may take x alone (a GAN's images)
         if not self.parallel:
             self.batch_rows = (n, n)
             return x, y, weights
@@ -82,7 +82,11 @@ class DataParallel:
             return x, y, weights
         rows = self.world.shard(n)
         self.batch_rows = (rows.stop - rows.start, n)
-        return take(x, rows), take(y, rows), None if weights is None else take(weights, rows)
+        return (
+            take(x, rows),
+            None if y is None else take(y, rows),
+            None if weights is None else take(weights, rows),
+        )
 
     def synchronize(self, model: Any, optimizer: Any, source: Any) -> None:
         """Gives every process rank 0's variables, optimizer state, generators and data position."""
