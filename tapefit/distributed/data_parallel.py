@@ -73,7 +73,7 @@ class DataParallel:
     def shard(self, x: Any, y: Any, weights: Any = None, own: bool = False) -> tuple[Any, Any, Any]:
         """This process's rows of a global batch (all of it in one process), or with ``own`` the
         batch this process read of its part of the data; sets ``batch_rows``."""
-        n = batch_len(x if y is None else y)
+        n = batch_len(x if y is None else y)  # a step may take x alone (a GAN's images)
         if not self.parallel:
             self.batch_rows = (n, n)
             return x, y, weights
