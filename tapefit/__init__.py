@@ -18,6 +18,7 @@ from tapefit import models as models
 from tapefit import nn as nn
 from tapefit import optimizers as optimizers
 from tapefit import plugins as plugins
+from tapefit import utils as utils
 from tapefit.cli.config import configurable as configurable
 from tapefit.core import *  # noqa: F403
 from tapefit.core import random as random
@@ -69,6 +70,7 @@ __all__ = [
     "optimizers",
     "plugins",
     "regularizers",
+    "utils",
 ]  # tp.random and tp.testing come with tapefit.core's names
 
 

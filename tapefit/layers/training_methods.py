@@ -86,8 +86,9 @@ class TrainingMethods:
     @property
     def metrics(self) -> list[Any]:
         """The metrics a step updates and ``fit`` resets each epoch, as Keras lists them: the
-        trainer's loss tracker (named ``loss``) and compiled metrics, then the metric objects
-        this model and its layers hold as attributes."""
+        trainer's loss tracker (named ``loss``) and its compiled metrics as one entry (named
+        ``compile_metrics``, whose ``result()`` is a dict), then the metric objects this model
+        and its layers hold as attributes."""
         ref = self.__dict__.get("_trainer")
         trainer = ref() if ref is not None else None
         compiled = [] if trainer is None else trainer.compiled_metrics()
@@ -116,11 +117,11 @@ class TrainingMethods:
         return self._trainer_for("compute_loss").compute_loss(x, y, y_pred, sample_weight)
 
     def compute_metrics(self, x: Any, y: Any, y_pred: Any, sample_weight: Any = None) -> dict[str, Any]:
-        """Updates the compiled metrics with ``(y, y_pred)`` and returns every metric's result
-        (``{m.name: m.result() for m in self.metrics}``)."""
+        """Updates the compiled metrics with ``(y, y_pred)`` and returns the result of each metric
+        of ``metrics``, the compiled ones by their own names."""
         trainer = self._trainer_for("compute_metrics")
         trainer.update_compiled_metrics(y, y_pred, sample_weight)
-        return {metric.name: metric.result() for metric in self.metrics}
+        return trainer.metric_results(self.metrics)
 
     # -- the step methods ---------------------------------------------------------
 

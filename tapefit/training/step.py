@@ -21,7 +21,9 @@ from tapefit.training.state import TrainState
 
 __all__ = [
     "STEP_METHODS",
+    "CompiledMetrics",
     "LossTracker",
+    "metric_results",
     "overridden_step",
     "pack_x_y_sample_weight",
     "step_logs",
@@ -108,7 +110,8 @@ def _log_value(owner: str, key: Any, value: Any) -> float:
 
 
 def step_logs(owner: str, result: Any) -> dict[str, float]:
-    """The logs of a step's result: a mapping of names to numbers or scalar tensors.
+    """The logs of a step's result: a mapping of names to numbers or scalar tensors (a value
+    that is itself such a mapping, as ``CompiledMetrics.result()`` gives, adds its keys).
 
     Args:
         owner: the step that returned it (``GAN.train_step``), for the error.
@@ -122,7 +125,53 @@ def step_logs(owner: str, result: Any) -> dict[str, float]:
             f"{owner} returned {type(result).__name__}; a step returns a dict of log values, such as "
             "{m.name: m.result() for m in self.metrics}"
         )
-    return {key: _log_value(owner, key, value) for key, value in result.items()}
+    logs: dict[str, float] = {}
+    for key, value in result.items():
+        if isinstance(value, Mapping):
+            logs.update({k: _log_value(owner, k, v) for k, v in value.items()})
+        else:
+            logs[key] = _log_value(owner, key, value)
+    return logs
+
+
+def metric_results(metrics: list[Any]) -> dict[str, Any]:
+    """``{name: result}`` of ``metrics``, a ``CompiledMetrics``'s members by their own names
+    (Keras's ``get_metrics_result``)."""
+    results: dict[str, Any] = {}
+    for metric in metrics:
+        value = metric.result()
+        if isinstance(value, Mapping):
+            results.update(value)
+        else:
+            results[metric.name] = value
+    return results
+
+
+class CompiledMetrics:
+    """The trainer's compiled metrics as one entry of ``model.metrics`` (Keras's
+    ``compile_metrics``): ``update_state(y, y_pred, sample_weight)`` updates each of them,
+    unweighted (they are ``metrics``, not ``weighted_metrics``), and ``result()`` is
+    ``{name: result}`` of each. Their states are checkpointed one by one, not through it.
+    """
+
+    name = "compile_metrics"
+
+    def __init__(self, metrics: list[Any]) -> None:
+        self.metrics = metrics
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        for metric in self.metrics:
+            metric.update_state(y_true, y_pred)
+
+    def result(self) -> dict[str, Any]:
+        return {metric.name: metric.result() for metric in self.metrics}
+
+    def reset_state(self) -> None:
+        for metric in self.metrics:
+            metric.reset_state()
+
+    def __repr__(self) -> str:
+        return f"<CompiledMetrics {[m.name for m in self.metrics]}>"
 
 
 class LossTracker(Mean):

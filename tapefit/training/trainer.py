@@ -55,7 +55,9 @@ from tapefit.training.boundary import STOP_SIGNALS, Boundary
 from tapefit.training.output_losses import resolve_losses
 from tapefit.training.state import TrainState
 from tapefit.training.step import (
+    CompiledMetrics,
     LossTracker,
+    metric_results,
     overridden_step,
     pack_x_y_sample_weight,
     step_logs,
@@ -418,6 +420,8 @@ class Trainer:
         # from before its batch was read (the step itself puts the model and generators back).
         self._boundary = Boundary(self._contents, self._step_plugin_states)
         self._loss_tracker = LossTracker(lambda: self.state)
+        self._compiled_view = CompiledMetrics(self.metrics)
+        self._logged_metrics: list[Any] = list(self.metrics)  # what a default step logs (per fit)
         self._custom_steps: dict[str, Any] = {}  # the model's step overrides, found per fit
         self._last_logs: dict[str, float] = {}  # a custom train_step's last batch logs
         self._updates = 0  # updates through apply in the step in progress
@@ -586,8 +590,13 @@ class Trainer:
         return loss
 
     def compiled_metrics(self) -> list[Any]:
-        """The loss tracker (named ``loss``) and the compiled metrics, as ``model.metrics`` starts."""
-        return [self._loss_tracker, *self.metrics]
+        """The loss tracker (named ``loss``), then the compiled metrics as one ``CompiledMetrics``
+        (when there are any): how ``model.metrics`` starts, as in Keras."""
+        return [self._loss_tracker, self._compiled_view] if self.metrics else [self._loss_tracker]
+
+    def metric_results(self, metrics: list[Any]) -> dict[str, Any]:
+        """``{name: result}`` of ``metrics`` (a ``CompiledMetrics`` adds each of its own)."""
+        return metric_results(metrics)
 
     def update_compiled_metrics(self, y: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Updates the compiled metrics with a batch (unweighted, as Keras's ``metrics``)."""
@@ -599,7 +608,9 @@ class Trainer:
         model lists in ``metrics`` (its own trackers); the loss tracker lives in ``state``."""
         metrics = list(self.metrics)
         for metric in getattr(self.model, "metrics", []) if hasattr(self.model, "_bind_trainer") else []:
-            if metric is not self._loss_tracker and all(metric is not m for m in metrics):
+            if isinstance(metric, (LossTracker, CompiledMetrics)):
+                continue
+            if all(metric is not m for m in metrics):
                 metrics.append(metric)
         return metrics
 
@@ -676,6 +687,7 @@ class Trainer:
         """The model's step overrides, checked, as the model has them now; a compiled trainer
         traces its train_step."""
         self._custom_steps = {}
+        self._logged_metrics = self._epoch_metrics()
         for name in ("train_step", "test_step", "predict_step"):
             method = overridden_step(self.model, name)
             if method is not None:
@@ -708,10 +720,10 @@ class Trainer:
         self._loss_tracker.add(loss_value, batch_len(y if y is not None else x))
         for metric in self.metrics:
             metric.update_state(y, y_pred)
-        # As Keras: a batch's logs hold the epoch's running values, the loss's included; under
-        # MPI, this process's.
+        # As Keras: a batch's logs hold the epoch's running values, the loss's included, and
+        # every metric of the model's (a layer's own too); under MPI, this process's.
         logs["loss"] = self.state.running_loss
-        for metric in self.metrics:
+        for metric in self._logged_metrics:
             logs[metric.name] = float(metric.result())
         return logs
 
@@ -724,7 +736,10 @@ class Trainer:
         self._loss_tracker.add(float(loss), n)
         for metric in self.metrics:
             metric.update_state(y, y_pred)
-        return {metric.name: float(metric.result()) for metric in self.compiled_metrics()}
+        logs = {"loss": self.state.running_loss}
+        for metric in self._logged_metrics:
+            logs[metric.name] = float(metric.result())
+        return logs
 
     def default_predict_step(self, data: Any) -> Any:
         """The default prediction step: the model's outputs for ``data``'s inputs."""
@@ -745,19 +760,18 @@ class Trainer:
             if needs_batches and self.state.loss_count == 0:
                 raise ValueError(f"{needs_batches}: the data gave no batch")
             logs = {"loss": self.state.running_loss}
-            for metric in self.metrics:
+            for metric in self._logged_metrics:
                 logs[metric.name] = float(metric.result())
         self._parallel.average_moving_statistics(self.model)
         return logs
 
     def _step_epoch_logs(self, last: dict[str, float]) -> dict[str, float]:
-        """A custom step's epoch logs: its last batch's (Keras's rule), each metric's value taken
-        over every process."""
+        """A custom step's epoch logs, by Keras's rule: the results of ``model.metrics`` (over
+        every process) when the step's logs have exactly their keys, else its last batch's logs."""
+        metrics = getattr(self.model, "metrics", None) if hasattr(self.model, "_bind_trainer") else None
         with self._parallel.global_epoch():
-            logs = dict(last)
-            for metric in [self._loss_tracker, *self._epoch_metrics()]:
-                if metric.name in logs:
-                    logs[metric.name] = float(metric.result())
+            results = self.metric_results(self.compiled_metrics() if metrics is None else list(metrics))
+            logs = {k: float(v) for k, v in results.items()} if set(results) == set(last) else dict(last)
         self._parallel.average_moving_statistics(self.model)
         return logs
 
@@ -1215,6 +1229,7 @@ class Trainer:
         weights = sample_weight if streamed(x, y) else sample_weights(y, sample_weight, None, self.loss)
         with self._bound():
             custom = overridden_step(self.model, "test_step")
+            self._logged_metrics = self._epoch_metrics()
             saved_states = self._metric_states()
             saved_loss = self.state.loss_sum, self.state.loss_count
             try:

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import tapefit as tp
-from tapefit.training.step import unpack_x_y_sample_weight
+from tapefit.utils import unpack_x_y_sample_weight
 
 REFERENCE = dict(np.load(Path(__file__).parent / "data" / "keras_steps.npz", allow_pickle=False))
 FIT = {"epochs": 2, "batch_size": 32, "shuffle": False, "verbose": 0}
