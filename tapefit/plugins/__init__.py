@@ -2,7 +2,8 @@
 
 Built-in plugins (short names for configs): ``progress``, ``csv_logger``, ``tensorboard``,
 ``clip_gradients``, ``checkpoint``, ``early_stopping``, ``terminate_on_nan``,
-``reduce_lr_on_plateau``, ``learning_rate_scheduler``, ``lambda_callback``. Each lives in its
+``reduce_lr_on_plateau``, ``learning_rate_scheduler``, ``lambda_callback``, and
+``keras_callback`` (which runs a Keras-style callback object given to ``fit``). Each lives in its
 own module here and is imported on first use. Their classes are importable from here by name, as Keras's callbacks are
 (``from tapefit.plugins import EarlyStopping``, ``tp.plugins.TensorBoard(...)``).
 """
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from tapefit.plugins.csv_logger import CSVLogger
     from tapefit.plugins.distributed import Distributed
     from tapefit.plugins.early_stopping import EarlyStopping
-    from tapefit.plugins.lambda_callback import LambdaCallback
+    from tapefit.plugins.lambda_callback import KerasCallback, LambdaCallback
     from tapefit.plugins.learning_rate_scheduler import LearningRateScheduler
     from tapefit.plugins.progress import Progress
     from tapefit.plugins.reduce_lr_on_plateau import ReduceLROnPlateau
@@ -56,6 +57,7 @@ __all__ = [
     "ClipGradients",
     "Distributed",
     "EarlyStopping",
+    "KerasCallback",
     "LambdaCallback",
     "LearningRateScheduler",
     "Progress",

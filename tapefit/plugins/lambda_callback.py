@@ -87,3 +87,50 @@ class LambdaCallback:
     @hookimpl
     def on_fit_end(self) -> None:
         self._call("on_train_end", dict(self._last_logs))
+
+
+KERAS_METHODS = {
+    "on_train_begin": "on_train_begin",
+    "on_train_end": "on_train_end",
+    "on_epoch_begin": "on_epoch_begin",
+    "on_epoch_end": "on_epoch_end",
+    "on_train_batch_begin": "on_train_batch_begin",
+    "on_train_batch_end": "on_train_batch_end",
+    "on_batch_begin": "on_train_batch_begin",  # Keras's older names for the training batches
+    "on_batch_end": "on_train_batch_end",
+}
+"""A Keras callback's methods that a fit calls, by the ``LambdaCallback`` argument they fill."""
+
+
+class KerasCallback(LambdaCallback):
+    """A Keras-style callback object (``on_epoch_end(epoch, logs)``, ``on_batch_end(batch,
+    logs)``, ... without ``@tp.hookimpl``) run as Keras runs it: ``fit(callbacks=[...])`` wraps
+    such an object in this plugin. Before the fit starts the object gets ``set_model(model)``
+    and ``set_params(params)`` when it has them, else the ``model`` and ``params`` attributes,
+    as ``keras.callbacks.Callback`` holds them.
+
+    Args:
+        callback: the object.
+    """
+
+    plugin_name = "keras_callback"
+
+    def __init__(self, callback: Any) -> None:
+        methods: dict[str, Any] = {}
+        for name, argument in KERAS_METHODS.items():
+            method = getattr(callback, name, None)
+            if callable(method) and argument not in methods:
+                methods[argument] = method
+        super().__init__(**methods)
+        self.callback = callback
+
+    @hookimpl(tryfirst=True)
+    def on_fit_start(self, trainer: Any) -> None:  # type: ignore[override]
+        params = dict(trainer.history.params)
+        for name, value in (("model", trainer.model), ("params", params)):
+            setter = getattr(self.callback, f"set_{name}", None)
+            if callable(setter):
+                setter(value)
+            else:
+                setattr(self.callback, name, value)
+        super().on_fit_start()

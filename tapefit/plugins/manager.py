@@ -23,6 +23,7 @@ from typing import Any
 
 import pluggy
 
+from tapefit.core.messages import shown
 from tapefit.core.naming import import_object
 from tapefit.plugins import hookspecs
 from tapefit.plugins.hookspecs import PROJECT_NAME, GradsAndVars
@@ -44,7 +45,21 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "distributed": "tapefit.plugins.distributed:Distributed",
     "learning_rate_scheduler": "tapefit.plugins.learning_rate_scheduler:LearningRateScheduler",
     "lambda_callback": "tapefit.plugins.lambda_callback:LambdaCallback",
+    "keras_callback": "tapefit.plugins.lambda_callback:KerasCallback",
 }
+
+# A Keras callback's methods (keras.callbacks.Callback): an object with some of these and no
+# hooks is run by the keras_callback plugin.
+KERAS_CALLBACK_METHODS = (
+    "on_train_begin",
+    "on_train_end",
+    "on_epoch_begin",
+    "on_epoch_end",
+    "on_train_batch_begin",
+    "on_train_batch_end",
+    "on_batch_begin",
+    "on_batch_end",
+)
 
 PluginValidationError = pluggy.PluginValidationError
 
@@ -88,17 +103,34 @@ def resolve_plugin(name: str) -> Any:
     )
 
 
+def _has_hooks(value: Any) -> bool:
+    marker = f"{PROJECT_NAME}_impl"
+    return any(hasattr(getattr(value, hook, None), marker) for hook in hookspecs.HOOK_NAMES)
+
+
+def is_keras_callback(value: Any) -> bool:
+    """Whether ``value`` is a Keras-style callback: an object with some of Keras's callback
+    methods (``on_epoch_end``, ``on_batch_end``, ...) and no ``@tp.hookimpl`` method."""
+    if isinstance(value, (type, str, Mapping, types.ModuleType)):
+        return False
+    return any(callable(getattr(value, m, None)) for m in KERAS_CALLBACK_METHODS) and not _has_hooks(value)
+
+
 def create_plugin(spec: Any, **kwargs: Any) -> Any:
     """Makes a plugin from a config entry.
 
     Args:
-        spec: a plugin object or module (returned as is), a name (see
-            ``resolve_plugin``), or a dict ``{"type": name, **kwargs}`` as in configs.
+        spec: a plugin object or module (returned as is), a Keras-style callback object
+            (run by the ``keras_callback`` plugin), a name (see ``resolve_plugin``), or a dict
+            ``{"type": name, **kwargs}`` as in configs.
         **kwargs: keyword arguments for the plugin's class.
 
     Returns:
         The plugin: a class found by name is instantiated with the keyword arguments;
         a module or object found by name is returned as is.
+
+    Raises:
+        TypeError: ``spec`` cannot be a plugin (``None``, a number, a list).
     """
     if isinstance(spec, Mapping):
         if "type" not in spec:
@@ -113,6 +145,14 @@ def create_plugin(spec: Any, **kwargs: Any) -> Any:
         if kwargs:
             raise TypeError(
                 f"keyword arguments {sorted(kwargs)} given for an already created plugin {spec!r}"
+            )
+        if is_keras_callback(spec):
+            return resolve_plugin("keras_callback")(spec)
+        if spec is None or isinstance(spec, (bool, int, float, complex, bytes, list, tuple, set)):
+            raise TypeError(
+                f"got {shown(spec)} ({type(spec).__name__}), which is not a plugin: a plugin is an object "
+                "or module with @tp.hookimpl methods, a Keras-style callback object, a plugin name or "
+                "a {'type': name, ...} dict"
             )
         return spec
     target = resolve_plugin(spec)
@@ -191,15 +231,27 @@ class PluginManager(pluggy.PluginManager):
         pluggy calls the last registered implementation first, so the list is
         registered backwards; names are still given in list order.
         """
-        created = [create_plugin(p) for p in plugins]
+        created = []
+        for position, plugin in enumerate(plugins):
+            try:
+                created.append(create_plugin(plugin))
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"plugin {position}: {error}") from None
         names = []
         taken = set(self._name2plugin)
         for plugin in created:
             name = _unique(default_plugin_name(plugin), taken)
             taken.add(name)
             names.append(name)
-        for plugin, name in reversed(list(zip(created, names))):
-            self.register(plugin, name)
+        done: list[str] = []
+        try:
+            for plugin, name in reversed(list(zip(created, names))):
+                self.register(plugin, name)
+                done.append(name)
+        except BaseException:
+            for name in done:  # all or nothing: a refused list leaves no member registered
+                self.unregister(name=name)
+            raise
         return names
 
     @contextlib.contextmanager

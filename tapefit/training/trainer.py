@@ -426,6 +426,7 @@ class Trainer:
         self._last_logs: dict[str, float] = {}  # a custom train_step's last batch logs
         self._updates = 0  # updates through apply in the step in progress
         self._probing = False  # see _build_by_step
+        self._fitting = False  # see _one_fit
         self._step_extra: dict[str, float] = {}  # what transform_gradients hooks add in a custom step
         if hasattr(model, "_bind_trainer"):
             model._bind_trainer(self)  # self.optimizer, compute_loss, metrics inside the model's steps
@@ -668,6 +669,21 @@ class Trainer:
         return self.apply(grads_and_vars, optimizer)
 
     @contextlib.contextmanager
+    def _one_fit(self) -> Iterator[None]:
+        """Refuses a fit of this trainer inside its own (a hook calling ``fit``), which would
+        interleave two runs' positions and histories."""
+        if self._fitting:
+            raise RuntimeError(
+                "fit: this trainer's fit is running (a plugin or callback called fit from a hook); "
+                "a run inside a run needs a Trainer of its own"
+            )
+        self._fitting = True
+        try:
+            yield
+        finally:
+            self._fitting = False
+
+    @contextlib.contextmanager
     def _bound(self) -> Iterator[None]:
         """For the length of a fit: the model's step methods reach this trainer, and every
         optimizer of the run applies its updates through ``apply``."""
@@ -878,7 +894,8 @@ class Trainer:
         Returns:
             A ``History``.
         """
-        with self.plugins.registered(callbacks), self._bound():  # a Keras user's callbacks, for this fit
+        # a Keras user's callbacks, for this fit
+        with self._one_fit(), self.plugins.registered(callbacks), self._bound():
             self._find_steps()
             _check_fit_arguments(
                 {

@@ -21,6 +21,7 @@ CLASS_NAMES = {
     "reduce_lr_on_plateau": "ReduceLROnPlateau",
     "learning_rate_scheduler": "LearningRateScheduler",
     "lambda_callback": "LambdaCallback",
+    "keras_callback": "KerasCallback",
 }
 
 

@@ -63,15 +63,75 @@ def test_callbacks_that_are_not_a_list_or_not_plugins_are_named():
     with pytest.raises(TypeError, match=r"callbacks must be a list of plugins, got EarlyStopping"):
         trainer.fit(x, y, verbose=0, callbacks=tp.plugins.EarlyStopping())
 
-    class KerasStyle:
+    class HalfMarked:  # a hook method marked, another left unmarked: a slip, not Keras's style
+        @tp.hookimpl
+        def on_fit_start(self):
+            pass
+
         def on_epoch_end(self, epoch, logs=None):
             pass
 
     with pytest.raises(
         Exception, match=r"on_epoch_end is not marked as a hook; decorate it with @tp.hookimpl"
     ):
-        trainer.fit(x, y, verbose=0, callbacks=[KerasStyle()])
+        trainer.fit(x, y, verbose=0, callbacks=[HalfMarked()])
     assert len(trainer.plugins.get_plugins()) == len(make_trainer().plugins.get_plugins())
+    for bad, shown in ((None, "None"), (3, "3")):
+        with pytest.raises(TypeError, match=rf"plugin 1: got {shown} \(\w+\), which is not a plugin"):
+            trainer.fit(x, y, verbose=0, callbacks=[tp.plugins.TerminateOnNaN(), bad])
+        # all or nothing: the list's valid member is not left registered either
+        assert trainer.plugins.get_plugin("terminate_on_nan") is None
+
+
+def test_a_keras_style_callback_runs_as_keras_runs_it():
+    calls = []
+
+    class KerasStyle:  # keras.callbacks.Callback's methods, no hooks
+        def set_model(self, model):
+            calls.append(("set_model", model is trainer.model))
+
+        def on_train_begin(self, logs=None):
+            calls.append(("train_begin",))
+
+        def on_epoch_end(self, epoch, logs=None):
+            calls.append(("epoch_end", epoch, sorted(logs)))
+
+        def on_batch_end(self, batch, logs=None):
+            calls.append(("batch_end", batch))
+
+        def on_train_end(self, logs=None):
+            calls.append(("train_end", sorted(logs)))
+
+    x, y = make_data()
+    trainer = make_trainer()
+    trainer.fit(x, y, epochs=2, batch_size=len(x), verbose=0, callbacks=[KerasStyle()])
+    assert calls == [
+        ("set_model", True),
+        ("train_begin",),
+        ("batch_end", 0),
+        ("epoch_end", 0, ["accuracy", "loss"]),
+        ("batch_end", 0),
+        ("epoch_end", 1, ["accuracy", "loss"]),
+        ("train_end", ["accuracy", "loss"]),
+    ]
+
+
+def test_fit_called_from_inside_a_fit_is_refused_and_the_outer_fit_goes_on():
+    x, y = make_data()
+    trainer = make_trainer()
+    errors = []
+
+    class Refits:
+        @tp.hookimpl
+        def on_epoch_end(self, trainer, epoch):
+            try:
+                trainer.fit(x, y, epochs=1, verbose=0)
+            except RuntimeError as error:
+                errors.append(str(error))
+
+    history = trainer.fit(x, y, epochs=2, verbose=0, callbacks=[Refits()])
+    assert history.epoch == [0, 1]
+    assert errors and "fit: this trainer's fit is running" in errors[0]
 
 
 BUILTIN_PLUGINS = [
