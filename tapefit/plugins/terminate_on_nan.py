@@ -16,7 +16,8 @@ logger = logging.getLogger("tapefit.plugins.terminate_on_nan")  # one logger per
 class TerminateOnNaN:
     """Stops ``fit`` after the first batch whose loss is NaN or infinite (config name ``terminate_on_nan``).
 
-    Keras's ``TerminateOnNaN``: the batch's step is named in a warning and
+    Keras's ``TerminateOnNaN``, reading the batch's ``loss`` and every ``*_loss`` value (a
+    custom step's ``d_loss`` and ``g_loss``, each output's loss): the batch's step is named in a warning and
     ``trainer.stop_training`` is set, so the fit ends after that batch. The step's
     update has already been applied by then, so the model is no longer usable; the
     ``checkpoint`` plugin refuses to save non-finite weights, so the last good
@@ -54,19 +55,21 @@ class TerminateOnNaN:
 
     @hookimpl(tryfirst=True)
     def on_train_batch_end(self, trainer: Any, step: int, logs: dict[str, float]) -> None:
-        loss = logs.get("loss")
-        if loss is not None and not math.isfinite(loss):
+        losses = [(k, v) for k, v in logs.items() if k == "loss" or k.endswith("_loss")]
+        key, loss = next(((k, v) for k, v in losses if not math.isfinite(v)), (None, None))
+        if key is not None:
             self.stopped_step = step
             if self.raise_error:
                 raise RuntimeError(
-                    f"terminate_on_nan: the loss is {loss} at step {step} (epoch {trainer.epoch}, "
+                    f"terminate_on_nan: the {key} is {loss} at step {step} (epoch {trainer.epoch}, "
                     f"batch {trainer.batch_in_epoch - 1})"
                 )
             trainer.stop_training = True
             logger.warning(
-                "terminate_on_nan: step %d (epoch %d, batch %d): loss is %s, terminating training",
+                "terminate_on_nan: step %d (epoch %d, batch %d): %s is %s, terminating training",
                 step,
                 trainer.epoch,
                 trainer.batch_in_epoch - 1,
+                key,
                 loss,
             )

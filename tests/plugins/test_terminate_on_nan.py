@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -62,3 +64,25 @@ def test_raise_error_raises_naming_the_step_and_ends_no_fit_gracefully(tmp_path,
     assert not (folder / "interrupted.npz").exists()  # the update with NaN was applied: nothing whole to save
     with pytest.raises(TypeError, match="raise_error must be true or false"):
         TerminateOnNaN(raise_error="yes")
+
+
+def test_a_custom_steps_non_finite_named_loss_stops_the_fit(caplog):
+    class TwoLosses(tp.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = tp.layers.Dense(1)
+
+        def call(self, x):
+            return self.dense(x)
+
+        def train_step(self, data):
+            with tp.GradientTape() as tape:
+                d_loss = tp.reduce_mean(self(data) ** 2)
+            self.optimizer.apply(tape.gradient(d_loss, self.trainable_variables), self.trainable_variables)
+            return {"d_loss": d_loss, "g_loss": float("nan") if self.optimizer.iterations >= 2 else 1.0}
+
+    trainer = tp.Trainer(TwoLosses(), "sgd", plugins=["terminate_on_nan"])
+    with caplog.at_level(logging.WARNING, logger="tapefit.plugins.terminate_on_nan"):
+        trainer.fit(np.ones((8, 2), np.float32), epochs=3, batch_size=2, verbose=0)
+    assert trainer.step == 2  # the second step logged g_loss NaN, and the fit ended after it
+    assert "g_loss is nan" in caplog.text
