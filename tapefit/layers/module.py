@@ -232,6 +232,56 @@ def _call_override(fn: Callable[..., Any]) -> Callable[..., Any]:
     return __call__
 
 
+def _build_override(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wraps a subclass's own ``build`` so that calling it builds the module, as a first call
+    does (Keras's ``build`` marks the layer built)."""
+
+    @functools.wraps(fn)
+    def build(self: Module, input_shape: Any = None, *args: Any, **kwargs: Any) -> Any:
+        result = fn(self, input_shape, *args, **kwargs)
+        _mark_built(self, input_shape)
+        return result
+
+    build._tapefit_build = True  # type: ignore[attr-defined]
+    return build
+
+
+def _mark_built(module: Module, input_shape: Any) -> None:
+    """Marks ``module`` built for ``input_shape``, keeping that shape as its first call would
+    (what a model file rebuilds from and export traces with) unless a call set them."""
+    if module._built:
+        return
+    module.__dict__["_built"] = True
+    if module.__dict__.get("_build_input") is None:
+        dtype = getattr(module, "dtype", None)
+        module.__dict__["_build_input"] = _spec_of_shape(input_shape, _dt.as_dtype(dtype or _dt.float32).name)
+        if module.__dict__.get("_build_input_shape") is None:
+            module.__dict__["_build_input_shape"] = _as_shape(input_shape)
+
+
+def _as_shape(value: Any) -> Any:
+    """``value`` as a shape tuple (``None`` for unknown axes), nested as given; ``None`` if it is
+    not one."""
+    if isinstance(value, (tuple, list)) and all(
+        n is None or (isinstance(n, (int, np.integer)) and not isinstance(n, bool)) for n in value
+    ):
+        return tuple(None if n is None else int(n) for n in value)
+    if isinstance(value, (tuple, list)) and value:
+        shapes = [_as_shape(v) for v in value]
+        return None if any(s is None for s in shapes) else type(value)(shapes)
+    return None
+
+
+def _spec_of_shape(shape: Any, dtype: str) -> Any:
+    """``_spec_of`` for a shape given to ``build`` (the batch axis made ``None``)."""
+    shape = _as_shape(shape)
+    if shape is None or not shape:
+        return None
+    if all(n is None or isinstance(n, int) for n in shape):
+        return ((None, *shape[1:]), dtype)
+    return [_spec_of_shape(s, dtype) for s in shape]
+
+
 def _shape_of(value: Any) -> Any:
     """The shape of a tensor-like value, or the nested shapes of a list/tuple/dict of them."""
     if isinstance(value, (Tensor, np.ndarray, np.generic)):
@@ -614,10 +664,15 @@ class Module(TrainingMethods):
     def build(self, input_shape: Any) -> None:
         """Creates the variables once the input shape is known; runs once, before the first ``call``.
 
+        Calling it directly (``layer.build((None, 4))``) builds the module as its first call
+        would: the module is then built, and its first call keeps the variables (and the
+        weights ``set_weights`` gave them), as in Keras. A subclass's own ``build`` gets the same.
+
         Args:
             input_shape: the shape of the first positional argument (a tuple, or
                 nested tuples for a list/dict of tensors).
         """
+        _mark_built(self, input_shape)
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
         """The forward computation; subclasses define it (or override ``__call__``)."""
@@ -664,6 +719,9 @@ class Module(TrainingMethods):
         own = cls.__dict__.get("__call__")
         if own is not None and not getattr(own, "_tapefit_call_override", False):
             cls.__call__ = _call_override(own)  # type: ignore[method-assign]
+        build = cls.__dict__.get("build")
+        if build is not None and not getattr(build, "_tapefit_build", False):
+            cls.build = _build_override(build)  # type: ignore[method-assign]
 
     # -- state ---------------------------------------------------------------
 

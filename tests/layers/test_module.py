@@ -627,3 +627,39 @@ def test_call_dunder_override_gets_training_only_if_declared_and_passes_it_on():
     lines = []
     model.summary(print_fn=lines.append)
     assert any("(Plain)" in line and "(None, 2)" in line for line in lines)
+
+
+def test_build_called_directly_builds_the_layer_and_the_first_call_keeps_its_weights():
+    # Keras's habit: build, set_weights, call. The first call used to build again, drawing new
+    # weights over the ones set.
+    x = np.ones((2, 4), np.float32)
+    dense = tp.layers.Dense(3)
+    dense.build((None, 4))
+    assert dense.built and [tuple(w.shape) for w in dense.get_weights()] == [(4, 3), (3,)]
+    dense.set_weights([np.ones((4, 3), np.float32), np.arange(3, dtype=np.float32)])
+    np.testing.assert_array_equal(np.asarray(dense(x)), np.tile([4.0, 5.0, 6.0], (2, 1)))
+    norm = tp.layers.BatchNormalization()
+    norm.build((None, 4))
+    assert norm.built and len(norm.weights) == 4
+    norm.set_weights([np.full(4, 2.0, np.float32), np.ones(4, np.float32), np.zeros(4), np.ones(4)])
+    np.testing.assert_allclose(
+        np.asarray(norm(x, training=False)), 2.0 * x / np.sqrt(1 + 1e-3) + 1, rtol=1e-6
+    )
+
+
+def test_a_subclass_build_that_calls_super_is_built_once():
+    class Scale(tp.layers.Layer):
+        builds = 0
+
+        def build(self, input_shape):
+            type(self).builds += 1
+            self.w = self.add_weight(shape=(input_shape[-1],), initializer="ones")
+            super().build(input_shape)
+
+        def call(self, x):
+            return x * self.w
+
+    layer = Scale()
+    layer.build((None, 3))
+    layer(np.ones((2, 3), np.float32))
+    assert Scale.builds == 1 and layer.built
