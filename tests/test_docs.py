@@ -62,7 +62,12 @@ PRINTS = {
         "True",
         "ReturnsTheLoss.train_step returned Tensor; a step returns a dict of log values",
     ],
-    "training.md": ["['accuracy', 'loss', 'val_accuracy', 'val_loss']", "['accuracy', 'loss']", "(2, 2)"],
+    "training.md": [
+        "['accuracy', 'loss', 'val_accuracy', 'val_loss']",
+        "['accuracy', 'loss']",
+        "(2, 2)",
+        "['loss']",
+    ],
     "resuming.md": ["[0, 1, 2, 3]"],
     "function.md": ["True"],
     "extending.md": ["[1. 0.]"],
