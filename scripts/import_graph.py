@@ -1,4 +1,4 @@
-"""Prints tapefit's internal import graph and checks the layering rules of DESIGN.md.
+"""Prints tapefit's internal import graph and checks the layering rules of docs/architecture.md.
 
 Run ``python scripts/import_graph.py`` (``--edges`` also prints every edge). Each rule is
 reported on its own line, ``ok`` or the imports that break it; the exit status is 1 when any
@@ -12,7 +12,7 @@ The rules:
    ``monitor`` and ``model_graph``, and the machinery may be imported).
 3. The CLI imports no concrete plugin class (it reads plugins through documented attributes).
 4. ``tapefit.core`` imports nothing of tapefit outside ``tapefit.core``.
-5. The ladder of DESIGN.md: ``core`` <- ``layers``, ``optimizers`` <- ``data``,
+5. The ladder of docs/architecture.md: ``core`` <- ``layers``, ``optimizers`` <- ``data``,
    ``checkpointing``, ``distributed``, ``models`` <- ``training``, ``plugins`` <- ``cli`` <- the public faces
    at the root; no import runs back up it.
 6. The package root holds only the public faces (``__init__``, ``__main__``, ``math``, ``nn``,

@@ -1,4 +1,4 @@
-"""The layering rules of DESIGN.md, checked by scripts/import_graph.py on the real source."""
+"""The layering rules of docs/architecture.md, checked by scripts/import_graph.py on the real source."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Variable.assign* write in place only when nothing else holds the array (DESIGN.md, core)."""
+"""Variable.assign* write in place only when nothing else holds the array (docs/architecture.md)."""
 
 import gc
 import weakref
