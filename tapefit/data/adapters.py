@@ -180,13 +180,16 @@ def _warn_if_sorted_by_class(y: Any, n_train: int, fraction: float) -> None:
         )
 
 
-def sample_weights(y: Any, sample_weight: Any, class_weight: Any, loss: Any) -> np.ndarray | None:
-    """One float32 weight per sample from ``sample_weight`` and ``class_weight`` (Keras's rules), or ``None``."""
+def sample_weights(
+    y: Any, sample_weight: Any, class_weight: Any, loss: Any, by_step: bool = False
+) -> np.ndarray | None:
+    """One float32 weight per sample from ``sample_weight`` and ``class_weight`` (Keras's rules), or
+    ``None``. ``by_step``: a model's own step receives them, so no loss needs to take them."""
     if sample_weight is None and class_weight is None:
         return None
     from tapefit.layers.losses import Loss
 
-    if not isinstance(loss, Loss):
+    if not by_step and not isinstance(loss, Loss):
         raise TypeError(
             f"sample_weight and class_weight need a tp.losses.Loss (it weights the per-sample losses), "
             f"got the loss {loss!r}"
@@ -398,7 +401,7 @@ def adapt(
             x, y, sample_weight, validation_data = _split_off_validation(
                 x, y, sample_weight, float(validation_split)
             )
-        weights = sample_weights(y, sample_weight, class_weight, loss)
+        weights = sample_weights(y, sample_weight, class_weight, loss, by_step=not targets)
         loader = BatchLoader(
             float32_inputs(x),
             None if y is None else float32_inputs(y) if weights is None else (float32_inputs(y), weights),

@@ -144,21 +144,23 @@ class TrainingMethods:
 
     def compile(
         self,
-        optimizer: Any = None,
+        optimizer: Any = "rmsprop",
         loss: Any = None,
-        metrics: Any = None,
         loss_weights: Any = None,
+        metrics: Any = None,
         *,
         jit_compile: bool = False,
         **kwargs: Any,
     ) -> None:
-        """Makes the trainer ``fit``, ``evaluate`` and ``predict`` use (Keras's ``compile``).
+        """Makes the trainer ``fit``, ``evaluate`` and ``predict`` use (Keras's ``compile``, with
+        its arguments in its order).
 
         Args:
-            optimizer: an optimizer or its name; ``None`` when the step uses optimizers the model
-                holds itself (a GAN's two).
-            loss, metrics, loss_weights: as ``tp.Trainer`` takes them; ``loss`` may be ``None``
-                when ``add_loss`` or the step provides the loss.
+            optimizer: an optimizer or its name (Keras's default, ``"rmsprop"``); ``None`` for
+                none, when the step uses optimizers the model holds itself (a GAN's two).
+            loss: as ``tp.Trainer`` takes it; ``None`` when ``add_loss`` or the step gives the loss.
+            loss_weights: each output's weight in the total loss, as ``tp.Trainer`` takes them.
+            metrics: as ``tp.Trainer`` takes them.
             jit_compile: run the training step as a ``tp.function`` (``Trainer(compile=True)``).
             **kwargs: the other arguments of ``tp.Trainer`` (``plugins``, ``output_dir``, ...).
         """

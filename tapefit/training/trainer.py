@@ -142,6 +142,10 @@ def _resolve_loss(loss: Any) -> Any:
     return loss
 
 
+def _is_optimizer(value: Any) -> bool:
+    return hasattr(value, "apply_gradients") and hasattr(value, "get_state") and not isinstance(value, type)
+
+
 def _resolve_optimizer(optimizer: Any) -> Any:
     _not_a_class(optimizer, "optimizer", "an optimizer")
     if optimizer is None:
@@ -335,10 +339,11 @@ class Trainer:
             ``checkpoints/``, ``history.csv``); default ``runs/default``.
         config: the run's resolved config, saved in checkpoints and logged as
             TensorBoard hyperparameters.
-        compile: run the forward and backward pass of each training step as a
-            ``tp.function`` (traced once per batch shape, then replayed; bit for bit the
-            eager results). The ``transform_gradients`` hooks and the optimizer update stay
-            Python, so plugins see and change the gradients as in eager mode. Default eager.
+        compile: run each training step as a ``tp.function`` (traced once per batch shape,
+            then replayed; bit for bit the eager results): the forward and backward pass of the
+            default step, or the whole of a model's own ``train_step``. The
+            ``transform_gradients`` hooks and the optimizer updates stay Python, so plugins see
+            and change the gradients as in eager mode. Default eager.
         threads: the BLAS threads during ``fit``, ``evaluate`` and ``predict``: ``None``
             (default) leaves them as NumPy set them, unless the data has worker processes
             (a Pipeline's or Grain's): then, as ``"auto"``, the rule sizes them together with
@@ -617,20 +622,30 @@ class Trainer:
 
     @property
     def optimizers(self) -> dict[str, Any]:
-        """Every optimizer of the run: ``optimizer`` (the trainer's) and those the model holds
-        as attributes (a GAN's ``d_optimizer`` and ``g_optimizer``), each once, by name."""
+        """Every optimizer of the run, each once, by name: ``optimizer`` (the trainer's), then
+        those the model and its layers hold as attributes, directly or in lists, tuples and dict
+        values (a GAN's ``d_optimizer`` and ``g_optimizer``; ``encoder/optimizer``,
+        ``optimizers/0`` below the model)."""
         found: dict[str, Any] = {}
         if self.optimizer is not None:
             found["optimizer"] = self.optimizer
-        for key, value in vars(self.model).items() if hasattr(self.model, "__dict__") else ():
-            name = "optimizer" if key == "_optimizer" else key
-            if (
-                hasattr(value, "apply_gradients")
-                and hasattr(value, "get_state")
-                and not isinstance(value, type)
-                and all(value is not known for known in found.values())
-            ):
-                found[name] = value
+        model = self.model
+        modules = [("", model), *((m.name + "/", m) for m in getattr(model, "submodules", []))]
+        for prefix, module in modules:
+            for key, value in vars(module).items() if hasattr(module, "__dict__") else ():
+                if key in ("_trainer", "_compiled"):
+                    continue
+                name = prefix + ("optimizer" if key == "_optimizer" else key)
+                items = (
+                    [(f"{name}/{k}", v) for k, v in value.items()]
+                    if isinstance(value, dict)
+                    else [(f"{name}/{i}", v) for i, v in enumerate(value)]
+                    if isinstance(value, (list, tuple))
+                    else [(name, value)]
+                )
+                for item_name, item in items:
+                    if _is_optimizer(item) and all(item is not known for known in found.values()):
+                        found[item_name] = item
         return found
 
     def apply(self, grads_and_vars: Any, optimizer: Any = None, logs: dict[str, float] | None = None) -> Any:

@@ -187,7 +187,7 @@ def _sample_weight_step_by_len(self, data):
 
 
 def _sample_weight_step_by_unpack(self, data):
-    # keras.utils.unpack_x_y_sample_weight (tapefit.training.step's; not yet a tp name).
+    # keras.utils.unpack_x_y_sample_weight
     return unpack_x_y_sample_weight(data)
 
 

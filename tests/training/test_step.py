@@ -311,3 +311,40 @@ def test_a_checkpoint_without_the_models_optimizers_is_refused(tmp_path):
         r"the optimizers \['d_optimizer', 'g_optimizer'\]",
     ):
         make_gan_trainer().fit(x, epochs=2, batch_size=32, verbose=0, resume_from=tmp_path / "edited.npz")
+
+
+def test_a_steps_own_optimizers_are_found_in_lists_and_layers():
+    class Holder(tp.layers.Layer):
+        def __init__(self):
+            super().__init__()
+            self.dense = tp.layers.Dense(1)
+            self.optimizer_of_layer = tp.optimizers.SGD(0.1)
+
+        def call(self, x):
+            return self.dense(x)
+
+    class Model(tp.Model):
+        def __init__(self):
+            super().__init__()
+            self.holder = Holder()
+            self.extra = [tp.optimizers.Adam(0.01)]
+
+        def call(self, x):
+            return self.holder(x)
+
+        def train_step(self, data):
+            x, y, sample_weight = tp.utils.unpack_x_y_sample_weight(data)
+            with tp.GradientTape() as tape:
+                loss = tp.reduce_mean(sample_weight * tp.reduce_sum((self(x) - y) ** 2, axis=-1))
+            variables = self.trainable_variables
+            self.holder.optimizer_of_layer.apply(tape.gradient(loss, variables), variables)
+            self.extra[0].apply([tp.zeros_like(v) for v in variables], variables)
+            return {"loss": loss}
+
+    model = Model()
+    trainer = tp.Trainer(model)
+    x, y = regression_data(8)
+    # a custom step takes sample_weight without a compiled loss: it weighs the batch itself
+    trainer.fit(x, y, sample_weight=np.ones(8, np.float32), batch_size=8, verbose=0)
+    assert list(trainer.optimizers) == ["extra/0", "holder/optimizer_of_layer"]
+    assert int(model.holder.optimizer_of_layer.iterations) == int(model.extra[0].iterations) == 1
