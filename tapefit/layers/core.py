@@ -18,7 +18,8 @@ from tapefit.core.ops.linalg import matmul
 from tapefit.core.ops.math import cast
 from tapefit.core.tensor import Tensor, Variable, as_tensor
 from tapefit.layers import activations, constraints, initializers
-from tapefit.layers.module import Layer, Module
+from tapefit.layers.module import Layer, Module, in_call
+from tapefit.layers.symbolic import SymbolicTensor
 
 
 def _positive_int(value: Any, what: str, layer: str) -> int:
@@ -350,17 +351,24 @@ class Lambda(Layer):
 class Sequential(Layer):
     """A stack of layers, each called on the previous one's output.
 
+    As in Keras, a ``tp.Input`` as the first entry, or a first layer made with ``input_shape=``
+    (``input_dim=``, ``batch_shape=``), gives the input's shape: each layer is then built as it
+    is added, and ``summary`` shows the shapes before any data. ``build(input_shape)`` does the
+    same for a stack without one.
+
     Args:
-        layers: the layers (Modules), in order; more can be added with ``add``.
+        layers: the layers (Modules), in order, the first may be a ``tp.Input``; more can be
+            added with ``add``.
         name: the model's name.
         trainable: whether its variables are trainable.
     """
 
     def __init__(
-        self, layers: list[Module] | None = None, name: str | None = None, trainable: bool = True
+        self, layers: list[Any] | None = None, name: str | None = None, trainable: bool = True
     ) -> None:
         super().__init__(trainable=trainable, name=name)
         self._layers: list[Module] = []
+        self._symbolic: SymbolicTensor | None = None  # the last layer's output on the input, once known
         for layer in layers or []:
             self.add(layer)
 
@@ -369,18 +377,55 @@ class Sequential(Layer):
         """The layers, in order (a copy)."""
         return list(self._layers)
 
-    def add(self, layer: Module) -> None:
-        """Appends a layer.
+    def add(self, layer: Any) -> None:
+        """Appends a layer (built at once when the input's shape is known), or sets the input's
+        shape with a ``tp.Input`` as the first entry.
 
         Raises:
             TypeError: ``layer`` is not a Module (wrap a function in ``Lambda``).
+            ValueError: a ``tp.Input`` after the first entry, or a layer that refuses the shape
+                the layers before it give (named).
         """
+        if isinstance(layer, SymbolicTensor):
+            if self._layers or self._symbolic is not None or layer.node is not None:
+                raise ValueError(
+                    f"Sequential '{self.name}': a tp.Input may only be the first entry, got {layer!r} "
+                    f"after {len(self._layers)} layers"
+                )
+            self._start(layer)
+            return
         if not isinstance(layer, Module):
             raise TypeError(
                 f"Sequential '{self.name}' takes Modules (layers), got {type(layer).__name__} {shown(layer)}; "
                 "wrap a function in tp.layers.Lambda"
             )
+        declared = layer.__dict__.get("_input_shape_arg")
+        if not self._layers and self._symbolic is None and declared is not None:
+            from tapefit.layers.functional import Input
+
+            self._start(Input(batch_shape=declared))
         self._layers.append(layer)
+        if self._symbolic is not None:
+            self._symbolic = layer(self._symbolic)
+
+    def _start(self, inputs: SymbolicTensor) -> None:
+        """The input's shape is known: the stack is built as it grows."""
+        self._symbolic = inputs
+        self.__dict__["_built"] = True
+        self._build_input = (tuple(inputs.shape), inputs.dtype.name)
+        self._build_input_shape = tuple(inputs.shape)
+
+    def build(self, input_shape: Any) -> None:
+        """Builds every layer for inputs of ``input_shape`` (batch axis first), as Keras's
+        ``Sequential.build``: the layers run on a symbolic input, so their weights exist before
+        any data. Inside a call (the first call builds) there is nothing to do first."""
+        if in_call() or self._symbolic is not None:
+            return
+        from tapefit.layers.functional import Input
+
+        x = Input(batch_shape=input_shape)
+        for layer in self._layers:
+            x = layer(x)
 
     def get_config(self) -> dict[str, Any]:
         """``name``, ``trainable`` and ``layers`` (each layer's serialized config), as Keras's."""

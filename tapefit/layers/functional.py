@@ -24,7 +24,14 @@ from tapefit.layers.symbolic import Node, SymbolicTensor, format_shape
 __all__ = ["Input", "Model", "SymbolicTensor"]
 
 
-def Input(shape: Any, dtype: Any = "float32", name: str | None = None) -> SymbolicTensor:
+def Input(
+    shape: Any = None,
+    dtype: Any = "float32",
+    name: str | None = None,
+    *,
+    batch_size: int | None = None,
+    batch_shape: Any = None,
+) -> SymbolicTensor:
     """A symbolic input of a functional model (``keras.Input``).
 
     Args:
@@ -33,10 +40,28 @@ def Input(shape: Any, dtype: Any = "float32", name: str | None = None) -> Symbol
         dtype: the dtype of the values the model will be given (``"int32"`` for ids).
         name: the input's name (the key of a dict of inputs); default ``input_layer``,
             ``input_layer_1``, ...
+        batch_size: Keras's fixed batch size; taken, but a model takes any batch size.
+        batch_shape: the shape with the batch axis first, instead of ``shape`` and ``batch_size``.
 
     Returns:
         A ``SymbolicTensor`` of shape ``(None, *shape)``.
+
+    Raises:
+        ValueError: neither or both of ``shape`` and ``batch_shape``, or a shape that is not a
+            tuple of non-negative ints or ``None``.
     """
+    if (shape is None) == (batch_shape is None):
+        raise ValueError("Input: give shape (without the batch axis) or batch_shape (with it), one of them")
+    if batch_size is not None and (
+        not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
+    ):
+        raise ValueError(f"Input: batch_size must be a positive integer, got {shown(batch_size)}")
+    if batch_shape is not None:
+        if not isinstance(batch_shape, (tuple, list)) or not batch_shape:
+            raise ValueError(
+                f"Input: batch_shape must be a tuple with the batch axis first, got {shown(batch_shape)}"
+            )
+        shape = tuple(batch_shape)[1:]
     if isinstance(shape, int) and not isinstance(shape, bool):
         shape = (shape,)
     if not isinstance(shape, (tuple, list)) or not all(
@@ -130,6 +155,13 @@ class Model(Layer):
         flat_outputs = _symbolic_leaves(outputs, "outputs")
         if len({id(t) for t in flat_inputs}) != len(flat_inputs):
             raise ValueError("Model: an input is given twice in inputs")
+        names = [t.name for t in flat_inputs]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(
+                f"Model: the inputs {twice} are each named more than once; an input's name is its key in a "
+                "dict of inputs, so give each tp.Input its own name"
+            )
         self._inputs_structure = inputs
         self._outputs_structure = outputs
         self._flat_inputs = flat_inputs

@@ -53,6 +53,7 @@ _INTERNAL = frozenset(
 )
 _INTERNAL |= {"_build_input_shape"}  # the first call's input shape, which export traces with
 _INTERNAL |= {"_trainer", "_compiled", "_optimizer"}  # what the trainer keeps (training_methods)
+_INTERNAL |= {"_input_shape_arg"}  # Keras's input_shape= of a first layer (declared_input_shape)
 
 _name_counts: dict[str, int] = {}
 _name_lock = threading.Lock()
@@ -230,6 +231,60 @@ def _call_override(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     __call__._tapefit_call_override = True  # type: ignore[attr-defined]
     return __call__
+
+
+def in_call() -> bool:
+    """Whether a module call is in progress in this thread (a ``build`` called from it is the
+    call's own; one called outside builds the module by itself)."""
+    return bool(_context.training)
+
+
+# Keras's constructor arguments that declare a first layer's input (``Dense(2, input_shape=(4,))``).
+_INPUT_ARGUMENTS = ("input_shape", "input_dim", "batch_shape", "batch_input_shape", "batch_size")
+
+
+def declared_input_shape(
+    kwargs: dict[str, Any], owner: str, own: frozenset[str] = frozenset()
+) -> tuple[int | None, ...] | None:
+    """Removes Keras's input arguments from ``kwargs`` (but those in ``own``, arguments of the
+    layer's own, such as ``Embedding``'s ``input_dim``); the batch shape they declare, if any.
+
+    Raises:
+        ValueError: two of them, or one that is not a shape (named).
+    """
+    given = {k: kwargs.pop(k) for k in _INPUT_ARGUMENTS if k in kwargs and k not in own}
+    batch_size = given.pop("batch_size", None)
+    if not given:
+        return None
+    if len(given) > 1:
+        raise ValueError(f"{owner}: give one of {sorted(given)}, they say the same")
+    ((key, value),) = given.items()
+    if key == "input_dim":
+        value = (value,)
+    shape = _as_shape(value if not isinstance(value, (int, np.integer)) else (value,))
+    if shape is None or (key.startswith("batch") and not shape):
+        raise ValueError(f"{owner}: {key} must be a shape (a tuple of ints or None), got {shown(value)}")
+    return shape if key.startswith("batch") else (batch_size, *shape)
+
+
+def _input_arguments(init: Callable[..., Any]) -> Callable[..., Any]:
+    """Wraps a layer class's ``__init__`` so that it takes Keras's input arguments and keeps the
+    shape they declare (a ``Sequential`` builds from its first layer's)."""
+
+    try:
+        own = frozenset(inspect.signature(init).parameters)
+    except (TypeError, ValueError):
+        own = frozenset()
+
+    @functools.wraps(init)
+    def __init__(self: Layer, *args: Any, **kwargs: Any) -> None:
+        shape = declared_input_shape(kwargs, type(self).__name__, own)
+        init(self, *args, **kwargs)
+        if shape is not None:
+            self.__dict__["_input_shape_arg"] = shape
+
+    __init__._tapefit_input_arguments = True  # type: ignore[attr-defined]
+    return __init__
 
 
 def _build_override(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -1022,6 +1077,12 @@ class Layer(Module):
             dtype=_dt.float32, _regularizers={}, activity_regularizer=None, _activity_losses=[]
         )
         return self  # type: ignore[return-value]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not getattr(init, "_tapefit_input_arguments", False):
+            cls.__init__ = _input_arguments(init)  # type: ignore[method-assign]
 
     def __init__(self, trainable: bool = True, name: str | None = None, dtype: Any = None) -> None:
         super().__init__(name=name)

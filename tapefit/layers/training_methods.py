@@ -176,6 +176,33 @@ class TrainingMethods:
             raise RuntimeError(f"{type(self).__name__}.{what}: call model.compile(...) first")
         return trainer
 
+    def train_on_batch(
+        self,
+        x: Any,
+        y: Any = None,
+        sample_weight: Any = None,
+        class_weight: Any = None,
+        return_dict: bool = False,
+    ) -> Any:
+        """One training step on one batch, without plugins' hooks (``Trainer.train_on_batch``)."""
+        return self._compiled_trainer("train_on_batch").train_on_batch(
+            x, y, sample_weight=sample_weight, class_weight=class_weight, return_dict=return_dict
+        )
+
+    def test_on_batch(
+        self, x: Any, y: Any = None, sample_weight: Any = None, return_dict: bool = False
+    ) -> Any:
+        """The loss and metrics of one batch (``Trainer.test_on_batch``)."""
+        return self._compiled_trainer("test_on_batch").test_on_batch(
+            x, y, sample_weight=sample_weight, return_dict=return_dict
+        )
+
+    def predict_on_batch(self, x: Any) -> Any:
+        """The outputs for one batch (``predict`` of it as one batch)."""
+        from tapefit.core import nest
+
+        return self.predict(x, batch_size=max(1, len(nest.flatten(x)[0])))
+
     def fit(self, *args: Any, **kwargs: Any) -> Any:
         """``Trainer.fit`` with the trainer ``compile`` made; returns a ``History``."""
         return self._compiled_trainer("fit").fit(*args, **kwargs)

@@ -290,6 +290,14 @@ def _copied(state: Any) -> Any:
     return state
 
 
+def _keras_result(logs: dict[str, float], return_dict: bool) -> Any:
+    """Logs as Keras's ``*_on_batch`` return them: the dict, or one value, or a list."""
+    if return_dict:
+        return logs
+    values = list(logs.values())
+    return values[0] if len(values) == 1 else values
+
+
 def _prefixed(logs: dict[str, float], prefix: str) -> dict[str, float]:
     return {prefix + k: v for k, v in logs.items()}
 
@@ -1295,6 +1303,42 @@ class Trainer:
             finally:
                 self._set_metric_states(saved_states)
                 self.state.loss_sum, self.state.loss_count = saved_loss
+
+    def train_on_batch(
+        self,
+        x: Any,
+        y: Any = None,
+        sample_weight: Any = None,
+        class_weight: Any = None,
+        return_dict: bool = False,
+    ) -> Any:
+        """One training step on one batch, as Keras's ``train_on_batch``: the model's step (its
+        own ``train_step`` or the default), every update through ``apply``; no epoch, and no
+        hooks but ``transform_gradients``. Metrics keep running across calls until
+        ``model.reset_metrics()``.
+
+        Returns:
+            The step's logs: a dict with ``return_dict=True``, else the loss alone when that is
+            the only value, else the values in the logs' order (Keras's list).
+        """
+        with self._one_fit(), self._bound():
+            self._find_steps()
+            targets = "train_step" not in self._custom_steps and self.loss is not None
+            if targets:
+                require_targets(y, "train_on_batch")
+            weights = sample_weights(y, sample_weight, class_weight, self.loss, by_step=not targets)
+            x = float32_inputs(x)
+            y = None if y is None else float32_inputs(y)
+            with self._boundary.step():
+                logs = self._train_step(x, y, self.step, weights)
+        return _keras_result(logs, return_dict)
+
+    def test_on_batch(
+        self, x: Any, y: Any = None, sample_weight: Any = None, return_dict: bool = False
+    ) -> Any:
+        """``evaluate`` of one batch, returned as Keras's ``test_on_batch`` returns it."""
+        logs = self.evaluate(x, y, batch_size=max(1, batch_len(x)), sample_weight=sample_weight)
+        return _keras_result(logs, return_dict)
 
     def predict(self, x: Any, batch_size: int = 32, *, steps: int | None = None) -> Any:
         """The model's outputs for ``x`` (``training=False``), batch by batch, as one ndarray.

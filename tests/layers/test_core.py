@@ -236,3 +236,53 @@ def test_dense_rejects_an_unknown_initializer_when_constructed():
         Dense(2, kernel_initializer="glorot")
     with pytest.raises(ValueError, match="unknown initializer 'zeroes'"):
         Dense(2, bias_initializer="zeroes")
+
+
+def test_sequential_takes_an_input_first_and_builds_as_it_grows():
+    model = tp.layers.Sequential([tp.Input((4,)), tp.layers.Dense(3)])
+    assert model.built and [tuple(w.shape) for w in model.weights] == [(4, 3), (3,)]
+    model.add(tp.layers.Dense(2))
+    assert [tuple(w.shape) for w in model.weights][2:] == [(3, 2), (2,)]
+    assert np.asarray(model(np.ones((5, 4), np.float32))).shape == (5, 2)
+    with pytest.raises(ValueError, match=r"a tp.Input may only be the first entry"):
+        model.add(tp.Input((2,)))
+
+
+@pytest.mark.parametrize(
+    "argument",
+    [{"input_shape": (4,)}, {"input_dim": 4}, {"batch_shape": (None, 4)}, {"batch_input_shape": (8, 4)}],
+)
+def test_a_first_layers_input_arguments_build_the_sequential(argument):
+    model = tp.layers.Sequential([tp.layers.Dense(3, **argument), tp.layers.Dense(2)])
+    assert model.built and [tuple(w.shape) for w in model.weights] == [(4, 3), (3,), (3, 2), (2,)]
+
+
+def test_input_arguments_that_disagree_or_are_not_shapes_are_named():
+    with pytest.raises(ValueError, match=r"Dense: give one of \['input_dim', 'input_shape'\]"):
+        tp.layers.Dense(3, input_shape=(4,), input_dim=4)
+    with pytest.raises(ValueError, match=r"Dense: input_shape must be a shape"):
+        tp.layers.Dense(3, input_shape="four")
+
+
+def test_sequential_build_creates_the_weights_as_keras_does():
+    tp.random.set_seed(0)
+    model = tp.layers.Sequential([tp.layers.Dense(3, activation="relu"), tp.layers.Dense(2)])
+    model.build((None, 4))
+    assert model.built and [tuple(w.shape) for w in model.weights] == [(4, 3), (3,), (3, 2), (2,)]
+    weights = [np.full(w.shape, 0.5, np.float32) for w in model.get_weights()]
+    model.set_weights(weights)
+    x = np.ones((2, 4), np.float32)
+    np.testing.assert_allclose(np.asarray(model(x)), np.full((2, 2), 0.5 * 3 * 2.5 + 0.5), rtol=1e-6)
+
+
+def test_train_test_and_predict_on_batch():
+    tp.random.set_seed(0)
+    model = tp.layers.Sequential([tp.Input((4,)), tp.layers.Dense(1)])
+    model.compile(optimizer=tp.optimizers.SGD(0.01), loss="mse", metrics=["mae"])
+    x, y = np.ones((8, 4), np.float32), np.zeros((8, 1), np.float32)
+    before = float(np.mean(np.asarray(model(x)) ** 2))
+    loss, _ = model.train_on_batch(x, y)
+    np.testing.assert_allclose(loss, before, rtol=1e-5)
+    logs = model.test_on_batch(x, y, return_dict=True)
+    assert set(logs) == {"loss", "mae"} and logs["loss"] < before
+    np.testing.assert_allclose(model.predict_on_batch(x), np.asarray(model(x)), rtol=1e-6)

@@ -376,3 +376,16 @@ def test_masked_merges_differ_from_plain_ones_in_the_keras_comparison(keras_save
     saved = _numbered(keras_saved, "masked_merges/y")
     assert np.abs(np.maximum(a, b) - saved[0]).max() > 1e-3
     assert np.abs(a * plain - saved[3]).max() > 1e-3
+
+
+def test_two_inputs_with_one_name_are_refused():
+    a, b = tp.Input((3,), name="x"), tp.Input((3,), name="x")
+    with pytest.raises(ValueError, match=r"the inputs \['x'\] are each named more than once"):
+        tp.Model([a, b], tp.layers.Subtract()([a, b]))
+
+
+def test_input_takes_keras_batch_shape_and_batch_size():
+    assert tp.Input(batch_shape=(None, 5, 2)).shape == (None, 5, 2)
+    assert tp.Input((3,), batch_size=8).shape == (None, 3)
+    with pytest.raises(ValueError, match=r"give shape \(without the batch axis\) or batch_shape"):
+        tp.Input((3,), batch_shape=(None, 3))
