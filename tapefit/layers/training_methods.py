@@ -14,7 +14,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-__all__ = ["TrainingMethods", "held_metrics"]
+__all__ = ["TrainingMethods", "held_metrics", "held_optimizers"]
 
 # What the trainer keeps on a model: not the model's own metrics.
 _NOT_HELD = frozenset(["_trainer", "_compiled", "_optimizer"])
@@ -44,6 +44,21 @@ def held_metrics(root: Any) -> list[Any]:
                 if _is_metric(item) and id(item) not in seen:
                     seen.add(id(item))
                     found.append(item)
+    return found
+
+
+def _is_optimizer(value: Any) -> bool:
+    return hasattr(value, "apply_gradients") and hasattr(value, "get_state") and not isinstance(value, type)
+
+
+def held_optimizers(model: Any) -> dict[str, Any]:
+    """The optimizers ``model`` itself holds as attributes (a GAN's ``d_optimizer`` and
+    ``g_optimizer``), each once, by attribute name in attribute order; not the trainer's, nor
+    one assigned to ``model.optimizer``. Checkpoints and model files keep their states."""
+    found: dict[str, Any] = {}
+    for key, value in vars(model).items() if hasattr(model, "__dict__") else ():
+        if key not in _NOT_HELD and _is_optimizer(value) and all(value is not o for o in found.values()):
+            found[key] = value
     return found
 
 

@@ -618,18 +618,21 @@ class Trainer:
     def optimizers(self) -> dict[str, Any]:
         """Every optimizer of the run: ``optimizer`` (the trainer's) and those the model holds
         as attributes (a GAN's ``d_optimizer`` and ``g_optimizer``), each once, by name."""
+        from tapefit.layers.training_methods import held_optimizers
+
         found: dict[str, Any] = {}
         if self.optimizer is not None:
             found["optimizer"] = self.optimizer
-        for key, value in vars(self.model).items() if hasattr(self.model, "__dict__") else ():
-            name = "optimizer" if key == "_optimizer" else key
-            if (
-                hasattr(value, "apply_gradients")
-                and hasattr(value, "get_state")
-                and not isinstance(value, type)
-                and all(value is not known for known in found.values())
-            ):
-                found[name] = value
+        assigned = getattr(self.model, "__dict__", {}).get("_optimizer")  # model.optimizer = ...
+        if (
+            hasattr(assigned, "apply_gradients")
+            and hasattr(assigned, "get_state")
+            and not isinstance(assigned, type)
+        ):
+            found["optimizer"] = assigned  # the one the model's step reaches as self.optimizer
+        for name, optimizer in held_optimizers(self.model).items():
+            if all(optimizer is not known for known in found.values()):
+                found[name] = optimizer
         return found
 
     def apply(self, grads_and_vars: Any, optimizer: Any = None, logs: dict[str, float] | None = None) -> Any:
