@@ -213,16 +213,13 @@ def save_model(
         raise FileNotFoundError(f"save: the folder '{path.parent}' of '{path}' does not exist")
     from tapefit import __version__
 
-    build_input = getattr(module, "_build_input", None)
     state = module.state_dict()
     config = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "tapefit_version": __version__,
         "model": serialization.serialize(module, f"model '{module.name}'"),
-        "build_config": None
-        if build_input is None
-        else {"input_spec": serialization.to_plain(build_input, "input")},
+        "build_config": _build_config(module),
         "compile_config": compile_config,
         "optimizer": optimizer_entry,
         # The weights in the order of `variables`: a rebuilt model takes them by position, since
@@ -247,6 +244,24 @@ def save_model(
 
     atomic_write(path, write)
     return path
+
+
+def _build_config(module: Module) -> dict[str, Any] | None:
+    """How a rebuilt ``module`` makes its variables: the input spec of its first call or, for a
+    model never called itself (a GAN's step calls its parts), those of the layers it holds as
+    attributes (``{"layers": {attribute: spec}}``); ``None`` when nothing was called."""
+    from tapefit.layers import serialization
+    from tapefit.layers.module import Module
+
+    build_input = getattr(module, "_build_input", None)
+    if build_input is not None:
+        return {"input_spec": serialization.to_plain(build_input, "input")}
+    layers = {
+        name: serialization.to_plain(value._build_input, f"the input of {name}")
+        for name, value in vars(module).items()
+        if isinstance(value, Module) and getattr(value, "_build_input", None) is not None
+    }
+    return {"layers": layers} if layers else None
 
 
 def read_model_file(path: str | os.PathLike[str]) -> ModelFile:

@@ -211,16 +211,30 @@ def _build(model: Any, build: Any) -> None:
     """Makes the variables of a rebuilt model as its first call did, from ``build_config``."""
     if not isinstance(model, Module):
         raise serialization.ConfigError(f"'model' describes a {type(model).__name__}, not a model")
-    if build is not None:
-        unknown = [k for k in build if k != "input_spec"]
-        if unknown:
-            raise serialization.ConfigError(f"unknown key {shown(unknown[0])} in build_config")
-        if "input_spec" not in build:
-            raise serialization.ConfigError("build_config has no 'input_spec'")
+    if build is None:
+        return
+    unknown = [k for k in build if k not in ("input_spec", "layers")]
+    if unknown:
+        raise serialization.ConfigError(f"unknown key {shown(unknown[0])} in build_config")
+    if ("input_spec" in build) == ("layers" in build):
+        raise serialization.ConfigError("build_config holds one of 'input_spec' and 'layers'")
+    targets = [(model, build.get("input_spec"), "the model")]
+    if "layers" in build:
+        if not isinstance(build["layers"], dict):
+            raise serialization.ConfigError("build_config.layers must be an object")
+        targets = []
+        for name, spec in build["layers"].items():
+            layer = vars(model).get(name)
+            if not isinstance(layer, Module):
+                raise serialization.ConfigError(
+                    f"build_config.layers: the model holds no layer {shown(name)} to build"
+                )
+            targets.append((layer, spec, f"its layer {shown(name)}"))
+    for target, spec, what in targets:
         try:
-            saving.build_from_spec(model, build["input_spec"])
+            saving.build_from_spec(target, spec)
         except (TypeError, ValueError, IndexError, MemoryError, NotImplementedError) as error:
-            raise serialization.ConfigError(f"the model cannot be built: {_first_line(error)}") from None
+            raise serialization.ConfigError(f"{what} cannot be built: {_first_line(error)}") from None
 
 
 def _rebuild_optimizer(entry: Any, tables: dict[str, dict[str, type]]) -> Any:
