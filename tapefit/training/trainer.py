@@ -434,11 +434,14 @@ class Trainer:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Writes the model, the optimizer (config and state), the loss, the metrics and the loss
-        weights to one ``.tapefit`` file (Keras's ``model.save`` of a compiled model).
+        weights to one ``.tapefit`` file (Keras's ``model.save`` of a compiled model), and the
+        state of every optimizer the model holds itself (a GAN's two; its config makes them).
 
         ``Trainer.load(path)`` makes a trainer that continues exactly where this one stands;
         ``tp.models.load_model(path)`` gives the model alone. The trainer's position (epoch,
-        History) and plugins are not saved: checkpoints hold those.
+        History), its plugins and the random generators are not saved: checkpoints hold those.
+        A trainer without an optimizer or loss (a model whose ``train_step`` brings its own)
+        saves as well.
 
         Args:
             path: the file; its name must end in ``.tapefit`` and its folder must exist.
@@ -453,8 +456,10 @@ class Trainer:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], **kwargs: Any) -> Trainer:
-        """A trainer from a file ``Trainer.save`` wrote: its model with the weights, its optimizer
-        with its state, its loss, metrics and loss weights.
+        """A trainer from a file ``Trainer.save`` wrote: its model with the weights (and the
+        states of the optimizers the model holds), its optimizer with its state, its loss,
+        metrics and loss weights. A model whose class overrides ``train_step`` may come without
+        an optimizer and a loss, from ``Module.save`` too.
 
         Args:
             path: the ``.tapefit`` file.
@@ -463,12 +468,14 @@ class Trainer:
         Raises:
             FileNotFoundError: there is no such file.
             ValueError: (``tp.models.ModelFileError``) the file is refused (one line naming
-                it), or holds no optimizer or loss (``Module.save`` wrote it).
+                it), or holds a model trained by the default step without an optimizer or a
+                loss (``Module.save`` wrote it).
         """
         from tapefit import models
 
         compiled = models.load_compiled(path)
-        if compiled.optimizer is None or compiled.loss is None:
+        own_step = overridden_step(compiled.model, "train_step") is not None
+        if not own_step and (compiled.optimizer is None or compiled.loss is None):
             raise models.ModelFileError(
                 f"Trainer.load: '{path}' holds a model without an optimizer and loss (Module.save wrote "
                 "it); use tp.models.load_model and make a Trainer"
