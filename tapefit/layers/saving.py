@@ -20,6 +20,7 @@ import numpy as np
 
 from tapefit.core.files import FileRefused, atomic_write, file_size, open_untrusted
 from tapefit.core.messages import shown
+from tapefit.layers.training_methods import held_optimizers
 
 if TYPE_CHECKING:
     from tapefit.layers.module import Module
@@ -123,8 +124,11 @@ def load_weights(module: Module, path: str | os.PathLike[str]) -> None:
 #
 # A ``.tapefit`` file is a zip archive whose members are stored, not compressed: ``config.json``
 # (the architecture, and the compile state when a trainer saved it), ``model.safetensors`` (the
-# weights, keyed by the state_dict paths) and, from a trainer, ``optimizer.safetensors`` (the
-# optimizer's state). Each member is a standard file: unzip it, and json and safetensors tools
+# weights, keyed by the state_dict paths), from a trainer ``optimizer.safetensors`` (the
+# trainer's optimizer's state, keyed as ``get_state``: ``iterations``, ``learning_rate``,
+# ``<slot>/<position>``) and, for a model that holds optimizers as attributes (a GAN's two),
+# ``optimizers.safetensors`` (their states, keyed ``<attribute>/<state key>``, as
+# ``d_optimizer/m/0``; their configs are not saved: the model's own config makes them). Each member is a standard file: unzip it, and json and safetensors tools
 # read the parts. Stored members keep a member's size on disk equal to its size read, so every
 # size is checked against the file before a byte is read, and no member inflates.
 
@@ -134,6 +138,7 @@ FORMAT_VERSION = 1
 CONFIG_MEMBER = "config.json"
 WEIGHTS_MEMBER = "model.safetensors"
 OPTIMIZER_MEMBER = "optimizer.safetensors"
+HELD_OPTIMIZERS_MEMBER = "optimizers.safetensors"
 MAX_CONFIG_BYTES = 16 * 2**20
 """The largest ``config.json`` a model file may hold (a config is a few kB per layer)."""
 MAX_JSON_DEPTH = 100
@@ -177,11 +182,14 @@ class ModelFile:
             ``weight_paths``, the keys of ``weights`` in the order of the model's ``variables``.
         weights: the model's arrays by ``state_dict`` path.
         optimizer_state: the optimizer's ``get_state()`` (``None`` without an optimizer).
+        held_optimizer_states: the ``get_state()`` of each optimizer the model holds, by
+            attribute name (empty when it holds none).
     """
 
     config: dict[str, Any]
     weights: dict[str, np.ndarray]
     optimizer_state: dict[str, Any] | None
+    held_optimizer_states: dict[str, dict[str, np.ndarray]] = dataclasses.field(default_factory=dict)
 
 
 def save_model(
@@ -193,6 +201,9 @@ def save_model(
     optimizer_state: dict[str, Any] | None = None,
 ) -> Path:
     """Writes ``module`` to ``path`` (a ``.tapefit`` file), atomically; returns the path.
+
+    The states of the optimizers ``module`` holds as attributes are always written (Keras's
+    ``model.save`` keeps the optimizers a model holds, as part of the model's state).
 
     Args:
         module: the model.
@@ -235,6 +246,14 @@ def save_model(
     if optimizer_state is not None:
         state = {key: np.asarray(value, order="C") for key, value in optimizer_state.items()}
         members.append((OPTIMIZER_MEMBER, st.save(state, metadata={"format": "np"})))
+    held = held_optimizers(module)
+    if held:
+        states = {
+            f"{name}/{key}": np.asarray(value, order="C")
+            for name, optimizer in held.items()
+            for key, value in optimizer.get_state().items()
+        }
+        members.append((HELD_OPTIMIZERS_MEMBER, st.save(states, metadata={"format": "np"})))
 
     def write(f: Any) -> None:
         with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as archive:
@@ -307,12 +326,22 @@ def read_model_file(path: str | os.PathLike[str]) -> ModelFile:
         optimizer_state = _parse_safetensors(data[OPTIMIZER_MEMBER], OPTIMIZER_MEMBER, refuse)
     if (optimizer_state is None) != (config["optimizer"] is None):
         raise refuse("the optimizer's config and its state must come together")
-    return ModelFile(config, weights, optimizer_state)
+    held_states: dict[str, dict[str, np.ndarray]] = {}
+    if HELD_OPTIMIZERS_MEMBER in data:
+        flat = _parse_safetensors(data[HELD_OPTIMIZERS_MEMBER], HELD_OPTIMIZERS_MEMBER, refuse)
+        for key, array in flat.items():
+            name, _, state_key = key.partition("/")
+            if not (name.isidentifier() and state_key):
+                raise refuse(
+                    f"{HELD_OPTIMIZERS_MEMBER}: the key {shown(key)} is not '<attribute>/<state key>'"
+                )
+            held_states.setdefault(name, {})[state_key] = array
+    return ModelFile(config, weights, optimizer_state, held_states)
 
 
 def _read_members(archive: zipfile.ZipFile, length: int, refuse: Any) -> dict[str, bytes]:
     infos = archive.infolist()
-    allowed = (CONFIG_MEMBER, WEIGHTS_MEMBER, OPTIMIZER_MEMBER)
+    allowed = (CONFIG_MEMBER, WEIGHTS_MEMBER, OPTIMIZER_MEMBER, HELD_OPTIMIZERS_MEMBER)
     if len(infos) > len(allowed):
         raise refuse(f"it has {len(infos)} members, a model file at most {len(allowed)}")
     seen: set[str] = set()
