@@ -123,14 +123,17 @@ def load_weights(module: Module, path: str | os.PathLike[str]) -> None:
 # -- whole-model files ------------------------------------------------------------------
 #
 # A ``.tapefit`` file is a zip archive whose members are stored, not compressed: ``config.json``
-# (the architecture, and the compile state when a trainer saved it), ``model.safetensors`` (the
-# weights, keyed by the state_dict paths), from a trainer ``optimizer.safetensors`` (the
-# trainer's optimizer's state, keyed as ``get_state``: ``iterations``, ``learning_rate``,
-# ``<slot>/<position>``) and, for a model that holds optimizers as attributes (a GAN's two),
-# ``optimizers.safetensors`` (their states, keyed ``<attribute>/<state key>``, as
-# ``d_optimizer/m/0``; their configs are not saved: the model's own config makes them). Each member is a standard file: unzip it, and json and safetensors tools
-# read the parts. Stored members keep a member's size on disk equal to its size read, so every
-# size is checked against the file before a byte is read, and no member inflates.
+# (the architecture, its ``build_config``: the input spec of the model's first call, or of each
+# layer it holds when only those were called; and the compile state when a trainer saved it),
+# ``model.safetensors`` (the weights, keyed by the state_dict paths), from a trainer
+# ``optimizer.safetensors`` (the trainer's optimizer's state, keyed as ``get_state``:
+# ``iterations``, ``learning_rate``, ``<slot>/<position>``) and, for a model that holds
+# optimizers as attributes (a GAN's two), ``optimizers.safetensors`` (their states, keyed
+# ``<attribute>/<state key>``, as ``d_optimizer/momentum/0``; their configs are not saved: the
+# model's own config makes them). Each member is a standard file: unzip it, and json and
+# safetensors tools read the parts. Stored members keep a member's size on disk equal to its
+# size read, so every size is checked against the file before a byte is read, and no member
+# inflates.
 
 MODEL_SUFFIX = ".tapefit"
 FORMAT = "tapefit.model"
