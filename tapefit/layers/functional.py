@@ -376,11 +376,15 @@ class Model(Layer):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Model:
-        """Rebuilds the graph of ``get_config``: makes the layers, then replays the calls.
+        """Rebuilds the graph of ``get_config``: makes the layers, then replays the calls. A
+        subclass with a constructor of its own is made from its arguments, as any layer.
 
         Raises:
             ValueError: (``ConfigError``) an unknown key, class, layer or tensor, named.
         """
+        if cls.__init__ is not Model.__init__:  # Keras's rule: only Model's own arguments revive a graph
+            model: Model = super().from_config(config)  # type: ignore[assignment]
+            return model
         return _model_from_config(cls, config)
 
     # -- summary -------------------------------------------------------------

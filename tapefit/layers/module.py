@@ -907,11 +907,13 @@ class Module(TrainingMethods):
         return serialization.from_constructor_config(cls, config)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Writes the whole model to one ``.tapefit`` file: its config and its weights.
+        """Writes the whole model to one ``.tapefit`` file: its config, its weights and the
+        states of the optimizers it holds as attributes (a GAN's two), as Keras's
+        ``model.save`` keeps a model's own optimizers.
 
         ``tp.models.load_model(path)`` rebuilds it without the code that built it (a class
         of your own must be registered with ``@tp.register_serializable``). To save the
-        optimizer, loss and metrics too, use ``Trainer.save``.
+        trainer's optimizer, loss and metrics too, use ``Trainer.save``.
 
         Args:
             path: the file; its name must end in ``.tapefit``, and its folder must exist.

@@ -20,6 +20,7 @@ import numpy as np
 
 from tapefit.core.files import FileRefused, atomic_write, file_size, open_untrusted
 from tapefit.core.messages import shown
+from tapefit.layers.training_methods import held_optimizers
 
 if TYPE_CHECKING:
     from tapefit.layers.module import Module
@@ -122,11 +123,17 @@ def load_weights(module: Module, path: str | os.PathLike[str]) -> None:
 # -- whole-model files ------------------------------------------------------------------
 #
 # A ``.tapefit`` file is a zip archive whose members are stored, not compressed: ``config.json``
-# (the architecture, and the compile state when a trainer saved it), ``model.safetensors`` (the
-# weights, keyed by the state_dict paths) and, from a trainer, ``optimizer.safetensors`` (the
-# optimizer's state). Each member is a standard file: unzip it, and json and safetensors tools
-# read the parts. Stored members keep a member's size on disk equal to its size read, so every
-# size is checked against the file before a byte is read, and no member inflates.
+# (the architecture, its ``build_config``: the input spec of the model's first call, or of each
+# layer it holds when only those were called; and the compile state when a trainer saved it),
+# ``model.safetensors`` (the weights, keyed by the state_dict paths), from a trainer
+# ``optimizer.safetensors`` (the trainer's optimizer's state, keyed as ``get_state``:
+# ``iterations``, ``learning_rate``, ``<slot>/<position>``) and, for a model that holds
+# optimizers as attributes (a GAN's two), ``optimizers.safetensors`` (their states, keyed
+# ``<attribute>/<state key>``, as ``d_optimizer/momentum/0``; their configs are not saved: the
+# model's own config makes them). Each member is a standard file: unzip it, and json and
+# safetensors tools read the parts. Stored members keep a member's size on disk equal to its
+# size read, so every size is checked against the file before a byte is read, and no member
+# inflates.
 
 MODEL_SUFFIX = ".tapefit"
 FORMAT = "tapefit.model"
@@ -134,6 +141,7 @@ FORMAT_VERSION = 1
 CONFIG_MEMBER = "config.json"
 WEIGHTS_MEMBER = "model.safetensors"
 OPTIMIZER_MEMBER = "optimizer.safetensors"
+HELD_OPTIMIZERS_MEMBER = "optimizers.safetensors"
 MAX_CONFIG_BYTES = 16 * 2**20
 """The largest ``config.json`` a model file may hold (a config is a few kB per layer)."""
 MAX_JSON_DEPTH = 100
@@ -177,11 +185,14 @@ class ModelFile:
             ``weight_paths``, the keys of ``weights`` in the order of the model's ``variables``.
         weights: the model's arrays by ``state_dict`` path.
         optimizer_state: the optimizer's ``get_state()`` (``None`` without an optimizer).
+        held_optimizer_states: the ``get_state()`` of each optimizer the model holds, by
+            attribute name (empty when it holds none).
     """
 
     config: dict[str, Any]
     weights: dict[str, np.ndarray]
     optimizer_state: dict[str, Any] | None
+    held_optimizer_states: dict[str, dict[str, np.ndarray]] = dataclasses.field(default_factory=dict)
 
 
 def save_model(
@@ -193,6 +204,9 @@ def save_model(
     optimizer_state: dict[str, Any] | None = None,
 ) -> Path:
     """Writes ``module`` to ``path`` (a ``.tapefit`` file), atomically; returns the path.
+
+    The states of the optimizers ``module`` holds as attributes are always written (Keras's
+    ``model.save`` keeps the optimizers a model holds, as part of the model's state).
 
     Args:
         module: the model.
@@ -213,16 +227,13 @@ def save_model(
         raise FileNotFoundError(f"save: the folder '{path.parent}' of '{path}' does not exist")
     from tapefit import __version__
 
-    build_input = getattr(module, "_build_input", None)
     state = module.state_dict()
     config = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "tapefit_version": __version__,
         "model": serialization.serialize(module, f"model '{module.name}'"),
-        "build_config": None
-        if build_input is None
-        else {"input_spec": serialization.to_plain(build_input, "input")},
+        "build_config": _build_config(module),
         "compile_config": compile_config,
         "optimizer": optimizer_entry,
         # The weights in the order of `variables`: a rebuilt model takes them by position, since
@@ -238,6 +249,14 @@ def save_model(
     if optimizer_state is not None:
         state = {key: np.asarray(value, order="C") for key, value in optimizer_state.items()}
         members.append((OPTIMIZER_MEMBER, st.save(state, metadata={"format": "np"})))
+    held = held_optimizers(module)
+    if held:
+        states = {
+            f"{name}/{key}": np.asarray(value, order="C")
+            for name, optimizer in held.items()
+            for key, value in optimizer.get_state().items()
+        }
+        members.append((HELD_OPTIMIZERS_MEMBER, st.save(states, metadata={"format": "np"})))
 
     def write(f: Any) -> None:
         with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as archive:
@@ -247,6 +266,24 @@ def save_model(
 
     atomic_write(path, write)
     return path
+
+
+def _build_config(module: Module) -> dict[str, Any] | None:
+    """How a rebuilt ``module`` makes its variables: the input spec of its first call or, for a
+    model never called itself (a GAN's step calls its parts), those of the layers it holds as
+    attributes (``{"layers": {attribute: spec}}``); ``None`` when nothing was called."""
+    from tapefit.layers import serialization
+    from tapefit.layers.module import Module
+
+    build_input = getattr(module, "_build_input", None)
+    if build_input is not None:
+        return {"input_spec": serialization.to_plain(build_input, "input")}
+    layers = {
+        name: serialization.to_plain(value._build_input, f"the input of {name}")
+        for name, value in vars(module).items()
+        if isinstance(value, Module) and getattr(value, "_build_input", None) is not None
+    }
+    return {"layers": layers} if layers else None
 
 
 def read_model_file(path: str | os.PathLike[str]) -> ModelFile:
@@ -292,12 +329,27 @@ def read_model_file(path: str | os.PathLike[str]) -> ModelFile:
         optimizer_state = _parse_safetensors(data[OPTIMIZER_MEMBER], OPTIMIZER_MEMBER, refuse)
     if (optimizer_state is None) != (config["optimizer"] is None):
         raise refuse("the optimizer's config and its state must come together")
-    return ModelFile(config, weights, optimizer_state)
+    held_states: dict[str, dict[str, np.ndarray]] = {}
+    if HELD_OPTIMIZERS_MEMBER in data:
+        flat = _parse_safetensors(data[HELD_OPTIMIZERS_MEMBER], HELD_OPTIMIZERS_MEMBER, refuse)
+        for key, array in flat.items():
+            name, _, state_key = key.partition("/")
+            segments = name.split(".")  # held_optimizers joins a submodule, attribute and item by dots
+            if not (
+                segments[0].isidentifier()
+                and all(p.isidentifier() or p.isdigit() for p in segments)
+                and state_key
+            ):
+                raise refuse(
+                    f"{HELD_OPTIMIZERS_MEMBER}: the key {shown(key)} is not '<attribute>/<state key>'"
+                )
+            held_states.setdefault(name, {})[state_key] = array
+    return ModelFile(config, weights, optimizer_state, held_states)
 
 
 def _read_members(archive: zipfile.ZipFile, length: int, refuse: Any) -> dict[str, bytes]:
     infos = archive.infolist()
-    allowed = (CONFIG_MEMBER, WEIGHTS_MEMBER, OPTIMIZER_MEMBER)
+    allowed = (CONFIG_MEMBER, WEIGHTS_MEMBER, OPTIMIZER_MEMBER, HELD_OPTIMIZERS_MEMBER)
     if len(infos) > len(allowed):
         raise refuse(f"it has {len(infos)} members, a model file at most {len(allowed)}")
     seen: set[str] = set()

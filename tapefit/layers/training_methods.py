@@ -14,7 +14,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-__all__ = ["TrainingMethods", "held_metrics"]
+__all__ = ["TrainingMethods", "held_metrics", "held_optimizers"]
 
 # What the trainer keeps on a model: not the model's own metrics.
 _NOT_HELD = frozenset(["_trainer", "_compiled", "_optimizer"])
@@ -44,6 +44,34 @@ def held_metrics(root: Any) -> list[Any]:
                 if _is_metric(item) and id(item) not in seen:
                     seen.add(id(item))
                     found.append(item)
+    return found
+
+
+def _is_optimizer(value: Any) -> bool:
+    return hasattr(value, "apply_gradients") and hasattr(value, "get_state") and not isinstance(value, type)
+
+
+def held_optimizers(model: Any) -> dict[str, Any]:
+    """The optimizers ``model`` and its submodules hold as attributes, directly or in lists,
+    tuples and dict values, each once, in attribute order; not the trainer's, nor one assigned
+    to ``model.optimizer``. Checkpoints and model files keep their states by these names: the
+    attribute (``d_optimizer``), with the submodule's name and the item's key or position
+    joined by dots below it (``encoder.optimizer``, ``optimizers.0``)."""
+    found: dict[str, Any] = {}
+    modules = [("", model), *((m.name + ".", m) for m in getattr(model, "submodules", []))]
+    for prefix, module in modules:
+        for key, value in vars(module).items() if hasattr(module, "__dict__") else ():
+            if key in _NOT_HELD:
+                continue
+            if isinstance(value, dict):
+                items = [(f"{key}.{k}", v) for k, v in value.items()]
+            elif isinstance(value, (list, tuple)):
+                items = [(f"{key}.{i}", v) for i, v in enumerate(value)]
+            else:
+                items = [(key, value)]
+            for name, item in items:
+                if _is_optimizer(item) and all(item is not o for o in found.values()):
+                    found[prefix + name] = item
     return found
 
 

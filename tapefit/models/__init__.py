@@ -3,6 +3,8 @@
 A ``.tapefit`` file holds a model's architecture (its config, JSON) and its weights
 (safetensors), and, when a ``Trainer`` saved it, the loss, metrics and loss weights it was made
 with and the optimizer's config and state, so that training continues exactly where it stopped.
+The optimizers a model holds as attributes (a GAN's two) keep their states in it too, whoever
+saved it: the model's config makes them again, and the file gives back where they stood.
 The file format and its checks live in ``tapefit.layers.saving``; this package adds what sits
 above the layers: optimizers and their schedules.
 
@@ -20,11 +22,14 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from tapefit.core.messages import shown
 from tapefit.layers import saving, serialization
 from tapefit.layers.module import Module, weight_budget
 from tapefit.layers.saving import ModelFileError
 from tapefit.layers.serialization import register_serializable
+from tapefit.layers.training_methods import held_optimizers
 
 __all__ = [
     "CompiledModel",
@@ -81,7 +86,9 @@ def save_model(
     """Writes ``model`` (and optionally what a trainer trains it with) to one ``.tapefit`` file.
 
     ``model.save(path)`` calls this with the model alone; ``Trainer.save(path)`` with its
-    optimizer, loss, metrics and loss weights. The file is written atomically.
+    optimizer, loss, metrics and loss weights. Either way the states of the optimizers the model
+    holds as attributes are saved (as Keras's ``model.save`` keeps them with the model). The
+    file is written atomically.
 
     Args:
         model: the model; built-in layers and registered classes only.
@@ -132,15 +139,17 @@ class CompiledModel:
 
 
 def load_compiled(path: str | os.PathLike[str]) -> CompiledModel:
-    """Rebuilds a ``.tapefit`` file's model, optimizer (with its state), loss and metrics.
+    """Rebuilds a ``.tapefit`` file's model, optimizer (with its state), loss and metrics; each
+    optimizer the rebuilt model holds gets the state saved under its attribute name.
 
     ``Trainer.load(path)`` makes a trainer of them; ``load_model`` returns the model alone.
 
     Raises:
         FileNotFoundError: there is no such file.
         ModelFileError: the file is not a model file, lies about its sizes, holds JSON that is
-            too large or too deep, or names an unknown key or class (one line naming the file
-            and the problem).
+            too large or too deep, names an unknown key or class, or holds optimizer states
+            that the optimizers (or the model's optimizers, by name) cannot take (one line
+            naming the file and the problem).
     """
     contents = saving.read_model_file(path)
     tables = _tables()
@@ -155,6 +164,7 @@ def load_compiled(path: str | os.PathLike[str]) -> CompiledModel:
                 optimizer.set_state(contents.optimizer_state)
             except (TypeError, ValueError) as error:
                 raise serialization.ConfigError(f"the optimizer's state: {_first_line(error)}") from None
+        _restore_held_optimizers(model, contents.held_optimizer_states)
         compile_config = contents.config["compile_config"] or {
             "loss": None,
             "metrics": None,
@@ -207,20 +217,83 @@ def _rebuild_model(contents: saving.ModelFile, tables: dict[str, dict[str, type]
     return model
 
 
+def _restore_held_optimizers(model: Module, states: dict[str, dict[str, Any]]) -> None:
+    """Gives each optimizer the rebuilt model holds (its config made it) the state saved under
+    its attribute name, after checking them all: the same names, and each state one its
+    optimizer takes for the model's variables."""
+    held = held_optimizers(model)
+    if sorted(states) != sorted(held):
+        raise serialization.ConfigError(
+            f"{saving.HELD_OPTIMIZERS_MEMBER} holds the states of {sorted(states)}, the model holds the "
+            f"optimizers {sorted(held)}"
+        )
+    for name, optimizer in held.items():
+        try:
+            _check_held_state(optimizer, states[name], model.trainable_variables)
+        except (TypeError, ValueError) as error:
+            raise serialization.ConfigError(
+                f"{saving.HELD_OPTIMIZERS_MEMBER}: {name}: {_first_line(error)}"
+            ) from None
+    for name, optimizer in held.items():
+        optimizer.set_state(states[name])
+
+
+def _check_held_state(optimizer: Any, state: dict[str, Any], variables: list[Any]) -> None:
+    """``Optimizer.check_state`` for an optimizer the model holds. Which of the model's variables
+    it updates shows only when its step runs, so unless it has seen them already, its slots
+    are checked against the model's variables as a whole: no more positions than there are
+    variables, each slot of a shape one of them has (``set_state`` checks the rest when the
+    optimizer first sees its variables)."""
+    seen = list(getattr(optimizer, "_variables", ()))
+    if seen:
+        optimizer.check_state(state, seen)
+        return
+    optimizer.check_state(state)
+    shapes = {tuple(variable.shape) for variable in variables}
+    for key, value in state.items():
+        name, _, position = str(key).rpartition("/")
+        if not name:
+            continue  # iterations, learning_rate
+        if int(position) >= len(variables):
+            raise ValueError(
+                f"set_state: the state holds slots for variable {position}, but the model has "
+                f"{len(variables)} trainable variables"
+            )
+        if tuple(np.shape(value)) not in shapes:
+            raise ValueError(
+                f"set_state: slot {shown(key)} has shape {tuple(np.shape(value))}, which none of the "
+                "model's trainable variables has"
+            )
+
+
 def _build(model: Any, build: Any) -> None:
     """Makes the variables of a rebuilt model as its first call did, from ``build_config``."""
     if not isinstance(model, Module):
         raise serialization.ConfigError(f"'model' describes a {type(model).__name__}, not a model")
-    if build is not None:
-        unknown = [k for k in build if k != "input_spec"]
-        if unknown:
-            raise serialization.ConfigError(f"unknown key {shown(unknown[0])} in build_config")
-        if "input_spec" not in build:
-            raise serialization.ConfigError("build_config has no 'input_spec'")
+    if build is None:
+        return
+    unknown = [k for k in build if k not in ("input_spec", "layers")]
+    if unknown:
+        raise serialization.ConfigError(f"unknown key {shown(unknown[0])} in build_config")
+    if ("input_spec" in build) == ("layers" in build):
+        raise serialization.ConfigError("build_config holds one of 'input_spec' and 'layers'")
+    targets = [(model, build.get("input_spec"), "the model")]
+    if "layers" in build:
+        if not isinstance(build["layers"], dict):
+            raise serialization.ConfigError("build_config.layers must be an object")
+        targets = []
+        for name, spec in build["layers"].items():
+            layer = vars(model).get(name)
+            if not isinstance(layer, Module):
+                raise serialization.ConfigError(
+                    f"build_config.layers: the model holds no layer {shown(name)} to build"
+                )
+            targets.append((layer, spec, f"its layer {shown(name)}"))
+    for target, spec, what in targets:
         try:
-            saving.build_from_spec(model, build["input_spec"])
+            saving.build_from_spec(target, spec)
         except (TypeError, ValueError, IndexError, MemoryError, NotImplementedError) as error:
-            raise serialization.ConfigError(f"the model cannot be built: {_first_line(error)}") from None
+            raise serialization.ConfigError(f"{what} cannot be built: {_first_line(error)}") from None
 
 
 def _rebuild_optimizer(entry: Any, tables: dict[str, dict[str, type]]) -> Any:

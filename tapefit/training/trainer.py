@@ -448,11 +448,14 @@ class Trainer:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Writes the model, the optimizer (config and state), the loss, the metrics and the loss
-        weights to one ``.tapefit`` file (Keras's ``model.save`` of a compiled model).
+        weights to one ``.tapefit`` file (Keras's ``model.save`` of a compiled model), and the
+        state of every optimizer the model holds itself (a GAN's two; its config makes them).
 
         ``Trainer.load(path)`` makes a trainer that continues exactly where this one stands;
         ``tp.models.load_model(path)`` gives the model alone. The trainer's position (epoch,
-        History) and plugins are not saved: checkpoints hold those.
+        History), its plugins and the random generators are not saved: checkpoints hold those.
+        A trainer without an optimizer or loss (a model whose ``train_step`` brings its own)
+        saves as well.
 
         Args:
             path: the file; its name must end in ``.tapefit`` and its folder must exist.
@@ -467,8 +470,10 @@ class Trainer:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], **kwargs: Any) -> Trainer:
-        """A trainer from a file ``Trainer.save`` wrote: its model with the weights, its optimizer
-        with its state, its loss, metrics and loss weights.
+        """A trainer from a file ``Trainer.save`` wrote: its model with the weights (and the
+        states of the optimizers the model holds), its optimizer with its state, its loss,
+        metrics and loss weights. A model whose class overrides ``train_step`` may come without
+        an optimizer and a loss, from ``Module.save`` too.
 
         Args:
             path: the ``.tapefit`` file.
@@ -477,12 +482,14 @@ class Trainer:
         Raises:
             FileNotFoundError: there is no such file.
             ValueError: (``tp.models.ModelFileError``) the file is refused (one line naming
-                it), or holds no optimizer or loss (``Module.save`` wrote it).
+                it), or holds a model trained by the default step without an optimizer or a
+                loss (``Module.save`` wrote it).
         """
         from tapefit import models
 
         compiled = models.load_compiled(path)
-        if compiled.optimizer is None or compiled.loss is None:
+        own_step = overridden_step(compiled.model, "train_step") is not None
+        if not own_step and (compiled.optimizer is None or compiled.loss is None):
             raise models.ModelFileError(
                 f"Trainer.load: '{path}' holds a model without an optimizer and loss (Module.save wrote "
                 "it); use tp.models.load_model and make a Trainer"
@@ -630,30 +637,20 @@ class Trainer:
 
     @property
     def optimizers(self) -> dict[str, Any]:
-        """Every optimizer of the run, each once, by name: ``optimizer`` (the trainer's), then
-        those the model and its layers hold as attributes, directly or in lists, tuples and dict
-        values (a GAN's ``d_optimizer`` and ``g_optimizer``; ``encoder/optimizer``,
-        ``optimizers/0`` below the model)."""
+        """Every optimizer of the run, each once, by name: ``optimizer`` (the trainer's, or one
+        assigned to ``model.optimizer``), then those the model and its layers hold as attributes
+        (``tapefit.layers.training_methods.held_optimizers``: a GAN's ``d_optimizer``)."""
+        from tapefit.layers.training_methods import held_optimizers
+
         found: dict[str, Any] = {}
         if self.optimizer is not None:
             found["optimizer"] = self.optimizer
-        model = self.model
-        modules = [("", model), *((m.name + "/", m) for m in getattr(model, "submodules", []))]
-        for prefix, module in modules:
-            for key, value in vars(module).items() if hasattr(module, "__dict__") else ():
-                if key in ("_trainer", "_compiled"):
-                    continue
-                name = prefix + ("optimizer" if key == "_optimizer" else key)
-                items = (
-                    [(f"{name}/{k}", v) for k, v in value.items()]
-                    if isinstance(value, dict)
-                    else [(f"{name}/{i}", v) for i, v in enumerate(value)]
-                    if isinstance(value, (list, tuple))
-                    else [(name, value)]
-                )
-                for item_name, item in items:
-                    if _is_optimizer(item) and all(item is not known for known in found.values()):
-                        found[item_name] = item
+        assigned = getattr(self.model, "__dict__", {}).get("_optimizer")  # model.optimizer = ...
+        if _is_optimizer(assigned):
+            found["optimizer"] = assigned  # the one the model's step reaches as self.optimizer
+        for name, optimizer in held_optimizers(self.model).items():
+            if all(optimizer is not known for known in found.values()):
+                found[name] = optimizer
         return found
 
     def apply(self, grads_and_vars: Any, optimizer: Any = None, logs: dict[str, float] | None = None) -> Any:

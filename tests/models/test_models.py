@@ -618,3 +618,55 @@ def test_a_compile_config_a_trainer_cannot_take_is_refused_at_load(
     config["compile_config"][key] = value
     members["config.json"] = json.dumps(config).encode()
     _refused_by_both(_write_zip(tmp_path / "compile.tapefit", members), match)
+
+
+@tp.register_serializable(name="tests.TwoParts")
+class TwoParts(tp.Model):
+    """A subclassed model whose step calls its parts, never the model itself (a GAN's shape)."""
+
+    def __init__(self, units: int = 3, name: str | None = None) -> None:
+        super().__init__(name=name)
+        self.encoder = tp.layers.Sequential([tp.layers.Dense(units)], name="encoder")
+        self.decoder = tp.layers.Dense(2, name="decoder")
+
+    def call(self, x: Any) -> Any:
+        return self.decoder(self.encoder(x))
+
+
+def test_a_subclassed_model_built_by_calling_its_parts_round_trips(tmp_path: Path) -> None:
+    model = TwoParts(units=4)
+    x = np.random.default_rng(0).normal(size=(5, 6)).astype(np.float32)
+    model.decoder(model.encoder(x))  # as a custom step would: the model itself is never called
+    model.save(tmp_path / "parts.tapefit")
+    with zipfile.ZipFile(tmp_path / "parts.tapefit") as archive:
+        config = json.loads(archive.read("config.json"))
+    assert config["model"]["config"] == {"units": 4, "name": model.name}  # its constructor's arguments
+    assert config["build_config"] == {
+        "layers": {"encoder": [[None, 6], "float32"], "decoder": [[None, 4], "float32"]}
+    }
+    loaded = tp.models.load_model(tmp_path / "parts.tapefit")
+    assert type(loaded) is TwoParts
+    np.testing.assert_array_equal(loaded(x).numpy(), model(x).numpy())
+
+
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        ({"layers": {"encoder": [[None, 6], "float32"], "nope": [[None, 4], "float32"]}}, "no layer 'nope'"),
+        ({"layers": [1]}, "build_config.layers must be an object"),
+        ({"layers": {}, "input_spec": [[None, 6], "float32"]}, "one of 'input_spec' and 'layers'"),
+        ({"layers": {"decoder": [[None, 5], "float32"]}}, "the weights do not fit the model"),
+    ],
+)
+def test_a_build_config_of_layers_that_do_not_fit_is_refused(
+    tmp_path: Path, build: dict[str, Any], match: str
+) -> None:
+    model = TwoParts(units=4)
+    model.decoder(model.encoder(np.zeros((1, 6), np.float32)))
+    model.save(tmp_path / "parts.tapefit")
+    with zipfile.ZipFile(tmp_path / "parts.tapefit") as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    config = json.loads(members["config.json"])
+    config["build_config"] = build
+    members["config.json"] = json.dumps(config).encode()
+    _refused(_write_zip(tmp_path / "bad.tapefit", members), match)
