@@ -1348,12 +1348,13 @@ class Trainer:
         """Writes a checkpoint of the current state to ``path`` (atomically); only during ``fit``."""
         return save_checkpoint(path, self.checkpoint_contents())
 
-    def _build_by_step(self, loader: Batches) -> None:
-        """Runs the model's own ``train_step`` once on a first batch, without plugins: only it
-        knows which layers see what (a GAN's generator its noise), so only it builds them and
-        its optimizers' slots, in the order of the run. The random generators are put back;
-        the checkpoint then overwrites the variables, the optimizers and the metrics."""
-        x, y, weights = loader.first_batch()
+    def _build_by_step(self, batch: tuple[Any, Any, Any]) -> None:
+        """Runs the model's own ``train_step`` once on a first ``(x, y, weights)`` batch, without
+        plugins: only it knows which layers see what (a GAN's generator its noise), so only it
+        builds them and its optimizers' slots, in the order of the run. The random generators are
+        put back; the checkpoint then overwrites the variables, the optimizers and the metrics
+        (``train --export`` builds a model this way before it loads a checkpoint's weights)."""
+        x, y, weights = batch
         generators = _random.get_state()
         step = overridden_step(self.model, "train_step")
         assert step is not None
@@ -1371,7 +1372,7 @@ class Trainer:
         modules = [self.model, *getattr(self.model, "submodules", [])]
         if not all(getattr(module, "built", True) for module in modules):
             if "train_step" in self._custom_steps:
-                self._build_by_step(loader)
+                self._build_by_step(loader.first_batch())
             else:
                 self._call(_to_tensors(loader.first_inputs()), training=False)
         check_checkpoint(
