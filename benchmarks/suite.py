@@ -596,6 +596,15 @@ def fit_rows(pairs: int, samples: int) -> list[Row]:
     return [row_from(f"Trainer.fit epoch + progress + CSV ({samples} samples)", times, [("fit", "bare")])]
 
 
+def gan_rows(pairs: int, steps: int) -> list[Row]:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from gan_step import BATCH, step_times
+
+    times = step_times(pairs, steps)
+    name = f"GAN step (examples/gan.py, batch {BATCH}, 2 updates)"
+    return [row_from(name, times, [("function", "eager")])]
+
+
 # ----------------------------------------------------------------------------- memory, threads
 
 MEMORY_CHILD = """
@@ -700,6 +709,7 @@ def run(quick: bool = False, rounds: int = 40) -> list[Row]:
     rows += lstm_rows(max(2, pairs // 4))
     rows += adam_rows(pairs)
     rows += fit_rows(2 if quick else 5, 512 if quick else 4096)
+    rows += gan_rows(2 if quick else max(2, pairs // 4), 5 if quick else 40)
     if not quick:
         rows += memory_rows()
         if len(os.sched_getaffinity(0)) > 1:  # a BLAS thread count to choose needs two cores

@@ -49,6 +49,11 @@ class GAN(tp.Model):
         self.loss_fn = tp.losses.BinaryCrossentropy(from_logits=True)
         self.d_loss_tracker = tp.metrics.Mean(name="d_loss")
         self.g_loss_tracker = tp.metrics.Mean(name="g_loss")
+        # Built now, as Keras's GAN example builds them with an Input first: the model's own
+        # input is the generator's noise (what predict and export take), not the data.
+        self.discriminator.build((None, features))
+        self.generator.build((None, latent_dim))
+        self.build((None, latent_dim))
 
     def call(self, z: Any) -> Any:
         return self.generator(z)

@@ -28,6 +28,11 @@ plugin sets ``stop_training`` after a step or an epoch (``stop_*``); a plugin ra
 counts, one keeping them by ``state_dict`` (``counter``), one by the checkpoint hooks
 (``hook_counter``).
 
+The ``gan`` cases (pinned, ``--only gan``) train the model of ``configs/gan_digits.yaml`` (its
+``model`` section, ``examples.gan:GAN``) on digits, as ``train`` does: no optimizer and no loss
+in the trainer, the model's own train_step with its two optimizers, two updates per step; a
+SIGINT in the middle of an epoch arrives between them.
+
 The cases are a seeded, spread-out sample of the axes below (every value of every axis comes
 round about equally often, not the full product), plus the pinned SIGINT cases. A plain Python
 iterable cannot save its position (README, "Your own data"), so generator cases only split
@@ -69,6 +74,7 @@ CLASSES = 3
 KILLED = 17  # the exit status of a process the kill_steps split ended with os._exit
 SIGINT_WAIT = 2.0  # seconds a SIGINT case sleeps inside the trainer's held section
 TIMEOUT = 300  # seconds for one process
+GAN_CONFIG = ROOT / "configs" / "gan_digits.yaml"
 
 # -- the axes --------------------------------------------------------------------------------
 
@@ -103,6 +109,18 @@ MODELS = {  # name: (input kind, builder)
     "gru": ("sequence", lambda: _sequential(L.GRU(6, return_sequences=True), L.GlobalAveragePooling1D(), L.Dense(CLASSES))),
     "module": ("vector", UserModel),
 }  # fmt: skip
+
+
+def gan_from_config() -> Any:
+    """The model ``configs/gan_digits.yaml`` names, built from its ``model`` section."""
+    from tapefit.cli.config import load_config_file
+    from tapefit.core.naming import import_object
+
+    section = dict(load_config_file(GAN_CONFIG)["model"])
+    return import_object(section.pop("type"))(**section)
+
+
+OWN_STEP = {"gan": ("digits", gan_from_config)}  # models whose train_step has its own optimizers
 
 optim = tp.optimizers
 OPTIMIZERS = {  # name: (base learning rate, builder of the rate or schedule)
@@ -289,6 +307,17 @@ PINNED = [
     ),
 ]  # fmt: skip
 
+# The GAN of configs/gan_digits.yaml (its optimizers are its own: "own"). A SIGINT in the middle
+# of epoch 2 (8 batches an epoch), between the discriminator's and the generator's update; then
+# its other ways to stop: an epoch's end, a kill between step checkpoints, a raise before an update.
+GAN_PINNED = [
+    Case("gan-sigint-step", "gan", "own", None, "arrays", 6, True, False, ["counter", "hook_counter", "clip_gradients", "csv_logger"], "sigint_step", 11, 3),
+    Case("gan-sigint-step-compiled", "gan", "own", None, "pipeline", 6, True, True, ["counter", "csv_logger"], "sigint_step", 9, 3, compile=True, seed=3),
+    Case("gan-sigint-epoch", "gan", "own", None, "grain", 8, True, False, ["hook_counter", "terminate_on_nan", "csv_logger"], "sigint_epoch_end", 0, 3, seed=7),
+    Case("gan-kill-steps", "gan", "own", None, "arrays", 7, False, False, ["counter", "csv_logger"], "kill_steps", 10, 3, every_n_steps=3),
+    Case("gan-raise-transform", "gan", "own", None, "generator", 9, False, False, ["counter", "csv_logger"], "raise_transform", 5, 3, split_first=True),
+]  # fmt: skip
+
 
 # -- the plugins -------------------------------------------------------------------------------
 
@@ -352,8 +381,10 @@ class HookCounter(Counts):
 class Split:
     """Interrupts the first fit at the case's split point (only in the ``interrupt`` phase)."""
 
-    def __init__(self, kind: str, at: int, ready: Path) -> None:
+    def __init__(self, kind: str, at: int, ready: Path, update: int = 0) -> None:
         self.kind, self.at, self.ready = kind, at, ready
+        self.update = update  # sigint_step: the step's update it comes in (a GAN's second: 1)
+        self.updates = 0  # the updates of step `at` begun
 
     def _ready(self) -> None:
         self.ready.touch()  # the driver sends SIGINT now, while this sleeps
@@ -370,8 +401,9 @@ class Split:
             return
         if self.kind == "raise_transform":
             raise RuntimeError(f"split: transform_gradients of step {step}")
-        if self.kind == "sigint_step":
+        if self.kind == "sigint_step" and self.updates == self.update:
             self._ready()
+        self.updates += 1
 
     @tp.hookimpl
     def on_train_batch_end(self, trainer: Any, step: int) -> None:
@@ -423,6 +455,10 @@ def make_arrays(kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
     """Training and validation arrays of the model's input kind, with 3 balanced classes."""
     rng = np.random.default_rng(1234)
     n = TRAIN + VALIDATION
+    if kind == "digits":  # as gan_digits.yaml reads them: standardized by the training part
+        x, y = tp.data.load_digits()
+        (x_train, x_val), _ = tp.data.standardize(x[:TRAIN], x[TRAIN:n])
+        return x_train, y[:TRAIN], x_val, y[TRAIN:n]
     if kind == "tokens":
         x = rng.integers(0, 20, size=(n, 5))
         score = (x % 7).mean(axis=1)
@@ -476,13 +512,18 @@ def fit_data(case: Case, x: np.ndarray, y: np.ndarray) -> tuple[tuple[Any, ...],
 
 
 def make_trainer(case: Case, folder: Path, split: Split | None) -> Any:
+    plugins = plugin_specs(case, folder)
+    if split is not None:
+        plugins = [split, *plugins] if case.split_first else [*plugins, split]
+    if case.model in OWN_STEP:  # as train builds it from a config without optimizer and loss
+        model = OWN_STEP[case.model][1]()
+        return tp.Trainer(
+            model, plugins=[*plugins, checkpoint_spec(case, folder)], output_dir=folder, compile=case.compile
+        )
     build_model = MODELS[case.model][1]
     base, build_optimizer = OPTIMIZERS[case.optimizer]
     total = epochs_run(case) * steps_per_epoch(case)
     rate = SCHEDULES[case.schedule](base, total) if case.schedule else base
-    plugins = plugin_specs(case, folder)
-    if split is not None:
-        plugins = [split, *plugins] if case.split_first else [*plugins, split]
     return tp.Trainer(
         build_model(),
         build_optimizer(rate),
@@ -513,7 +554,7 @@ def results(trainer: Any, history: Any, folder: Path) -> dict[str, Any]:
     plugins.pop("checkpoint", None)  # the files it saved differ by design
     return {
         "model": trainer.model.state_dict(),
-        "optimizer": trainer.optimizer.get_state(),
+        "optimizer": {name: optimizer.get_state() for name, optimizer in trainer.optimizers.items()},
         "history": {"history": history.history, "epoch": history.epoch},
         "csv": csv.read_text() if csv.is_file() else None,
         "plugins": plugins,
@@ -525,9 +566,11 @@ def run_phase(case: Case, phase: str, folder: Path) -> None:
     """One fit of ``case`` in this process: ``straight``, ``interrupt`` or ``resume``."""
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored
     tp.random.set_seed(case.seed)
-    x, y, x_val, y_val = make_arrays(MODELS[case.model][0])
+    x, y, x_val, y_val = make_arrays({**MODELS, **OWN_STEP}[case.model][0])
     run = folder / ("straight" if phase == "straight" else "run")
-    split = Split(case.split, case.at, folder / "ready") if phase == "interrupt" else None
+    # A GAN's SIGINT comes between its discriminator's update and its generator's.
+    update = 1 if case.model in OWN_STEP else 0
+    split = Split(case.split, case.at, folder / "ready", update) if phase == "interrupt" else None
     trainer = make_trainer(case, run, split)
     if split is not None and case.split == "raise_loss":
         fail_in_loss(trainer, case.at)
@@ -538,9 +581,11 @@ def run_phase(case: Case, phase: str, folder: Path) -> None:
     saved = (run / "ckpt" / "last").is_file()
     resume_from = run / "ckpt" if phase == "resume" and saved else None
     outcome = "finished"
+    # A model with its own train_step and the default test_step has no loss to validate with.
+    validation = None if case.model in OWN_STEP else (x_val, y_val)
     try:
         history = trainer.fit(
-            *args, **kwargs, epochs=epochs, validation_data=(x_val, y_val), verbose=0, resume_from=resume_from
+            *args, **kwargs, epochs=epochs, validation_data=validation, verbose=0, resume_from=resume_from
         )
     except (RuntimeError, KeyboardInterrupt) as error:
         if phase != "interrupt" or (isinstance(error, RuntimeError) and not str(error).startswith("split:")):
@@ -718,7 +763,8 @@ def main(argv: list[str] | None = None) -> int:
         run_phase(Case(**json.loads(args.case)), args.phase, Path(args.folder))
         return 0
     count = args.cases if args.cases is not None else (30 if args.quick else 250)
-    cases = (PINNED[:1] if args.quick else PINNED) + sample_cases(count, args.seed)
+    pinned = PINNED[:1] + GAN_PINNED[:1] if args.quick else PINNED + GAN_PINNED
+    cases = pinned + sample_cases(count, args.seed)
     if args.only:
         cases = [case for case in cases if args.only in case.label()]
     if args.list:

@@ -207,7 +207,7 @@ def check_checkpoint(
     model: Any = None,
     num_samples: int | None = None,
     plugins: Iterable[tuple[str, Any]] = (),
-    optimizers: Mapping[str, Any] | None = None,
+    optimizers: Mapping[str, tuple[Any, Any]] | None = None,
     source: Any,
 ) -> None:
     """Checks every field a resume reads; raises ``CheckpointError`` naming the first bad one.
@@ -215,11 +215,12 @@ def check_checkpoint(
     Args:
         contents: what ``load_checkpoint`` returned.
         model: the model to resume (built): the saved weights must have its dtypes and shapes.
-        optimizers: the optimizers to resume by name, with ``model``: ``optimizer`` (the
+        optimizers: the optimizers to resume by name, each with the variables it will update
+            in order (``None`` when that is not known before it runs): ``optimizer`` (the
             trainer's, saved under ``optimizer``) and those the model holds (saved under
             ``optimizers``). Each saved state must be one the optimizer takes, its slots those
-            of the variables it updates: the ones it has seen, else the model's trainable
-            variables (``Optimizer.check_state``, as a model file's optimizer state is checked).
+            of its variables (``Optimizer.check_state``, as a model file's optimizer state is
+            checked).
         num_samples: the fit's number of training samples, when known.
         plugins: ``(registered name, plugin)`` pairs whose saved states are checked by each
             plugin (``check_plugin_states``).
@@ -235,8 +236,8 @@ def check_checkpoint(
         expect_weights(contents["model"], "model", model)
         if not isinstance(contents["optimizer"], dict):
             raise ValueError(f"optimizer: expected a mapping, got {shown(contents['optimizer'])}")
-        if optimizers is not None and model is not None:
-            _check_optimizers(contents, optimizers, model)
+        if optimizers is not None:
+            _check_optimizers(contents, optimizers)
         if not isinstance(contents["metrics"], list) or not all(
             isinstance(m, dict) for m in contents["metrics"]
         ):
@@ -267,7 +268,7 @@ def check_fits(contents: dict[str, Any], fit: dict[str, Any], source: Any) -> No
         )
 
 
-def _check_optimizers(contents: dict[str, Any], optimizers: Mapping[str, Any], model: Any) -> None:
+def _check_optimizers(contents: dict[str, Any], optimizers: Mapping[str, tuple[Any, Any]]) -> None:
     saved = contents.get("optimizers", {})
     if not isinstance(saved, dict):
         raise ValueError(f"optimizers: expected a mapping, got {shown(saved)}")
@@ -277,12 +278,11 @@ def _check_optimizers(contents: dict[str, Any], optimizers: Mapping[str, Any], m
             f"optimizers: the checkpoint holds the states of {sorted(saved)}, the model holds the "
             f"optimizers {held}"
         )
-    for name, optimizer in optimizers.items():
+    for name, (optimizer, variables) in optimizers.items():
         section = "optimizer" if name == "optimizer" else f"optimizers.{name}"
         state = contents["optimizer"] if name == "optimizer" else saved[name]
-        seen = list(getattr(optimizer, "_variables", ()))
         try:
-            optimizer.check_state(state, seen or model.trainable_variables)
+            optimizer.check_state(state, variables)
         except (TypeError, ValueError) as error:
             raise ValueError(f"{section}: {_first_line(error)}") from None
 

@@ -61,6 +61,7 @@ from tapefit.core import random as _random
 from tapefit.distributed.world import MPIWorld, launcher_rank, launcher_world_size, shard_problem
 from tapefit.plugins.hookspecs import hookimpl
 from tapefit.training.boundary import STOP_SIGNALS, raise_terminated
+from tapefit.training.step import overridden_step
 
 CONFIG_FILE_NAME = "config.yaml"
 """The resolved config in the run folder."""
@@ -180,7 +181,11 @@ def _load_resume(path: Path, model: Any, config: dict[str, Any], data: Data) -> 
         raise ConfigError(f"--resume: {e}") from e
     scratch = build_optimizer(copy.deepcopy(config["optimizer"]))
     try:  # a fresh optimizer of the config's kind takes the saved state, or says why not
-        scratch.set_state(contents.get("optimizer", {}))
+        if scratch is None:  # the model's own optimizers are checked by fit, once its step built them
+            if contents.get("optimizer"):
+                raise ValueError("the config has no optimizer, the checkpoint holds one's state")
+        else:
+            scratch.set_state(contents.get("optimizer", {}))
     except (ValueError, KeyError, TypeError) as e:
         raise ConfigError(
             f"--resume: {path} holds the state of another optimizer than the config's "
@@ -219,23 +224,22 @@ def prepare(args: argparse.Namespace) -> Run:
     config = resolve(args, schema)
     _random.set_seed(config["seed"])
     data = build_data(config["data"], schema)
-    check_labels(loss_kind(config["loss"], schema), data)
+    if config["loss"] is not None:
+        check_labels(loss_kind(config["loss"], schema), data)
     model = build_model(config, schema, data)
     loss = build_loss(config["loss"], schema)
     metrics = build_metrics(config["metrics"], schema, loss)
     optimizer = build_optimizer(config["optimizer"])
     plugins = build_plugins(config["plugins"])
-    check_monitors(plugins, metrics, data)
+    # A model's own train_step decides what it is run on and which keys its logs have: it is
+    # checked by its first step, not here.
+    own_step = overridden_step(model, "train_step") is not None
+    if not own_step:
+        check_monitors(plugins, metrics, data)
     settings = config["trainer"]
-    checked = data  # what the model is checked on: a map's first batch when there is a map
-    if config["data"]["type"] == "grain":
-        check_ends(settings, data)
-        data.stream = grain_workers(data.stream, config["data"])
-    elif config["data"]["workers"] or config["data"]["map"] is not None:
-        data.stream = pipeline(data, config["data"], settings)
-        if config["data"]["map"] is not None:
-            checked = mapped_batch(data, config["data"])
-    check_model_on_data(model, loss, loss_kind(config["loss"], schema), checked, metrics)
+    checked = _stream(config, data)
+    if not own_step:
+        check_model_on_data(model, loss, loss_kind(config["loss"], schema), checked, metrics)
     check_steps(settings, data)
     if config["data"]["workers"] or config["data"]["map"] is not None:
         data.description += f", read by {config['data']['workers']} worker processes"
@@ -316,6 +320,20 @@ def prepare(args: argparse.Namespace) -> Run:
         lock,
         resume_note,
     )
+
+
+def _stream(config: dict[str, Any], data: Data) -> Data:
+    """Makes ``data.stream`` when the config streams the data (grain, workers, a map); returns
+    what the model is checked on: a map's first batch when there is a map, else ``data``."""
+    settings = config["trainer"]
+    if config["data"]["type"] == "grain":
+        check_ends(settings, data)
+        data.stream = grain_workers(data.stream, config["data"])
+    elif config["data"]["workers"] or config["data"]["map"] is not None:
+        data.stream = pipeline(data, config["data"], settings)
+        if config["data"]["map"] is not None:
+            return mapped_batch(data, config["data"])
+    return data
 
 
 def _lock(output_dir: Path) -> RunLock:
@@ -438,7 +456,7 @@ def train(run: Run, args: argparse.Namespace, out: Any) -> int:
             recorder.record()
     seconds = time.perf_counter() - started
     final = {k: v[-1] for k, v in history.history.items() if v}
-    epochs = len(history.history.get("loss", []))
+    epochs = len(history.epoch)  # a custom train_step's logs may have no loss
     trained = max(epochs - run.resume_epoch, 0) if run.resume_from is not None else epochs
     total = f" ({epochs} in all)" if run.resume_from is not None else ""
     failure = _failure(run.plugins, final)
@@ -526,9 +544,14 @@ def export(run: Run, path: Path, out: Any) -> int:
         if run.resume_from is None or run.resume_contents is None:
             raise ConfigError("--export: there is no checkpoint to export (the run has not saved one yet)")
         try:
+            if overridden_step(run.model, "train_step") is not None and not _built(run.model):
+                # Only its step knows what each layer sees (a GAN's generator its noise).
+                batch = run.data.x_train[: run.config["trainer"]["batch_size"]]
+                run.trainer._build_by_step((batch, None, None))
             run.model.load_state_dict(run.resume_contents["model"])
             if path.suffix == ".tapefit":
-                run.optimizer.set_state(run.resume_contents["optimizer"])
+                if run.optimizer is not None:
+                    run.optimizer.set_state(run.resume_contents["optimizer"])
                 run.trainer.save(path)
             elif path.suffix == ".onnx":
                 run.model.export(path, format="onnx")
@@ -542,6 +565,10 @@ def export(run: Run, path: Path, out: Any) -> int:
     what = {".tapefit": "the model", ".onnx": "the model (ONNX)"}.get(path.suffix, "the weights")
     print(f"train: exported {what} of {run.resume_from} to {path}", file=out)
     return 0
+
+
+def _built(model: Any) -> bool:
+    return all(getattr(module, "built", True) for module in [model, *getattr(model, "submodules", [])])
 
 
 def _failure(plugins: list[Any], final: Mapping[str, float]) -> str | None:

@@ -376,8 +376,8 @@ def build_model(config: dict[str, Any], schema: Schema, data: Data) -> Any:
 
     section = config["model"]
     target = _config.find_target(schema.kinds["model"], section["type"], "model.type")
-    loss = {**config["loss"], "type": loss_kind(config["loss"], schema)}
-    if section["type"] in ("mlp", "cnn"):
+    if section["type"] in ("mlp", "cnn"):  # the default step: resolve_config made sure of a loss
+        loss = {**config["loss"], "type": loss_kind(config["loss"], schema)}
         units, activation = _output_defaults(loss, _labels(data))
         if section.get("output_units") is None and config["data"]["type"] == "grain":
             fail(
@@ -418,8 +418,11 @@ def _named(entry: dict[str, Any], key: str, build: Callable[[], Any]) -> Any:
         _fail_building(key, entry, e)
 
 
-def build_loss(section: dict[str, Any], schema: Schema) -> Any:
-    """The loss object (or function) of the resolved ``loss`` entry."""
+def build_loss(section: dict[str, Any] | None, schema: Schema) -> Any:
+    """The loss object (or function) of the resolved ``loss`` entry (``None`` for none: a model
+    whose ``train_step`` computes its own)."""
+    if section is None:
+        return None
     target = _config.find_target(schema.kinds["loss"], section["type"], "loss.type")
     kwargs = _kwargs(section)
     if not target.params and not target.open and not kwargs and not isinstance(target.obj, type):
@@ -463,9 +466,13 @@ def build_metrics(entries: list[dict[str, Any]], schema: Schema, loss: Any) -> l
     return built
 
 
-def build_optimizer(section: dict[str, Any]) -> Any:
-    """The optimizer of the resolved ``optimizer`` entry (its schedule included)."""
+def build_optimizer(section: dict[str, Any] | None) -> Any:
+    """The optimizer of the resolved ``optimizer`` entry (its schedule included), or ``None`` for
+    none (a model whose ``train_step`` uses optimizers of its own)."""
     from tapefit import optimizers
+
+    if section is None:
+        return None
 
     try:
         return optimizers.get(section)

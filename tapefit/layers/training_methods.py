@@ -52,26 +52,35 @@ def _is_optimizer(value: Any) -> bool:
 
 
 def held_optimizers(model: Any) -> dict[str, Any]:
-    """The optimizers ``model`` and its submodules hold as attributes, directly or in lists,
-    tuples and dict values, each once, in attribute order; not the trainer's, nor one assigned
-    to ``model.optimizer``. Checkpoints and model files keep their states by these names: the
-    attribute (``d_optimizer``), with the submodule's name and the item's key or position
-    joined by dots below it (``encoder.optimizer``, ``optimizers.0``)."""
+    """The optimizers ``model`` and the modules below it hold as attributes, directly or in
+    lists, tuples and dict values, each once, in attribute order; not the trainer's, nor one
+    assigned to ``model.optimizer``. Checkpoints and model files keep their states by these
+    names: the attribute path from the model, joined by dots (``d_optimizer``,
+    ``encoder.optimizer``, ``optimizers.0``), which depends on the model's structure only."""
+    from tapefit.layers.module import _INTERNAL, Module
+
     found: dict[str, Any] = {}
-    modules = [("", model), *((m.name + ".", m) for m in getattr(model, "submodules", []))]
-    for prefix, module in modules:
-        for key, value in vars(module).items() if hasattr(module, "__dict__") else ():
-            if key in _NOT_HELD:
-                continue
-            if isinstance(value, dict):
-                items = [(f"{key}.{k}", v) for k, v in value.items()]
-            elif isinstance(value, (list, tuple)):
-                items = [(f"{key}.{i}", v) for i, v in enumerate(value)]
-            else:
-                items = [(key, value)]
-            for name, item in items:
-                if _is_optimizer(item) and all(item is not o for o in found.values()):
-                    found[prefix + name] = item
+    seen: set[int] = {id(model)}
+    stack: list[tuple[str, Any]] = [("", model)]
+    while stack:
+        prefix, owner = stack.pop(0)
+        items = (
+            list(owner.items())
+            if isinstance(owner, dict)
+            else list(enumerate(owner))
+            if isinstance(owner, (list, tuple))
+            else [(k, v) for k, v in vars(owner).items() if k not in _NOT_HELD and k not in _INTERNAL]
+            if hasattr(owner, "__dict__")
+            else []
+        )
+        for key, value in items:
+            name = f"{prefix}{key}"
+            if _is_optimizer(value):
+                if all(value is not o for o in found.values()):
+                    found[name] = value
+            elif isinstance(value, (Module, list, tuple, dict)) and id(value) not in seen:
+                seen.add(id(value))
+                stack.append((name + ".", value))
     return found
 
 

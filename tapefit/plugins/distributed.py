@@ -123,8 +123,13 @@ class Distributed:
             return None
         local, total = trainer.batch_rows
         grads = [g for g, _ in grads_and_vars]
-        summed = world.allreduce_sum(_flatten(grads, local / total, logs["loss"]), "gradient Allreduce")
-        logs["loss"] = float(summed[-1])
+        # A custom train_step's update may come without a loss of its batch (a GAN's two).
+        loss = logs.get("loss")
+        summed = world.allreduce_sum(
+            _flatten(grads, local / total, 0.0 if loss is None else loss), "gradient Allreduce"
+        )
+        if loss is not None:
+            logs["loss"] = float(summed[-1])
         return list(zip(_unflatten(summed, grads), (v for _, v in grads_and_vars)))
 
     @hookimpl

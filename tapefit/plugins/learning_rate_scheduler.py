@@ -10,7 +10,7 @@ from typing import Any
 
 from tapefit.core.naming import configured_callable, suggest_keywords
 from tapefit.plugins.hookspecs import hookimpl
-from tapefit.plugins.monitor import decision_level
+from tapefit.plugins.monitor import check_has_optimizer, decision_level
 
 logger = logging.getLogger(
     "tapefit.plugins.learning_rate_scheduler"
@@ -47,6 +47,7 @@ class LearningRateScheduler:
 
     @hookimpl
     def on_fit_start(self, trainer: Any) -> None:
+        check_has_optimizer(trainer, self.plugin_name)
         try:  # a schedule object in the optimizer cannot be overwritten: say so now
             trainer.optimizer.learning_rate = trainer.learning_rate
         except TypeError as error:

@@ -1,11 +1,13 @@
 """A watched epoch-log value: the one mechanism behind ``checkpoint``'s best-only saving,
-``early_stopping`` and ``reduce_lr_on_plateau``."""
+``early_stopping`` and ``reduce_lr_on_plateau``; and what the plugins that decide share (how
+loudly they say so, the optimizer a learning-rate plugin sets)."""
 
 from __future__ import annotations
 
 import logging
 import math
 import warnings
+from typing import Any
 
 logger = logging.getLogger("tapefit")
 
@@ -103,3 +105,20 @@ class Monitor:
         if self.mode == "min":
             return value < reference - self.min_delta
         return value > reference + self.min_delta
+
+
+def check_has_optimizer(trainer: Any, plugin: str) -> None:
+    """A plugin that sets ``trainer.optimizer``'s learning rate needs the trainer to have one: a
+    model whose own ``train_step`` uses optimizers of its own (a GAN's two) gives it none.
+
+    Raises:
+        ValueError: the trainer has no optimizer, naming the model's own ones.
+    """
+    if trainer.optimizer is not None:
+        return
+    own = ", ".join(trainer.optimizers) or "none"
+    raise ValueError(
+        f"{plugin}: the trainer has no optimizer whose learning rate it could set ({type(trainer.model).__name__}'s "
+        f"train_step uses optimizers of its own: {own}); set their rates in the model, or give the trainer "
+        "the optimizer the step uses (self.optimizer)"
+    )

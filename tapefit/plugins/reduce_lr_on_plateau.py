@@ -8,7 +8,7 @@ from typing import Any
 from tapefit.checkpointing.validate import expect_count, expect_mapping, expect_number
 from tapefit.core.naming import suggest_keywords
 from tapefit.plugins.hookspecs import hookimpl
-from tapefit.plugins.monitor import Monitor, decision_level
+from tapefit.plugins.monitor import Monitor, check_has_optimizer, decision_level
 
 logger = logging.getLogger(
     "tapefit.plugins.reduce_lr_on_plateau"
@@ -76,6 +76,7 @@ class ReduceLROnPlateau:
     @hookimpl
     def on_fit_start(self, trainer: Any) -> None:
         self._reset()
+        check_has_optimizer(trainer, "reduce_lr_on_plateau")
         try:
             # Setting the rate to itself: the optimizer refuses it now, not epochs into the fit,
             # if the rate is a schedule this plugin could never lower.

@@ -4,6 +4,8 @@ Layout under the log folder (default ``<trainer.output_dir>/tensorboard``)::
 
     train/    the model's graph (from the first step's batch)
               per step:  step/loss, step/learning_rate, step/grad_global_norm,
+                         step/learning_rate/<name> for each optimizer when there are several
+                         (a GAN's d_optimizer and g_optimizer),
                          weights/<variable path> and gradients/<variable path> histograms
               per epoch: epoch/<key> for every training log key (epoch/loss, epoch/accuracy)
     val/      per epoch: epoch/<key> for every val_ key, prefix dropped (epoch/loss)
@@ -299,7 +301,7 @@ class TensorBoard:
         self.histogram_freq = histogram_freq
         self.write_steps_per_second = bool(write_steps_per_second)
         self._epoch_started: tuple[float, int] | None = None  # (time, trainer.step) at the epoch's start
-        self._step_loss = float("nan")
+        self._step_loss: float | None = None  # None: the step's logs have no loss (a custom step)
         self._graph_due = False
         self.flush_secs = int(flush_secs)
         self.folder: Path | None = None
@@ -307,6 +309,8 @@ class TensorBoard:
         self._files: dict[str, _EventFile | None] = {}
         self._purge_step: int | None = None
         self._step_learning_rate = float("nan")
+        self._step_learning_rates: dict[str, float | None] = {}  # by optimizer, when there are several
+        self._rates_step: int | None = None  # the step whose rates were read
         self._last_logs: dict[str, float] = {}
         self.skipped_histograms = 0
         self._start_time: float | None = None
@@ -349,6 +353,7 @@ class TensorBoard:
             self._configured_learning_rate = _learning_rate_of(trainer.optimizer)
         self._last_logs = {}
         self._pending = None
+        self._rates_step = None
         self.skipped_histograms = 0
         self._writer("train")
 
@@ -383,10 +388,21 @@ class TensorBoard:
     ) -> None:
         # tryfirst: sees the gradients before clipping; changes nothing.
         self._pending = (step, logs)
-        self._step_loss = logs["loss"]  # the batch's own; at the batch's end the logs hold the running mean
+        self._step_loss = logs.get(
+            "loss"
+        )  # the batch's own; at the batch's end the logs hold the running mean
+        first_update = self._rates_step != step  # a step may make several (a GAN's two)
+        self._rates_step = step
         if self._logs_step(step):
-            # Read before the update: afterwards the optimizer reports the next step's rate.
-            self._step_learning_rate = trainer.learning_rate
+            if first_update:
+                # Read before the step's updates: afterwards an optimizer reports its next step's rate.
+                self._step_learning_rate = trainer.learning_rate
+                optimizers = trainer.optimizers
+                self._step_learning_rates = (
+                    {name: _learning_rate_of(o) for name, o in optimizers.items()}
+                    if len(optimizers) > 1
+                    else {}
+                )
             if self.log_grad_norm:
                 logs["grad_global_norm"] = _global_norm([g for g, _ in grads_and_vars])
         if self._histogram_step(step):
@@ -439,8 +455,12 @@ class TensorBoard:
         self._pending = None
         writer = self._writer("train")
         if self._logs_step(step):
-            writer.add_scalar("step/loss", self._step_loss, step)
+            if self._step_loss is not None:
+                writer.add_scalar("step/loss", self._step_loss, step)
             writer.add_scalar("step/learning_rate", self._step_learning_rate, step)
+            for name, rate in self._step_learning_rates.items():
+                if rate is not None:
+                    writer.add_scalar(f"step/learning_rate/{name}", rate, step)
             if "grad_global_norm" in logs:
                 writer.add_scalar("step/grad_global_norm", logs["grad_global_norm"], step)
         if self._histogram_step(step):
@@ -481,20 +501,29 @@ class TensorBoard:
         (``trainer.epochs``, ``optimizer.learning_rate``, ``plugins.0.type``), with the
         configured values. Without one: ``trainer.epochs``, ``trainer.batch_size``,
         ``optimizer.type`` and ``optimizer.learning_rate``, the rate the run started with
-        (not the current one, which a plateau may have cut).
+        (not the current one, which a plateau may have cut); for a trainer without an optimizer,
+        ``<name>.type`` and ``<name>.learning_rate`` of each optimizer the model holds
+        (``d_optimizer.type``).
         """
         if trainer.config:
             return _flatten_config(trainer.config)
         values: dict[str, bool | str | float | int] = {
             "trainer.epochs": trainer.epochs,
             "trainer.batch_size": trainer.batch_size,
-            "optimizer.type": type(trainer.optimizer).__name__,
         }
-        rate = self._configured_learning_rate
-        if rate is None:
-            rate = _learning_rate_of(trainer.optimizer)
-        if rate is not None:
-            values["optimizer.learning_rate"] = rate
+        if trainer.optimizer is not None:
+            values["optimizer.type"] = type(trainer.optimizer).__name__
+            rate = self._configured_learning_rate
+            if rate is None:
+                rate = _learning_rate_of(trainer.optimizer)
+            if rate is not None:
+                values["optimizer.learning_rate"] = rate
+            return values
+        for name, optimizer in trainer.optimizers.items():
+            values[f"{name}.type"] = type(optimizer).__name__
+            rate = _learning_rate_of(optimizer)
+            if rate is not None:
+                values[f"{name}.learning_rate"] = rate
         return values
 
     def _write_hparams(self, trainer: Any) -> None:

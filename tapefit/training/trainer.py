@@ -1436,12 +1436,26 @@ class Trainer:
         """Writes a checkpoint of the current state to ``path`` (atomically); only during ``fit``."""
         return save_checkpoint(path, self.checkpoint_contents())
 
-    def _build_by_step(self, loader: Batches) -> None:
-        """Runs the model's own ``train_step`` once on a first batch, without plugins: only it
-        knows which layers see what (a GAN's generator its noise), so only it builds them and
-        its optimizers' slots, in the order of the run. The random generators are put back;
-        the checkpoint then overwrites the variables, the optimizers and the metrics."""
-        x, y, weights = loader.first_batch()
+    def _optimizer_variables(self) -> dict[str, tuple[Any, Any]]:
+        """Each optimizer of the run with the variables it will update, in order, where known:
+        those it has seen; the model's trainable variables for the default step's optimizer;
+        else ``None`` (a model's own optimizer that its step has not used yet)."""
+        default = "train_step" not in self._custom_steps
+        result: dict[str, tuple[Any, Any]] = {}
+        for name, optimizer in self.optimizers.items():
+            seen = list(getattr(optimizer, "_variables", ()))
+            if not seen and default and optimizer is self.optimizer:
+                seen = list(self.model.trainable_variables)
+            result[name] = (optimizer, seen or None)
+        return result
+
+    def _build_by_step(self, batch: tuple[Any, Any, Any]) -> None:
+        """Runs the model's own ``train_step`` once on a first ``(x, y, weights)`` batch, without
+        plugins: only it knows which layers see what (a GAN's generator its noise), so only it
+        builds them and its optimizers' slots, in the order of the run. The random generators are
+        put back; the checkpoint then overwrites the variables, the optimizers and the metrics
+        (``train --export`` builds a model this way before it loads a checkpoint's weights)."""
+        x, y, weights = batch
         generators = _random.get_state()
         step = overridden_step(self.model, "train_step")
         assert step is not None
@@ -1459,7 +1473,7 @@ class Trainer:
         modules = [self.model, *getattr(self.model, "submodules", [])]
         if not all(getattr(module, "built", True) for module in modules):
             if "train_step" in self._custom_steps:
-                self._build_by_step(loader)
+                self._build_by_step(loader.first_batch())
             else:
                 self._call(_to_tensors(loader.first_inputs()), training=False)
         check_checkpoint(
@@ -1467,7 +1481,7 @@ class Trainer:
             model=self.model,
             num_samples=loader.num_samples,
             plugins=self.plugins.list_name_plugin(),
-            optimizers=self.optimizers,
+            optimizers=self._optimizer_variables(),
             source=source,
         )
         self.model.load_state_dict(checkpoint["model"])

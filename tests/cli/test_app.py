@@ -167,7 +167,8 @@ def test_missing_required_key(workdir, capsys):
         workdir,
         capsys,
         ["--config", config],
-        f"train: error: {config}: loss: missing required key (a config needs data, model and loss)",
+        f"train: error: {config}: loss: missing required key (model.type 'mlp' trains with the default step, "
+        "which needs a loss; only a model whose class overrides train_step may leave it out)",
     )
 
 

@@ -408,12 +408,13 @@ def test_integers_are_accepted_where_floats_are_expected():
     [
         (
             {"model": {"type": "mlp"}, "loss": "mse"},
-            "data: missing required key (a config needs data, model and loss)",
+            "data: missing required key (a config needs data and model)",
             "data",
         ),
         (
             {"data": {"type": "points"}, "model": "mlp"},
-            "loss: missing required key (a config needs data, model and loss)",
+            "loss: missing required key (model.type 'mlp' trains with the default step, which needs a loss; "
+            "only a model whose class overrides train_step may leave it out)",
             "loss",
         ),
         (

@@ -386,3 +386,37 @@ def test_train_resume_that_extends_epochs_shows_the_new_value_and_configured_rat
     assert values["optimizer.learning_rate"] == pytest.approx(0.1)  # configured, not the cut rate
     assert values["plugins.1.type"] == "reduce_lr_on_plateau" and values["optimizer.type"] == "sgd"
     assert "epochs" not in values and "optimizer" not in values and "learning_rate" not in values
+
+
+def test_each_optimizer_of_a_gan_has_its_learning_rate_and_its_hparams(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from examples.gan import GAN
+
+    tp.random.set_seed(0)
+    model = GAN(features=4, latent_dim=2, units=4)
+    schedule = tp.optimizers.schedules.PiecewiseConstantDecay([1, 2], [0.5, 0.25, 0.125])
+    model.d_optimizer = tp.optimizers.Adam(schedule)
+    board = TensorBoard(log_dir=str(tmp_path / "tb"))
+    trainer = tp.Trainer(model, plugins=[board])  # no optimizer, no loss: the model's step has its own
+    x = np.random.default_rng(0).normal(size=(12, 4)).astype(np.float32)
+    trainer.fit(x, epochs=1, batch_size=3, verbose=0)
+    train = read(tmp_path / "tb" / "train")
+    tags = set(train.Tags()["scalars"])
+    assert "step/loss" not in tags  # the step's logs have no loss of the batch
+    rates = {tag: [e.value for e in train.Scalars(tag)] for tag in tags if tag.startswith("step/learning")}
+    # Each read before the step's updates: the discriminator's update does not show its next rate.
+    assert rates["step/learning_rate/d_optimizer"] == [0.5, 0.5, 0.25, 0.125]
+    assert rates["step/learning_rate/g_optimizer"] == [pytest.approx(3e-4)] * 4
+    assert rates["step/learning_rate"] == rates["step/learning_rate/d_optimizer"]  # the first one
+    values, _, _ = session_hparams(tmp_path / "tb")
+    assert values == {
+        "trainer.epochs": 1.0,
+        "trainer.batch_size": 3.0,
+        "d_optimizer.type": "Adam",
+        "d_optimizer.learning_rate": 0.125,
+        "g_optimizer.type": "Adam",
+        "g_optimizer.learning_rate": pytest.approx(3e-4),
+    }

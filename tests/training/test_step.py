@@ -346,5 +346,5 @@ def test_a_steps_own_optimizers_are_found_in_lists_and_layers():
     x, y = regression_data(8)
     # a custom step takes sample_weight without a compiled loss: it weighs the batch itself
     trainer.fit(x, y, sample_weight=np.ones(8, np.float32), batch_size=8, verbose=0)
-    assert list(trainer.optimizers) == ["extra.0", "holder.optimizer_of_layer"]
+    assert list(trainer.optimizers) == ["holder.optimizer_of_layer", "extra.0"]
     assert int(model.holder.optimizer_of_layer.iterations) == int(model.extra[0].iterations) == 1

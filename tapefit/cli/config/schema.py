@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -14,6 +15,7 @@ from tapefit.cli.config.checking import (
     check_list,
     check_mapping,
     check_typed,
+    find_target,
     signature_params,
     unknown_key,
 )
@@ -125,6 +127,28 @@ def _default_type(section: Any, default: str) -> Any:
     return section
 
 
+def has_own_train_step(obj: Any) -> bool:
+    """Whether what a ``model.type`` names is a ``tp.Module`` class that overrides ``train_step``
+    (a function that builds a model cannot be told before it is called: ``False``)."""
+    from tapefit.layers import Module
+
+    return inspect.isclass(obj) and issubclass(obj, Module) and obj.train_step is not Module.train_step
+
+
+def _loss_needed(model_type: str, model: Any) -> str:
+    """Why a config whose model trains with the default step must give a loss, in words."""
+    if ":" in model_type and not inspect.isclass(model):  # a user's function; built-ins are known
+        return (
+            f"model.type {model_type!r} is a function, and train cannot know before calling it whether its "
+            "model has its own train_step, so it trains with the default step, which needs a loss; name the "
+            "model's class in model.type when the class overrides train_step"
+        )
+    return (
+        f"model.type {model_type!r} trains with the default step, which needs a loss; only a model whose "
+        "class overrides train_step may leave it out"
+    )
+
+
 def resolve_config(config: Mapping[str, Any], schema: Schema, default_name: str = "run") -> dict[str, Any]:
     """Validates a config and returns it resolved: defaults filled in, shorthands expanded.
 
@@ -149,9 +173,9 @@ def resolve_config(config: Mapping[str, Any], schema: Schema, default_name: str 
         "name": Param("name", default_name, str, _check_name),
         "seed": Param("seed", 0, int),
     }
-    for key in ("data", "model", "loss"):
+    for key in ("data", "model"):
         if key not in config:
-            raise ConfigError(f"{key}: missing required key (a config needs data, model and loss)", key)
+            raise ConfigError(f"{key}: missing required key (a config needs data and model)", key)
     resolved: dict[str, Any] = check_mapping({k: config[k] for k in top if k in config}, top, "", "a config")
     kinds = schema.kinds
     resolved["data"] = check_typed(config["data"], kinds["data"], "data", kinds)
@@ -166,14 +190,31 @@ def resolve_config(config: Mapping[str, Any], schema: Schema, default_name: str 
     if resolved["data"].get("seed") is None:
         resolved["data"]["seed"] = resolved["seed"]
     resolved["model"] = check_typed(config["model"], kinds["model"], "model", kinds)
-    resolved["loss"] = check_typed(config["loss"], kinds["loss"], "loss", kinds)
+    model = find_target(kinds["model"], resolved["model"]["type"], "model.type").obj
+    own_step = has_own_train_step(model)
+    if config.get("loss") is not None:
+        resolved["loss"] = check_typed(config["loss"], kinds["loss"], "loss", kinds)
+    elif own_step:
+        resolved["loss"] = None  # the model's train_step computes its own losses
+    else:
+        what = "missing required key" if "loss" not in config else "is null"
+        raise ConfigError(f"loss: {what} ({_loss_needed(resolved['model']['type'], model)})", "loss")
     resolved["metrics"] = check_list(config.get("metrics"), kinds["metric"], "metrics", kinds)
-    resolved["optimizer"] = check_typed(
-        _default_type(config.get("optimizer"), schema.default_optimizer),
-        kinds["optimizer"],
-        "optimizer",
-        kinds,
-    )
+    optimizer = config.get("optimizer")
+    if optimizer is None and own_step:
+        resolved["optimizer"] = None  # the model's train_step uses optimizers of its own
+    else:
+        if own_step and isinstance(optimizer, Mapping) and "type" not in optimizer:
+            keys = ", ".join(f"optimizer.{k}" for k in optimizer) or "optimizer"
+            raise ConfigError(
+                f"optimizer.type: missing required key ({keys} given, but the config has no optimizer: "
+                f"model.type {resolved['model']['type']!r} trains with its own train_step and optimizers; "
+                "set the model's own keys, or give optimizer.type for an optimizer of the trainer)",
+                "optimizer.type",
+            )
+        resolved["optimizer"] = check_typed(
+            _default_type(optimizer, schema.default_optimizer), kinds["optimizer"], "optimizer", kinds
+        )
     resolved["trainer"] = check_mapping(config.get("trainer") or {}, schema.trainer, "trainer", "trainer")
     resolved["plugins"] = check_list(config.get("plugins"), kinds["plugin"], "plugins", kinds)
     return resolved
