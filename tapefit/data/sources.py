@@ -52,7 +52,22 @@ def is_stream(data: Any) -> bool:
         return False
     if np.isscalar(data):
         return False
-    return _is_grain(data) or hasattr(data, "next_batch") or isinstance(data, Iterable)
+    return (
+        _is_grain(data)
+        or hasattr(data, "next_batch")
+        or isinstance(data, Iterable)
+        or is_indexed_batches(data)
+    )
+
+
+def is_indexed_batches(data: Any) -> bool:
+    """``data`` gives its batches by index: ``len(data)`` batches, ``data[i]`` each (a Keras
+    ``PyDataset`` or ``Sequence``), and is not an array or a container of arrays."""
+    if isinstance(data, (np.ndarray, Tensor, dict, list, tuple, str, bytes)):
+        return False
+    if hasattr(data, "shape") and hasattr(data, "dtype"):
+        return False  # an array of samples (a memory-mapped one), indexed by sample
+    return callable(getattr(data, "__getitem__", None)) and callable(getattr(data, "__len__", None))
 
 
 def is_batch_list(data: Any) -> bool:
@@ -154,6 +169,74 @@ def endless(dataset: Any) -> bool:
         return len(dataset) >= sys.maxsize
     except TypeError:
         return False
+
+
+class IndexedSource:
+    """Batches read by index from an object with ``__len__`` and ``__getitem__`` (Keras's
+    ``PyDataset``): epoch ``e`` reads ``data[0]``, ``data[1]``, ... in order, and after each
+    epoch calls ``data.on_epoch_end()`` when it has one (where a data set reshuffles, as in
+    Keras). The position is an index, so a resume reads the same batches; under MPI each
+    process reads every ``size``-th batch from its rank.
+
+    Args:
+        data: the object.
+        steps_per_epoch: batches per epoch (default ``len(data)``).
+    """
+
+    checkpointable = True
+
+    def __init__(self, data: Any, steps_per_epoch: int | None = None) -> None:
+        self.data = data
+        self._indices = range(len(data))
+        self._steps = steps_per_epoch
+        self.position = 0
+        self._epochs = 0  # epochs begun; the next start_epoch after one ends calls on_epoch_end
+
+    @property
+    def num_batches(self) -> int:
+        return len(self._indices) if self._steps is None else min(self._steps, len(self._indices))
+
+    def start_epoch(self) -> None:
+        if self._epochs and callable(getattr(self.data, "on_epoch_end", None)):
+            self.data.on_epoch_end()
+        self._epochs += 1
+        self.position = 0
+
+    def peek(self) -> Any:
+        """The next batch, left to be given again by ``next_batch``."""
+        if self.position >= self.num_batches:
+            raise StopIteration
+        return self.data[self._indices[self.position]]
+
+    def next_batch(self) -> Any:
+        batch = self.peek()
+        self.position += 1
+        return batch
+
+    def shard(self, rank: int, size: int) -> None:
+        """Reads every ``size``-th batch from ``rank`` on, as many on every process."""
+        per_rank = len(self.data) // size
+        if per_rank == 0:
+            raise ValueError(
+                f"the data's {len(self.data)} batches cannot be read in parts by {size} processes"
+            )
+        self._indices = range(rank, rank + per_rank * size, size)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"kind": "indexed", "position": self.position, "epochs": self._epochs}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        counts = {}
+        for key in ("position", "epochs"):
+            value = state.get(key, self._epochs if key == "epochs" else None)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise ValueError(f"loader.{key}: expected a count, got {value!r}")
+            counts[key] = int(value)
+        if counts["position"] > self.num_batches:
+            raise ValueError(
+                f"loader.position: {counts['position']} is past the data's {self.num_batches} batches"
+            )
+        self.position, self._epochs = counts["position"], counts["epochs"]
 
 
 class GrainSource:
@@ -341,6 +424,8 @@ def as_source(data: Any, steps_per_epoch: int | None = None) -> Any:
         return data
     if _is_grain(data):
         return GrainSource.of(data, steps_per_epoch)
+    if is_indexed_batches(data) and (not isinstance(data, Iterable) or hasattr(data, "on_epoch_end")):
+        return IndexedSource(data, steps_per_epoch)  # Keras's PyDataset and Sequence
     return IterableSource(data, steps_per_epoch)
 
 

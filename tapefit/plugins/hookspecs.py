@@ -88,13 +88,15 @@ def on_fit_start(trainer: Any) -> None:
 
 
 @hookspec
-def on_fit_end(trainer: Any) -> None:
+def on_fit_end(trainer: Any, logs: dict[str, float]) -> None:
     """Called once when ``fit`` finishes normally (also after ``stop_training``).
 
     Plugins that own files flush and close them here.
 
     Args:
         trainer: the ``tp.Trainer``.
+        logs: the last complete epoch's logs (Keras's ``on_train_end`` gets them), ``{}``
+            when none completed.
     """
 
 
@@ -300,6 +302,91 @@ def on_load_checkpoint(trainer: Any, checkpoint: dict[str, Any]) -> None:
     """
 
 
+# ---------------------------------------------------------------------------
+# Evaluation and prediction (Keras's on_test_* and on_predict_*)
+# ---------------------------------------------------------------------------
+
+
+@hookspec
+def on_test_start(trainer: Any) -> None:
+    """Called when ``evaluate`` starts, also for a fit's validation (as Keras's ``on_test_begin``).
+
+    Args:
+        trainer: the ``tp.Trainer``.
+    """
+
+
+@hookspec
+def on_test_batch_start(trainer: Any, batch: int) -> None:
+    """Called before each batch of ``evaluate``.
+
+    Args:
+        trainer: the ``tp.Trainer``.
+        batch: the batch's index in this evaluation.
+    """
+
+
+@hookspec
+def on_test_batch_end(trainer: Any, batch: int, logs: dict[str, float]) -> None:
+    """Called after each batch of ``evaluate``.
+
+    Args:
+        trainer: the ``tp.Trainer``.
+        batch: the batch's index in this evaluation.
+        logs: the running loss and metrics of the evaluation so far (this process's).
+    """
+
+
+@hookspec
+def on_test_end(trainer: Any, logs: dict[str, float]) -> None:
+    """Called when ``evaluate`` ends, with what it returns (without the ``val_`` prefix a fit's
+    validation adds afterwards).
+
+    Args:
+        trainer: the ``tp.Trainer``.
+        logs: the evaluation's loss and metrics.
+    """
+
+
+@hookspec
+def on_predict_start(trainer: Any) -> None:
+    """Called when ``predict`` starts.
+
+    Args:
+        trainer: the ``tp.Trainer``.
+    """
+
+
+@hookspec
+def on_predict_batch_start(trainer: Any, batch: int) -> None:
+    """Called before each batch of ``predict``.
+
+    Args:
+        trainer: the ``tp.Trainer``.
+        batch: the batch's index in this prediction.
+    """
+
+
+@hookspec
+def on_predict_batch_end(trainer: Any, batch: int, outputs: Any) -> None:
+    """Called after each batch of ``predict`` (Keras passes ``{"outputs": ...}`` as its logs).
+
+    Args:
+        trainer: the ``tp.Trainer``.
+        batch: the batch's index in this prediction.
+        outputs: the model's outputs for the batch, as ``predict_step`` gave them.
+    """
+
+
+@hookspec
+def on_predict_end(trainer: Any) -> None:
+    """Called when ``predict`` ends.
+
+    Args:
+        trainer: the ``tp.Trainer``.
+    """
+
+
 # The hook names, in the order of a fit, for documentation and error messages.
 HOOK_NAMES: tuple[str, ...] = (
     "configure_world",
@@ -315,4 +402,12 @@ HOOK_NAMES: tuple[str, ...] = (
     "on_exception",
     "on_save_checkpoint",
     "on_load_checkpoint",
+    "on_test_start",
+    "on_test_batch_start",
+    "on_test_batch_end",
+    "on_test_end",
+    "on_predict_start",
+    "on_predict_batch_start",
+    "on_predict_batch_end",
+    "on_predict_end",
 )

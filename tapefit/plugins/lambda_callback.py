@@ -99,6 +99,7 @@ KERAS_METHODS = {
     "on_batch_begin": "on_train_batch_begin",  # Keras's older names for the training batches
     "on_batch_end": "on_train_batch_end",
 }
+# and on_test_* and on_predict_*, which KerasCallback calls itself
 """A Keras callback's methods that a fit calls, by the ``LambdaCallback`` argument they fill."""
 
 
@@ -134,3 +135,40 @@ class KerasCallback(LambdaCallback):
             else:
                 setattr(self.callback, name, value)
         super().on_fit_start()
+
+    def _keras(self, name: str, *args: Any) -> None:
+        method = getattr(self.callback, name, None)
+        if callable(method):
+            method(*args)
+
+    @hookimpl
+    def on_test_start(self) -> None:
+        self._keras("on_test_begin", {})
+
+    @hookimpl
+    def on_test_batch_start(self, batch: int) -> None:
+        self._keras("on_test_batch_begin", batch, {})
+
+    @hookimpl
+    def on_test_batch_end(self, batch: int, logs: dict[str, float]) -> None:
+        self._keras("on_test_batch_end", batch, logs)
+
+    @hookimpl
+    def on_test_end(self, logs: dict[str, float]) -> None:
+        self._keras("on_test_end", logs)
+
+    @hookimpl
+    def on_predict_start(self) -> None:
+        self._keras("on_predict_begin", {})
+
+    @hookimpl
+    def on_predict_batch_start(self, batch: int) -> None:
+        self._keras("on_predict_batch_begin", batch, {})
+
+    @hookimpl
+    def on_predict_batch_end(self, batch: int, outputs: Any) -> None:
+        self._keras("on_predict_batch_end", batch, {"outputs": outputs})
+
+    @hookimpl
+    def on_predict_end(self) -> None:
+        self._keras("on_predict_end", {})

@@ -59,6 +59,14 @@ KERAS_CALLBACK_METHODS = (
     "on_train_batch_end",
     "on_batch_begin",
     "on_batch_end",
+    "on_test_begin",
+    "on_test_end",
+    "on_test_batch_begin",
+    "on_test_batch_end",
+    "on_predict_begin",
+    "on_predict_end",
+    "on_predict_batch_begin",
+    "on_predict_batch_end",
 )
 
 PluginValidationError = pluggy.PluginValidationError

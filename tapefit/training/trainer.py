@@ -968,7 +968,8 @@ class Trainer:
                     self._fit_epochs(source, validation_data)
                     # a fit stopped inside an epoch moved them since its end
                     self._parallel.average_moving_statistics(self.model)
-                    hooks.on_fit_end(trainer=self)
+                    last = self.state.history[-1][1] if self.state.history else {}
+                    hooks.on_fit_end(trainer=self, logs=dict(last))
                 except BaseException as exception:
                     self.plugins.call_each("on_exception", trainer=self, exception=exception)
                     self._boundary.update_in_progress = False
@@ -1278,10 +1279,13 @@ class Trainer:
                     x, y, batch_size, steps, targets=True, weights=weights, optional=optional
                 )
                 logs: dict[str, float] | None = None
+                hooks = self.plugins.hook
+                hooks.on_test_start(trainer=self)
                 for index, batch in enumerate(batches):
                     xb, yb, wb = self._parallel.shard(*batch)
                     if self.batch_rows[0] == 0:
                         continue  # a batch smaller than the processes: this one has no rows of it
+                    hooks.on_test_batch_start(trainer=self, batch=index)
                     try:
                         data = pack_x_y_sample_weight(_to_tensors(xb), _to_tensors(yb), _to_tensors(wb))
                         if custom is None:
@@ -1292,11 +1296,15 @@ class Trainer:
                         if not is_streamed:
                             raise
                         raise in_batch(error, f"batch {index}") from error  # as fit names it
+                    hooks.on_test_batch_end(trainer=self, batch=index, logs=dict(logs))
                 if custom is None:
-                    return self._metric_logs(needs_batches="evaluate")
-                if logs is None:
+                    result = self._metric_logs(needs_batches="evaluate")
+                elif logs is None:
                     raise ValueError("evaluate: the data gave no batch")
-                return self._step_epoch_logs(logs)
+                else:
+                    result = self._step_epoch_logs(logs)
+                hooks.on_test_end(trainer=self, logs=dict(result))
+                return result
             finally:
                 self._set_metric_states(saved_states)
                 self.state.loss_sum, self.state.loss_count = saved_loss
@@ -1350,7 +1358,10 @@ class Trainer:
         is_streamed = streamed(x, None)
         with self._bound():
             custom = overridden_step(self.model, "predict_step")
+        hooks = self.plugins.hook
+        hooks.on_predict_start(trainer=self)
         for index, batch in enumerate(self._batches(x, None, batch_size, steps, targets=False)):
+            hooks.on_predict_batch_start(trainer=self, batch=index)
             try:
                 if custom is None:
                     outputs = self._call(_to_tensors(batch), training=False)
@@ -1366,8 +1377,10 @@ class Trainer:
                 structure, columns = outputs, [[] for _ in leaves]
             for column, leaf in zip(columns, leaves):
                 column.append(np.asarray(leaf))
+            hooks.on_predict_batch_end(trainer=self, batch=index, outputs=outputs)
         if structure is None:
             raise ValueError("predict: the data gave no batch")
+        hooks.on_predict_end(trainer=self)
         arrays = [np.concatenate(column, axis=0) for column in columns]
         return nest.pack_sequence_as(structure, arrays) if nest.is_nested(structure) else arrays[0]
 

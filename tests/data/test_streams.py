@@ -510,3 +510,58 @@ def test_a_users_grain_input_leaves_absl_flags_usable_in_a_fresh_interpreter():
         )
         assert done.returncode == 0, done.stderr
         assert done.stdout.split()[-1] == expected
+
+
+class BatchesByIndex:
+    """Keras's PyDataset shape: len() batches, [i] each, on_epoch_end between epochs."""
+
+    def __init__(self, x, y, batch_size):
+        self.x, self.y, self.batch_size, self.epoch_ends = x, y, batch_size, 0
+
+    def __len__(self):
+        return -(-len(self.x) // self.batch_size)
+
+    def __getitem__(self, index):
+        rows = slice(index * self.batch_size, (index + 1) * self.batch_size)
+        return self.x[rows], self.y[rows]
+
+    def on_epoch_end(self):
+        self.epoch_ends += 1
+
+
+def test_a_pydataset_style_object_is_read_by_index_and_resumes_exactly(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(20, 3)).astype(np.float32)
+    y = (x @ np.array([[1.0], [-1.0], [0.5]], np.float32)).astype(np.float32)
+
+    def trainer(plugins=()):
+        tp.random.set_seed(0)
+        return tp.Trainer(tp.layers.Dense(1), tp.optimizers.SGD(0.1), "mse", plugins=list(plugins))
+
+    data = BatchesByIndex(x, y, 6)
+    reference = trainer()
+    history = reference.fit(data, epochs=3, verbose=0)
+    assert reference.step == 12 and data.epoch_ends == 2  # called before each later epoch
+    # the same batches as arrays in order
+    arrays = trainer()
+    expected = arrays.fit(x, y, epochs=3, batch_size=6, shuffle=False, verbose=0)
+    np.testing.assert_allclose(history.history["loss"], expected.history["loss"], rtol=1e-6)
+    np.testing.assert_allclose(reference.predict(data), arrays.predict(x), rtol=1e-6)
+    assert set(reference.evaluate(data)) == {"loss"}
+
+    class StopMidEpoch:
+        @tp.hookimpl
+        def on_train_batch_start(self, step):
+            if step == 5:  # epoch 2's second batch: the state before it is whole
+                raise KeyboardInterrupt
+
+    interrupted = trainer([StopMidEpoch(), {"type": "checkpoint", "dirpath": str(tmp_path)}])
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.fit(BatchesByIndex(x, y, 6), epochs=3, verbose=0)
+    resumed = trainer()
+    again = resumed.fit(
+        BatchesByIndex(x, y, 6), epochs=3, verbose=0, resume_from=tmp_path / "interrupted.npz"
+    )
+    assert again.history == history.history
+    for a, b in zip(resumed.model.get_weights(), reference.model.get_weights()):
+        np.testing.assert_array_equal(a, b)

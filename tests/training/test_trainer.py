@@ -510,3 +510,73 @@ def test_metric_states_round_trip_and_read_the_first_releases_format():
     assert float(fresh.result()) == pytest.approx(0.75)
     fresh.update_state(np.array([1]), np.array([[0.1, 0.9]]))
     assert float(fresh.result()) == pytest.approx(0.8)
+
+
+def test_evaluate_and_predict_call_their_hooks_and_fit_end_gets_the_last_logs():
+    calls = []
+
+    class Recorder:
+        @tp.hookimpl
+        def on_test_start(self):
+            calls.append("test_start")
+
+        @tp.hookimpl
+        def on_test_batch_end(self, batch, logs):
+            calls.append(("test_batch", batch, sorted(logs)))
+
+        @tp.hookimpl
+        def on_test_end(self, logs):
+            calls.append(("test_end", sorted(logs)))
+
+        @tp.hookimpl
+        def on_predict_batch_end(self, batch, outputs):
+            calls.append(("predict_batch", batch, tuple(np.shape(outputs))))
+
+        @tp.hookimpl
+        def on_predict_end(self):
+            calls.append("predict_end")
+
+        @tp.hookimpl
+        def on_fit_end(self, logs):
+            calls.append(("fit_end", sorted(logs)))
+
+    x, y = make_data(10)
+    trainer = make_trainer([Recorder()])
+    trainer.fit(x, y, epochs=1, batch_size=10, validation_data=(x, y), verbose=0)
+    assert calls == [
+        "test_start",  # the fit's validation is an evaluate, as in Keras
+        ("test_batch", 0, ["accuracy", "loss"]),
+        ("test_end", ["accuracy", "loss"]),
+        ("fit_end", ["accuracy", "loss", "val_accuracy", "val_loss"]),
+    ]
+    calls.clear()
+    trainer.predict(x, batch_size=4)
+    assert calls == [
+        ("predict_batch", 0, (4, 2)),
+        ("predict_batch", 1, (4, 2)),
+        ("predict_batch", 2, (2, 2)),
+        "predict_end",
+    ]
+
+
+def test_a_keras_style_callback_sees_validation_and_prediction():
+    seen = []
+
+    class KerasStyle:
+        def on_test_begin(self, logs=None):
+            seen.append("test_begin")
+
+        def on_test_end(self, logs=None):
+            seen.append(("test_end", sorted(logs)))
+
+        def on_train_end(self, logs=None):
+            seen.append(("train_end", sorted(logs)))
+
+    x, y = make_data(10)
+    trainer = make_trainer()
+    trainer.fit(x, y, epochs=1, batch_size=10, validation_data=(x, y), verbose=0, callbacks=[KerasStyle()])
+    assert seen == [
+        "test_begin",
+        ("test_end", ["accuracy", "loss"]),
+        ("train_end", ["accuracy", "loss", "val_accuracy", "val_loss"]),
+    ]
