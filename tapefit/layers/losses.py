@@ -11,13 +11,14 @@ use the fused, stable ``tp.nn`` forms (finite at logits of 1000).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from tapefit.core import dtypes as _dt
-from tapefit.core.function import host_call
+from tapefit.core.function import host_call, tracing
 from tapefit.core.messages import shown
 from tapefit.core.naming import Registry
 from tapefit.core.ops import nn as _nn
@@ -49,6 +50,27 @@ def _same_rank(y_true: Tensor, y_pred: Tensor, loss: str) -> tuple[Tensor, Tenso
     if y_true.shape != y_pred.shape:
         raise ValueError(f"{loss}: y_true has shape {y_true.shape} but y_pred has shape {y_pred.shape}")
     return y_true, y_pred
+
+
+def _warn_unless_probabilities(loss: Loss, y_pred: Tensor, renormalized: bool = False) -> None:
+    """Warns once per loss object when ``y_pred`` holds values outside ``[0, 1]`` (below 0 for a
+    loss that ``renormalized`` scores to sum to 1): logits given to a loss that expects
+    probabilities (Keras trains on in silence, towards a wrong answer)."""
+    if loss.__dict__.get("_warned_logits") or tracing():  # a trace reads no values
+        return
+    values = np.asarray(y_pred.numpy())
+    if values.size == 0:
+        return
+    low, high = float(values.min()), float(values.max())
+    if (low >= 0.0 and (high <= 1.0 or renormalized)) or not (np.isfinite(low) and np.isfinite(high)):
+        return
+    loss.__dict__["_warned_logits"] = True
+    warnings.warn(
+        f"{type(loss).__name__}: y_pred holds values outside [0, 1] (from {low:.4g} to {high:.4g}), which "
+        "look like logits; pass from_logits=True, or end the model in a sigmoid or softmax",
+        UserWarning,
+        stacklevel=4,
+    )
 
 
 def _class_probabilities(y_pred: Tensor, axis: int) -> Tensor:
@@ -237,6 +259,7 @@ class BinaryCrossentropy(Loss):
             y_true = y_true * (1.0 - self.label_smoothing) + 0.5 * self.label_smoothing
         if self.from_logits:
             return _mean_last(_nn.sigmoid_cross_entropy_with_logits(labels=y_true, logits=y_pred))
+        _warn_unless_probabilities(self, y_pred)
         eps = _clip_epsilon(y_pred.dtype)
         p = clip_by_value(y_pred, eps, 1.0 - eps)
         return _mean_last(-(y_true * log(p) + (1.0 - y_true) * log(1.0 - p)))
@@ -285,6 +308,7 @@ class CategoricalCrossentropy(Loss):
             y_true = y_true * (1.0 - self.label_smoothing) + self.label_smoothing / classes
         if self.from_logits:
             return _nn.softmax_cross_entropy_with_logits(labels=y_true, logits=y_pred, axis=self.axis)
+        _warn_unless_probabilities(self, y_pred, renormalized=True)
         return -reduce_sum(y_true * log(_class_probabilities(y_pred, self.axis)), axis=self.axis)
 
 
@@ -316,6 +340,7 @@ class SparseCategoricalCrossentropy(Loss):
         labels = sparse_labels(y_true, y_pred, "SparseCategoricalCrossentropy")
         if self.from_logits:
             return _nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=y_pred)
+        _warn_unless_probabilities(self, y_pred, renormalized=True)
         targets = one_hot(labels, y_pred.shape[-1], dtype=y_pred.dtype)
         return -reduce_sum(targets * log(_class_probabilities(y_pred, -1)), axis=-1)
 

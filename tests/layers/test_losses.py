@@ -1,5 +1,7 @@
 """Losses: Keras's documented numbers, reductions, sample weights, logits stability, gradients, names."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -198,3 +200,21 @@ def test_big_endian_labels_in_range_give_the_native_loss():
     native = loss(tp.constant(np.array([0, 1, 4], np.int32)), logits)
     swapped = loss(tp.constant(np.array([0, 1, 4], ">i4")), logits)
     assert float(swapped) == float(native)
+
+
+@pytest.mark.parametrize(
+    "loss, y_true, logits",
+    [
+        (tp.losses.BinaryCrossentropy(), [[1.0], [0.0]], [[2.5], [-1.0]]),
+        (tp.losses.CategoricalCrossentropy(), [[1.0, 0.0]], [[2.0, -1.0]]),
+        (tp.losses.SparseCategoricalCrossentropy(), [0, 1], [[2.0, -1.0], [0.3, 1.2]]),
+    ],
+)
+def test_a_probability_loss_given_logits_warns_once(loss, y_true, logits):
+    y_true, logits = np.asarray(y_true), np.asarray(logits, np.float32)
+    with pytest.warns(UserWarning, match=r"outside \[0, 1\].*pass from_logits=True"):
+        loss(y_true, logits)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loss(y_true, logits)  # once per loss object
+        type(loss)()(y_true, np.clip(np.abs(logits) / 4.0, 0.0, 1.0))  # probabilities: no warning
