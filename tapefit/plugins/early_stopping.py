@@ -100,8 +100,9 @@ class EarlyStopping:
         if self.wait >= self.patience and epoch > 0:
             self.stopped_epoch = epoch
             reason = (
-                f"{self.monitor} did not improve for {self.wait} epochs; stopped after epoch {epoch}, "
-                f"best {self.monitor} = {self.best:.6g} at epoch {self.best_epoch}"
+                # epochs counted from 1, as the progress bar counts them
+                f"{self.monitor} did not improve for {self.wait} epochs; stopped after epoch {epoch + 1}, "
+                f"best {self.monitor} = {self.best:.6g} at epoch {self.best_epoch + 1}"
             )
             trainer.request_stop(self, reason)
             logger.log(self._level, "early_stopping: %s", reason)
@@ -109,7 +110,7 @@ class EarlyStopping:
     @hookimpl
     def on_fit_end(self, trainer: Any) -> None:
         if self.restore_best_weights and self.best_weights is not None:
-            logger.log(self._level, "early_stopping: restoring the weights of epoch %d", self.best_epoch)
+            logger.log(self._level, "early_stopping: restoring the weights of epoch %d", self.best_epoch + 1)
             trainer.model.load_state_dict(self.best_weights)
 
     def state_dict(self) -> dict[str, Any]:

@@ -67,7 +67,11 @@ class LearningRateScheduler:
         trainer.optimizer.learning_rate = float(new)
         if float(new) != old:
             logger.log(
-                self._level, "learning_rate_scheduler: epoch %d: learning rate %.6g -> %.6g", epoch, old, new
+                self._level,
+                "learning_rate_scheduler: epoch %d: learning rate %.6g -> %.6g",
+                epoch + 1,
+                old,
+                new,
             )
 
     @hookimpl(tryfirst=True)

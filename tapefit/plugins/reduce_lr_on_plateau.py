@@ -106,7 +106,7 @@ class ReduceLROnPlateau:
                         logger.log(
                             self._level,
                             "reduce_lr_on_plateau: epoch %d: learning rate %.6g -> %.6g",
-                            epoch,
+                            epoch + 1,  # as the progress bar counts epochs
                             old,
                             new,
                         )

@@ -61,14 +61,14 @@ class TerminateOnNaN:
             self.stopped_step = step
             if self.raise_error:
                 raise RuntimeError(
-                    f"terminate_on_nan: the {key} is {loss} at step {step} (epoch {trainer.epoch}, "
+                    f"terminate_on_nan: the {key} is {loss} at step {step} (epoch {trainer.epoch + 1}, "
                     f"batch {trainer.batch_in_epoch - 1})"
                 )
             trainer.stop_training = True
             logger.warning(
                 "terminate_on_nan: step %d (epoch %d, batch %d): %s is %s, terminating training",
                 step,
-                trainer.epoch,
+                trainer.epoch + 1,  # as the progress bar counts epochs
                 trainer.batch_in_epoch - 1,
                 key,
                 loss,

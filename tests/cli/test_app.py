@@ -1009,7 +1009,7 @@ def test_a_loss_that_turns_nan_exits_1(tmp_path):
     result = train(tmp_path, "--config", str(config))
     assert result.returncode == 1, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert "terminate_on_nan: step 0 (epoch 0, batch 0): loss is nan, terminating training" in lines[0]
+    assert "terminate_on_nan: step 0 (epoch 1, batch 0): loss is nan, terminating training" in lines[0]
     assert lines[-1] == (
         "python -m tapefit train: error: the training loss was not finite at step 0, so terminate_on_nan stopped the run"
     )

@@ -145,3 +145,16 @@ def test_mode_inference_and_errors():
         EarlyStopping(mode="up")
     with pytest.raises(ValueError, match="patience must be a non-negative integer"):
         EarlyStopping(patience=-1)
+
+
+def test_messages_count_epochs_as_the_progress_bar_does(make_trainer, make_data, caplog):
+    import logging
+
+    x, y = make_data(16)
+    stopper = tp.plugins.EarlyStopping(monitor="loss", patience=1, min_delta=1e9, restore_best_weights=True)
+    trainer = make_trainer([stopper])
+    with caplog.at_level(logging.INFO, logger="tapefit.plugins.early_stopping"):
+        trainer.fit(x, y, epochs=5, batch_size=8, verbose=0)
+    # the bar's first epoch is "Epoch 1/5": the best (the first) is epoch 1, the stop after epoch 2
+    assert "stopped after epoch 2, best loss" in caplog.text and "at epoch 1" in caplog.text
+    assert "restoring the weights of epoch 1" in caplog.text

@@ -18,7 +18,7 @@ import tapefit as tp
         ),
         (
             lambda v: tp.plugins.ReduceLROnPlateau(monitor="loss", patience=0, min_delta=100.0, verbose=v),
-            "reduce_lr_on_plateau: epoch 1: learning rate",
+            "reduce_lr_on_plateau: epoch 2: learning rate",
         ),
     ],
 )

@@ -104,7 +104,7 @@ def test_fit_shows_progress_by_default_and_logs_plugin_decisions(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
     assert [line.split(" - ")[0] for line in lines if line.startswith("Epoch")] == ["Epoch 1/5", "Epoch 2/5"]
-    assert "early_stopping: restoring the weights of epoch 0" in lines
+    assert "early_stopping: restoring the weights of epoch 1" in lines
 
 
 def test_a_bad_verbose_is_refused(make_trainer, make_data):

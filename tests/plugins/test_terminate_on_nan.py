@@ -23,7 +23,7 @@ def test_stops_at_the_first_non_finite_loss_and_names_the_step(tmp_path, make_tr
     assert plugin.stopped_step == 1
     assert trainer.step == 2  # ended after the bad batch
     assert np.isnan(history.history["loss"][0])
-    assert "step 1 (epoch 0, batch 1): loss is nan, terminating training" in caplog.text
+    assert "step 1 (epoch 1, batch 1): loss is nan, terminating training" in caplog.text
     # The step-2 state has NaN weights: never saved, so `last` is the good step-1 checkpoint.
     assert (folder / "last").read_text().strip() == "epoch0000-step00000001.npz"
     assert load_checkpoint(folder)["trainer"]["step"] == 1
@@ -57,7 +57,7 @@ def test_raise_error_raises_naming_the_step_and_ends_no_fit_gracefully(tmp_path,
         [TerminateOnNaN(raise_error=True), Ends(), {"type": "checkpoint", "dirpath": str(folder)}]
     )
     with pytest.raises(
-        RuntimeError, match=r"^terminate_on_nan: the loss is nan at step 1 \(epoch 0, batch 1\)$"
+        RuntimeError, match=r"^terminate_on_nan: the loss is nan at step 1 \(epoch 1, batch 1\)$"
     ):
         trainer.fit(x, y, epochs=3, batch_size=4, shuffle=False)
     assert ended == ["RuntimeError"]  # as Keras's raise_error: no on_fit_end
