@@ -460,11 +460,13 @@ def _where(obj: Any) -> str:
 
 
 def benchmark_tables() -> str:
-    """The result sections of ``benchmarks/README.md`` (from its first ``## Last`` heading),
-    headings moved one level down."""
+    """The ``## Results`` section of ``benchmarks/README.md`` (what a user asks: how fast, on
+    which machine, how to rerun), without its heading; the file's work notes stay out of the site."""
     text = (ROOT / "benchmarks" / "README.md").read_text()
-    start = text.index("\n## Last")
-    return re.sub(r"^## ", "### ", text[start:].strip(), flags=re.M)
+    start = text.index("\n## Results\n") + len("\n## Results\n")
+    end = text.find("\n## ", start)
+    section = text[start : end if end != -1 else len(text)].strip()
+    return section.replace("](../docs/", "](")  # the README's links, as the site's pages see them
 
 
 # --------------------------------------------------------------------------- MkDocs

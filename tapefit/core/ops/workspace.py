@@ -3,7 +3,7 @@
 A training step that allocates and frees megabytes of arrays pays for fresh pages every step:
 when the step's arrays are freed together, glibc's allocator gives the memory back to the
 system (the freed top of its heap outgrows its trim threshold), and the next step faults every
-page in again, zeroed by the kernel. For the LSTM benchmark (issue 26) that was about 3,300 page
+page in again, zeroed by the kernel. For the LSTM benchmark (`benchmarks/lstm_step.py`) that was about 3,300 page
 faults and a quarter of the step. ``empty`` hands out an array kept from an earlier call when
 no one else refers to it any more (its reference count says so), so the pages stay mapped.
 
