@@ -1245,6 +1245,7 @@ class Trainer:
         steps: int | None = None,
         sample_weight: Any = None,
         return_dict: bool = True,
+        callbacks: list[Any] | None = None,
     ) -> dict[str, float]:
         """The loss (with regularization, as Keras) and metrics over ``(x, y)``, as a dict.
 
@@ -1256,7 +1257,8 @@ class Trainer:
         ``steps`` and ``sample_weight`` are keyword-only (Keras's fourth positional argument
         is ``verbose``). The result is always a dict, as Keras's ``return_dict=True``; the
         argument is taken for Keras's scripts, and ``return_dict=False`` (Keras's list) is an
-        error.
+        error. ``callbacks`` are plugins (or Keras-style callback objects) for this evaluation
+        only: their ``on_test_*`` hooks run.
         """
         if return_dict is not True:
             raise ValueError(
@@ -1265,7 +1267,7 @@ class Trainer:
             )
         # a stream's batches carry their own targets: _batches refuses weights beside them
         weights = sample_weight if streamed(x, y) else sample_weights(y, sample_weight, None, self.loss)
-        with self._bound():
+        with self.plugins.registered(callbacks), self._bound():
             custom = overridden_step(self.model, "test_step")
             self._logged_metrics = self._epoch_metrics()
             saved_states = self._metric_states()
@@ -1345,14 +1347,22 @@ class Trainer:
         logs = self.evaluate(x, y, batch_size=max(1, batch_len(x)), sample_weight=sample_weight)
         return _keras_result(logs, return_dict)
 
-    def predict(self, x: Any, batch_size: int = 32, *, steps: int | None = None) -> Any:
+    def predict(
+        self, x: Any, batch_size: int = 32, *, steps: int | None = None, callbacks: list[Any] | None = None
+    ) -> Any:
         """The model's outputs for ``x`` (``training=False``), batch by batch, as one ndarray.
 
         ``x`` may be arrays or a stream as ``fit`` takes (of ``x`` or ``(x, y)`` batches; at
         most ``steps`` of them, keyword-only: Keras's third positional argument is
         ``verbose``). A model with several outputs (a tuple, list or dict of tensors) gets the
-        same structure back with one ndarray per output, as Keras's ``predict``.
+        same structure back with one ndarray per output, as Keras's ``predict``. ``callbacks``
+        are plugins (or Keras-style callback objects) for this prediction only: their
+        ``on_predict_*`` hooks run.
         """
+        with self.plugins.registered(callbacks):  # for this predict only, as evaluate's
+            return self._predict(x, batch_size, steps)
+
+    def _predict(self, x: Any, batch_size: int, steps: int | None) -> Any:
         structure: Any = None
         columns: list[list[np.ndarray]] = []
         is_streamed = streamed(x, None)
