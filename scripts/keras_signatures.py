@@ -51,6 +51,10 @@ LISTS = {  # table heading: the module whose public names (in lowercase) are the
     "regularizers": "regularizers",
     "constraints": "constraints",
 }
+NAMESPACES = {  # table heading: the module whose public classes and functions are the list
+    "losses": "losses",
+    "metrics": "metrics",
+}
 SKIP = {"self", "args", "kwargs"}
 
 
@@ -75,6 +79,19 @@ def listed(module: object) -> list[str]:
     return sorted(names)
 
 
+def namespace(module: object) -> list[str]:
+    """Every public class and function of ``module`` (``AUC``, ``binary_crossentropy``), but its
+    base classes and its ``get``, ``serialize`` and ``deserialize``."""
+    skip = {"get", "serialize", "deserialize", "Loss", "Metric"}
+    return sorted(
+        name
+        for name in dir(module)
+        if not name.startswith("_")
+        and name not in skip
+        and (inspect.isclass(getattr(module, name)) or inspect.isfunction(getattr(module, name)))
+    )
+
+
 def signatures() -> dict[str, list[str]]:
     import keras
 
@@ -91,6 +108,8 @@ def signatures() -> dict[str, list[str]]:
         out[layer] = arguments(find(f"layers.{layer}"))
     for heading, module in LISTS.items():
         out[heading] = listed(find(module))
+    for heading, module in NAMESPACES.items():
+        out[heading] = namespace(find(module))
     return out
 
 

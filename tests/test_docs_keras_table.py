@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "coming-from-keras.md"
 NAMES = json.loads((ROOT / "tests" / "data" / "keras_signatures.json").read_text())
 STATUSES = {"same", "differs on purpose", "not taken"}
-LISTS = ("activations", "initializers", "regularizers", "constraints")
+LISTS = ("activations", "initializers", "regularizers", "constraints", "losses", "metrics")
 ROW = re.compile(r"^\| `(?P<name>[^`]+)` \| (?P<status>[^|]+?) \|(?P<note>.*)\|$", re.M)
 
 
@@ -114,3 +114,18 @@ def test_a_listed_names_status_agrees_with_tapefit(heading):
         elif status == "not taken":
             with pytest.raises(ValueError):
                 module.get(name)
+
+
+@pytest.mark.parametrize("heading", ["losses", "metrics"])
+def test_a_namespace_rows_status_agrees_with_tapefit(heading):
+    module = getattr(tp, heading)
+    for name, status in rows(heading).items():
+        if status == "same":
+            assert name in module.__all__, f"tp.{heading}.{name} is 'same' but tapefit has none"
+        else:
+            assert name not in module.__all__, f"tp.{heading}.{name} exists now: flip its row"
+        if status == "not taken":
+            with pytest.raises(ValueError):
+                module.get(name)
+        elif status == "differs on purpose":
+            module.get(name)

@@ -190,3 +190,7 @@ def uniform(
 
 
 __all__ = ["generator", "get_global_generator", "get_state", "normal", "set_seed", "set_state", "uniform"]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

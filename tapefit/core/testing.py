@@ -142,3 +142,7 @@ def _gradient_function(f: Callable[..., Any], index: list[int]) -> Callable[...,
 
 
 __all__ = ["check_gradients"]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -242,6 +242,36 @@ def get(identifier: str | Callable[..., Any] | None) -> Callable[..., Any]:
     return registry.get(identifier)
 
 
+def serialize(activation: Any) -> Any:
+    """A built-in activation's name (``"relu"``), or a registered function's
+    ``{"module", "class_name", "config"}``, as Keras 3's ``serialize`` gives them.
+
+    Raises:
+        tp.layers.serialization.ConfigError: a function neither built in nor registered.
+    """
+    from tapefit.layers import serialization
+
+    name = registry.name_of(activation)
+    if name is not None:
+        return name
+    return serialization.serialize(activation, getattr(activation, "__name__", "activation"))
+
+
+def deserialize(config: Any) -> Callable[..., Any]:
+    """The activation ``serialize`` described: a name (as ``get`` takes it) or a registered
+    function's entry.
+
+    Raises:
+        ValueError: an unknown name; tp.layers.serialization.ConfigError: an unknown entry.
+    """
+    from tapefit.layers import serialization
+
+    if config is None or isinstance(config, str):
+        return get(config)
+    result: Callable[..., Any] = serialization.deserialize(config, serialization.layer_tables(), "activation")
+    return result
+
+
 __all__ = [
     "celu",
     "glu",
@@ -261,6 +291,7 @@ __all__ = [
     "threshold",
     "elu",
     "exponential",
+    "deserialize",
     "gelu",
     "get",
     "leaky_relu",
@@ -270,6 +301,7 @@ __all__ = [
     "relu",
     "relu6",
     "selu",
+    "serialize",
     "sigmoid",
     "silu",
     "softmax",
@@ -278,3 +310,7 @@ __all__ = [
     "swish",
     "tanh",
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -178,4 +178,42 @@ def get(identifier: str | Callable[..., Any] | None) -> Callable[..., Any] | Non
     return registry.get(identifier)
 
 
-__all__ = ["Constraint", "MaxNorm", "MinMaxNorm", "NonNeg", "UnitNorm", "get", "registry"]
+def serialize(constraint: Any) -> Any:
+    """``{"module", "class_name", "config"}`` of a constraint, as model files hold it (Keras 3's
+    ``serialize``); ``None`` gives ``None``."""
+    from tapefit.layers import serialization
+
+    if constraint is None:
+        return None
+    return serialization.serialize(constraint, type(constraint).__name__)
+
+
+def deserialize(config: Any) -> Any:
+    """The constraint ``serialize`` described (a built-in class, or one registered with
+    ``tp.register_serializable``); a name or ``None`` is taken as ``get`` takes it.
+
+    Raises:
+        tp.layers.serialization.ConfigError: an unknown class or a bad config.
+    """
+    from tapefit.layers import serialization
+
+    if config is None or isinstance(config, str):
+        return get(config)
+    return serialization.deserialize(config, serialization.layer_tables(), "constraint")
+
+
+__all__ = [
+    "Constraint",
+    "MaxNorm",
+    "MinMaxNorm",
+    "NonNeg",
+    "UnitNorm",
+    "deserialize",
+    "get",
+    "registry",
+    "serialize",
+]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

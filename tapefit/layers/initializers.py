@@ -318,6 +318,30 @@ def get(identifier: str | Callable[..., Any]) -> Callable[..., Any]:
     return registry.get(identifier)
 
 
+def serialize(initializer: Any) -> Any:
+    """``{"module", "class_name", "config"}`` of an initializer, as model files hold it (Keras 3's
+    ``serialize``); ``None`` gives ``None``."""
+    from tapefit.layers import serialization
+
+    if initializer is None:
+        return None
+    return serialization.serialize(initializer, type(initializer).__name__)
+
+
+def deserialize(config: Any) -> Any:
+    """The initializer ``serialize`` described (a built-in class, or one registered with
+    ``tp.register_serializable``); a name is taken as ``get`` takes it.
+
+    Raises:
+        tp.layers.serialization.ConfigError: an unknown class or a bad config.
+    """
+    from tapefit.layers import serialization
+
+    if isinstance(config, str):
+        return get(config)
+    return serialization.deserialize(config, serialization.layer_tables(), "initializer")
+
+
 __all__ = [
     "Constant",
     "GlorotNormal",
@@ -327,15 +351,21 @@ __all__ = [
     "Identity",
     "Initializer",
     "LecunNormal",
-    "Orthogonal",
     "LecunUniform",
     "Ones",
+    "Orthogonal",
     "RandomNormal",
     "RandomUniform",
     "TruncatedNormal",
     "VarianceScaling",
     "Zeros",
     "compute_fans",
+    "deserialize",
     "get",
     "registry",
+    "serialize",
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -22,8 +22,21 @@ from tapefit.core.function import host_call, tracing
 from tapefit.core.messages import shown
 from tapefit.core.naming import Registry
 from tapefit.core.ops import nn as _nn
-from tapefit.core.ops.math import abs, cast, clip_by_value, log, square, where
-from tapefit.core.ops.reduce import reduce_mean, reduce_sum
+from tapefit.core.ops.math import (
+    abs,
+    cast,
+    clip_by_value,
+    equal,
+    log,
+    logical_or,
+    maximum,
+    pow,
+    sqrt,
+    square,
+    stop_gradient,
+    where,
+)
+from tapefit.core.ops.reduce import reduce_all, reduce_mean, reduce_sum
 from tapefit.core.ops.shape import one_hot, squeeze
 from tapefit.core.tensor import Tensor, as_tensor
 
@@ -403,6 +416,402 @@ def _smoothing(value: float, loss: str) -> float:
     return float(value)
 
 
+# -- more of Keras's losses -------------------------------------------------------------------
+
+
+class MeanSquaredLogarithmicError(_MeanOfError):
+    """``mean((log(1 + max(y_pred, eps)) - log(1 + max(y_true, eps))) ** 2)`` over the last axis,
+    with ``eps = 1e-7``.
+
+    Args:
+        reduction: see ``Loss``.
+        name: the loss's name.
+    """
+
+    default_name = "mean_squared_logarithmic_error"
+
+    def __init__(self, reduction: str | None = "sum_over_batch_size", name: str | None = None) -> None:
+        super().__init__(name, reduction)
+
+    def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
+        """The per-sample losses."""
+        y_true, y_pred = self._true(y_true, y_pred)
+        first = log(maximum(y_pred, EPSILON) + 1.0)
+        second = log(maximum(y_true, EPSILON) + 1.0)
+        return _mean_last(square(first - second))
+
+
+class MeanAbsolutePercentageError(Loss):
+    """``100 * mean(|y_true - y_pred| / max(|y_true|, eps))`` over the last axis, ``eps = 1e-7``.
+
+    Args:
+        reduction: see ``Loss``.
+        name: the loss's name.
+    """
+
+    default_name = "mean_absolute_percentage_error"
+
+    def __init__(self, reduction: str | None = "sum_over_batch_size", name: str | None = None) -> None:
+        super().__init__(name, reduction)
+
+    def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
+        """The per-sample losses."""
+        y_true, y_pred = self._true(y_true, y_pred)
+        return _mean_last(abs((y_true - y_pred) / maximum(abs(y_true), EPSILON))) * 100.0
+
+
+class LogCosh(_MeanOfError):
+    """``mean(log(cosh(y_pred - y_true)))`` over the last axis, computed stably as
+    ``e + softplus(-2 e) - log(2)``.
+
+    Args:
+        reduction: see ``Loss``.
+        name: the loss's name.
+    """
+
+    default_name = "log_cosh"
+
+    def __init__(self, reduction: str | None = "sum_over_batch_size", name: str | None = None) -> None:
+        super().__init__(name, reduction)
+
+    def of_error(self, error: Tensor) -> Tensor:
+        """``log(cosh(e))``."""
+        return error + _nn.softplus(error * -2.0) - math.log(2.0)
+
+
+class Poisson(Loss):
+    """``mean(y_pred - y_true * log(y_pred + eps))`` over the last axis, ``eps = 1e-7``.
+
+    Args:
+        reduction: see ``Loss``.
+        name: the loss's name.
+    """
+
+    default_name = "poisson"
+
+    def __init__(self, reduction: str | None = "sum_over_batch_size", name: str | None = None) -> None:
+        super().__init__(name, reduction)
+
+    def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
+        """The per-sample losses."""
+        y_true, y_pred = self._true(y_true, y_pred)
+        return _mean_last(y_pred - y_true * log(y_pred + EPSILON))
+
+
+class KLDivergence(Loss):
+    """The Kullback-Leibler divergence ``sum(y_true * log(y_true / y_pred))`` over the last axis,
+    both clipped to ``[eps, 1]`` with ``eps = 1e-7``.
+
+    Args:
+        reduction: see ``Loss``.
+        name: the loss's name.
+    """
+
+    default_name = "kl_divergence"
+
+    def __init__(self, reduction: str | None = "sum_over_batch_size", name: str | None = None) -> None:
+        super().__init__(name, reduction)
+
+    def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
+        """The per-sample losses."""
+        y_true, y_pred = self._true(y_true, y_pred)
+        y_true = clip_by_value(y_true, EPSILON, 1.0)
+        y_pred = clip_by_value(y_pred, EPSILON, 1.0)
+        values = y_true * log(y_true / y_pred)
+        return reduce_sum(values, axis=-1) if values.ndim >= 1 else values
+
+
+def _l2_normalize(x: Tensor, axis: int) -> Tensor:
+    """``x / max(||x||, eps)`` along ``axis`` (``eps = 1e-7``)."""
+    return x / sqrt(maximum(reduce_sum(square(x), axis=axis, keepdims=True), EPSILON**2))
+
+
+class CosineSimilarity(Loss):
+    """The negated cosine similarity ``-sum(l2_normalize(y_true) * l2_normalize(y_pred))`` along
+    ``axis``: -1 for vectors pointing the same way, 0 for orthogonal ones.
+
+    Args:
+        axis: the axis along which the similarity is computed.
+        reduction: see ``Loss``.
+        name: the loss's name.
+    """
+
+    default_name = "cosine_similarity"
+
+    def __init__(
+        self, axis: int = -1, reduction: str | None = "sum_over_batch_size", name: str | None = None
+    ) -> None:
+        super().__init__(name, reduction)
+        self.axis = int(axis)
+
+    def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
+        """The per-sample losses."""
+        y_true, y_pred = self._true(y_true, y_pred)
+        return -reduce_sum(
+            _l2_normalize(y_true, self.axis) * _l2_normalize(y_pred, self.axis), axis=self.axis
+        )
+
+
+class Hinge(Loss):
+    """``mean(max(1 - y_true * y_pred, 0))`` over the last axis; 0/1 targets are read as -1/1
+    (when every target of the batch is 0 or 1, as Keras decides).
+
+    Args:
+        reduction: see ``Loss``.
+        name: the loss's name.
+    """
+
+    default_name = "hinge"
+
+    def __init__(self, reduction: str | None = "sum_over_batch_size", name: str | None = None) -> None:
+        super().__init__(name, reduction)
+
+    def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
+        """The per-sample losses."""
+        y_true, y_pred = self._true(y_true, y_pred)
+        # 1 when every target is 0 or 1 (then 2y - 1 = y + (y - 1)), else 0; a tensor, so a
+        # tp.function decides on every call, not once at tracing
+        binary = cast(reduce_all(logical_or(equal(y_true, 0.0), equal(y_true, 1.0))), y_pred.dtype)
+        y_true = stop_gradient(y_true + binary * (y_true - 1.0))
+        return _mean_last(maximum(1.0 - y_true * y_pred, 0.0))
+
+
+class BinaryFocalCrossentropy(Loss):
+    """Binary cross-entropy scaled by the focal factor ``(1 - p_t) ** gamma`` (Lin et al., 2017),
+    ``p_t`` the probability given to the true label; averaged over ``axis``.
+
+    Args:
+        apply_class_balancing: weighs positives by ``alpha`` and negatives by ``1 - alpha``.
+        alpha: the weight of positives with ``apply_class_balancing``.
+        gamma: the focusing exponent (0 gives the binary cross-entropy).
+        from_logits: whether ``y_pred`` holds logits (a sigmoid is applied).
+        label_smoothing: squeezes the targets towards 0.5: ``y * (1 - s) + 0.5 * s``.
+        axis: the axis averaged over.
+        reduction: see ``Loss``.
+        name: the loss's name.
+    """
+
+    default_name = "binary_focal_crossentropy"
+
+    def __init__(
+        self,
+        apply_class_balancing: bool = False,
+        alpha: float = 0.25,
+        gamma: float = 2.0,
+        from_logits: bool = False,
+        label_smoothing: float = 0.0,
+        axis: int = -1,
+        reduction: str | None = "sum_over_batch_size",
+        name: str | None = None,
+    ) -> None:
+        super().__init__(name, reduction)
+        self.apply_class_balancing = bool(apply_class_balancing)
+        self.alpha = float(alpha)
+        self.gamma = float(gamma)
+        self.from_logits = bool(from_logits)
+        self.label_smoothing = _smoothing(label_smoothing, "BinaryFocalCrossentropy")
+        self.axis = int(axis)
+
+    def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
+        """The per-sample losses."""
+        y_true, y_pred = self._true(y_true, y_pred)
+        if self.label_smoothing:
+            y_true = y_true * (1.0 - self.label_smoothing) + 0.5 * self.label_smoothing
+        if self.from_logits:
+            y_pred = _nn.sigmoid(y_pred)
+        eps = _clip_epsilon(y_pred.dtype)
+        p = clip_by_value(y_pred, eps, 1.0 - eps)
+        bce = -(y_true * log(p) + (1.0 - y_true) * log(1.0 - p))
+        p_t = y_true * y_pred + (1.0 - y_true) * (1.0 - y_pred)
+        focal = _power(1.0 - p_t, self.gamma) * bce
+        if self.apply_class_balancing:
+            focal = (y_true * self.alpha + (1.0 - y_true) * (1.0 - self.alpha)) * focal
+        return reduce_mean(focal, axis=self.axis) if focal.ndim >= 1 else focal
+
+
+def _power(x: Tensor, exponent: float) -> Tensor:
+    """``x ** exponent`` for a constant exponent (0 gives ones, 1 gives ``x``)."""
+    if exponent == 0.0:
+        return x * 0.0 + 1.0
+    if exponent == 1.0:
+        return x
+    if exponent == 2.0:
+        return square(x)
+    return pow(x, cast(as_tensor(exponent), x.dtype))
+
+
+class CategoricalFocalCrossentropy(Loss):
+    """Categorical cross-entropy of each class scaled by ``alpha * (1 - p) ** gamma``
+    (Lin et al., 2017), ``p`` the class's renormalized, clipped probability; summed over ``axis``.
+
+    Args:
+        alpha: the weighting factor (a number, or one per class).
+        gamma: the focusing exponent (0 gives ``alpha`` times the categorical cross-entropy).
+        from_logits: whether ``y_pred`` holds logits (a softmax is applied).
+        label_smoothing: mixes the targets with the uniform distribution: ``y * (1 - s) + s / classes``.
+        axis: the class axis.
+        reduction: see ``Loss``.
+        name: the loss's name.
+    """
+
+    default_name = "categorical_focal_crossentropy"
+
+    def __init__(
+        self,
+        alpha: float | list[float] = 0.25,
+        gamma: float = 2.0,
+        from_logits: bool = False,
+        label_smoothing: float = 0.0,
+        axis: int = -1,
+        reduction: str | None = "sum_over_batch_size",
+        name: str | None = None,
+    ) -> None:
+        super().__init__(name, reduction)
+        self.alpha = [float(a) for a in alpha] if isinstance(alpha, (list, tuple)) else float(alpha)
+        self.gamma = float(gamma)
+        self.from_logits = bool(from_logits)
+        self.label_smoothing = _smoothing(label_smoothing, "CategoricalFocalCrossentropy")
+        self.axis = int(axis)
+
+    def call(self, y_true: Any, y_pred: Tensor) -> Tensor:
+        """The per-sample losses."""
+        y_true = cast(as_tensor(y_true), y_pred.dtype)
+        if y_true.shape != y_pred.shape or y_pred.ndim == 0:
+            raise ValueError(
+                f"CategoricalFocalCrossentropy: y_true has shape {y_true.shape} but y_pred has shape "
+                f"{y_pred.shape}; both need the class axis"
+            )
+        if self.label_smoothing:
+            y_true = y_true * (1.0 - self.label_smoothing) + self.label_smoothing / y_true.shape[-1]
+        if self.from_logits:
+            y_pred = _nn.softmax(y_pred, axis=self.axis)
+        output = _class_probabilities(y_pred, self.axis)
+        alpha = cast(as_tensor(self.alpha), y_pred.dtype)
+        focal = _power(1.0 - output, self.gamma) * alpha * (-y_true * log(output))
+        return reduce_sum(focal, axis=self.axis)
+
+
+# -- the function forms: per-sample values, as Keras's keras.losses.<name>(y_true, y_pred) -------------
+
+
+def _values(loss: Loss, y_true: Any, y_pred: Any) -> Tensor:
+    return loss.call(y_true, _prediction(y_pred, loss.default_name))
+
+
+def mean_squared_error(y_true: Any, y_pred: Any) -> Tensor:
+    """``mean((y_true - y_pred) ** 2)`` over the last axis: one value per sample."""
+    return _values(MeanSquaredError(reduction="none"), y_true, y_pred)
+
+
+def mean_absolute_error(y_true: Any, y_pred: Any) -> Tensor:
+    """``mean(|y_true - y_pred|)`` over the last axis: one value per sample."""
+    return _values(MeanAbsoluteError(reduction="none"), y_true, y_pred)
+
+
+def mean_squared_logarithmic_error(y_true: Any, y_pred: Any) -> Tensor:
+    """``MeanSquaredLogarithmicError``'s value per sample."""
+    return _values(MeanSquaredLogarithmicError(reduction="none"), y_true, y_pred)
+
+
+def mean_absolute_percentage_error(y_true: Any, y_pred: Any) -> Tensor:
+    """``MeanAbsolutePercentageError``'s value per sample."""
+    return _values(MeanAbsolutePercentageError(reduction="none"), y_true, y_pred)
+
+
+def huber(y_true: Any, y_pred: Any, delta: float = 1.0) -> Tensor:
+    """``Huber(delta)``'s value per sample."""
+    return _values(Huber(delta, reduction="none"), y_true, y_pred)
+
+
+def log_cosh(y_true: Any, y_pred: Any) -> Tensor:
+    """``LogCosh``'s value per sample."""
+    return _values(LogCosh(reduction="none"), y_true, y_pred)
+
+
+def poisson(y_true: Any, y_pred: Any) -> Tensor:
+    """``Poisson``'s value per sample."""
+    return _values(Poisson(reduction="none"), y_true, y_pred)
+
+
+def kl_divergence(y_true: Any, y_pred: Any) -> Tensor:
+    """``KLDivergence``'s value per sample."""
+    return _values(KLDivergence(reduction="none"), y_true, y_pred)
+
+
+def cosine_similarity(y_true: Any, y_pred: Any, axis: int = -1) -> Tensor:
+    """``CosineSimilarity(axis)``'s value per sample."""
+    return _values(CosineSimilarity(axis, reduction="none"), y_true, y_pred)
+
+
+def hinge(y_true: Any, y_pred: Any) -> Tensor:
+    """``Hinge``'s value per sample."""
+    return _values(Hinge(reduction="none"), y_true, y_pred)
+
+
+def binary_crossentropy(
+    y_true: Any, y_pred: Any, from_logits: bool = False, label_smoothing: float = 0.0, axis: int = -1
+) -> Tensor:
+    """``BinaryCrossentropy``'s value per sample (the mean over the last axis; ``axis`` must be -1)."""
+    _last_axis_only(axis, "binary_crossentropy")
+    return _values(BinaryCrossentropy(from_logits, label_smoothing, reduction="none"), y_true, y_pred)
+
+
+def categorical_crossentropy(
+    y_true: Any, y_pred: Any, from_logits: bool = False, label_smoothing: float = 0.0, axis: int = -1
+) -> Tensor:
+    """``CategoricalCrossentropy``'s value per sample."""
+    return _values(
+        CategoricalCrossentropy(from_logits, label_smoothing, axis, reduction="none"), y_true, y_pred
+    )
+
+
+def sparse_categorical_crossentropy(
+    y_true: Any, y_pred: Any, from_logits: bool = False, ignore_class: int | None = None, axis: int = -1
+) -> Tensor:
+    """``SparseCategoricalCrossentropy``'s value per sample (``ignore_class`` must be ``None``
+    and ``axis`` -1: tapefit takes neither)."""
+    if ignore_class is not None:
+        raise ValueError("sparse_categorical_crossentropy: ignore_class is not taken by tapefit")
+    _last_axis_only(axis, "sparse_categorical_crossentropy")
+    return _values(SparseCategoricalCrossentropy(from_logits, reduction="none"), y_true, y_pred)
+
+
+def binary_focal_crossentropy(
+    y_true: Any,
+    y_pred: Any,
+    apply_class_balancing: bool = False,
+    alpha: float = 0.25,
+    gamma: float = 2.0,
+    from_logits: bool = False,
+    label_smoothing: float = 0.0,
+    axis: int = -1,
+) -> Tensor:
+    """``BinaryFocalCrossentropy``'s value per sample."""
+    loss = BinaryFocalCrossentropy(
+        apply_class_balancing, alpha, gamma, from_logits, label_smoothing, axis, reduction="none"
+    )
+    return _values(loss, y_true, y_pred)
+
+
+def categorical_focal_crossentropy(
+    y_true: Any,
+    y_pred: Any,
+    alpha: float = 0.25,
+    gamma: float = 2.0,
+    from_logits: bool = False,
+    label_smoothing: float = 0.0,
+    axis: int = -1,
+) -> Tensor:
+    """``CategoricalFocalCrossentropy``'s value per sample."""
+    loss = CategoricalFocalCrossentropy(alpha, gamma, from_logits, label_smoothing, axis, reduction="none")
+    return _values(loss, y_true, y_pred)
+
+
+def _last_axis_only(axis: int, what: str) -> None:
+    if axis != -1:
+        raise ValueError(f"{what}: tapefit reduces the last axis only (axis=-1), got axis={axis}")
+
+
 registry: Registry[Callable[[], Loss]] = Registry(
     "loss",
     {
@@ -415,6 +824,18 @@ registry: Registry[Callable[[], Loss]] = Registry(
         "binary_crossentropy": BinaryCrossentropy,
         "categorical_crossentropy": CategoricalCrossentropy,
         "sparse_categorical_crossentropy": SparseCategoricalCrossentropy,
+        "msle": MeanSquaredLogarithmicError,
+        "mean_squared_logarithmic_error": MeanSquaredLogarithmicError,
+        "mape": MeanAbsolutePercentageError,
+        "mean_absolute_percentage_error": MeanAbsolutePercentageError,
+        "log_cosh": LogCosh,
+        "poisson": Poisson,
+        "kld": KLDivergence,
+        "kl_divergence": KLDivergence,
+        "cosine_similarity": CosineSimilarity,
+        "hinge": Hinge,
+        "binary_focal_crossentropy": BinaryFocalCrossentropy,
+        "categorical_focal_crossentropy": CategoricalFocalCrossentropy,
     },
     instantiate=True,
     callable_form=" (y_true, y_pred) -> scalar",
@@ -433,14 +854,67 @@ def get(identifier: str | Callable[..., Any]) -> Callable[..., Any]:
     return registry.get(identifier)
 
 
+def serialize(loss: Loss | Callable[..., Any]) -> dict[str, Any]:
+    """``{"module", "class_name", "config"}`` of a loss, as model files hold it (Keras 3's
+    ``keras.losses.serialize``); a function must be registered with ``tp.register_serializable``."""
+    from tapefit.layers import serialization
+
+    return serialization.serialize(loss, getattr(loss, "name", None) or type(loss).__name__)
+
+
+def deserialize(config: dict[str, Any] | str) -> Callable[..., Any]:
+    """The loss ``serialize`` described (a built-in class, or one registered with
+    ``tp.register_serializable``); a name is taken as ``get`` takes it.
+
+    Raises:
+        tp.layers.serialization.ConfigError: an unknown class or a bad config.
+    """
+    from tapefit.layers import serialization
+
+    if isinstance(config, str):
+        return get(config)
+    result: Callable[..., Any] = serialization.deserialize(config, serialization.layer_tables(), "loss")
+    return result
+
+
 __all__ = [
     "BinaryCrossentropy",
+    "BinaryFocalCrossentropy",
     "CategoricalCrossentropy",
+    "CategoricalFocalCrossentropy",
+    "CosineSimilarity",
+    "Hinge",
     "Huber",
+    "KLDivergence",
+    "LogCosh",
     "Loss",
     "MeanAbsoluteError",
+    "MeanAbsolutePercentageError",
     "MeanSquaredError",
+    "MeanSquaredLogarithmicError",
+    "Poisson",
     "SparseCategoricalCrossentropy",
+    "binary_crossentropy",
+    "binary_focal_crossentropy",
+    "categorical_crossentropy",
+    "categorical_focal_crossentropy",
+    "cosine_similarity",
+    "deserialize",
     "get",
+    "hinge",
+    "huber",
+    "kl_divergence",
+    "log_cosh",
+    "mean_absolute_error",
+    "mean_absolute_percentage_error",
+    "mean_squared_error",
+    "mean_squared_logarithmic_error",
+    "poisson",
     "registry",
+    "serialize",
+    "sparse_categorical_crossentropy",
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,8 +1,12 @@
 """Streaming metrics (``tp.metrics``), as in Keras: ``update_state``, ``result``, ``reset_state``.
 
-A metric accumulates a weighted sum and a weight total in float64 NumPy (metrics
-are never differentiated, so nothing is recorded on a tape); ``result()`` is
-their ratio as a float32 scalar Tensor (0 before any update).
+A mean-like metric accumulates a weighted sum and a weight total in float64 NumPy (metrics
+are never differentiated, so nothing is recorded on a tape); ``result()`` is their ratio as
+a float32 scalar Tensor (0 before any update). A metric may also keep state variables made
+with ``add_variable`` (Keras 3's way: ``assign_add`` in ``update_state``, ``result()`` from
+them); the confusion-matrix metrics (``AUC``, ``Precision``, ``Recall``) and the F-scores
+keep their counts that way. Every state variable is part of ``get_state``, so checkpoints
+resume it.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.core import dtypes as _dt
 from tapefit.core.function import host_call, tracing
 from tapefit.core.messages import shown
 from tapefit.core.naming import Registry
-from tapefit.core.tensor import Tensor, _wrap
+from tapefit.core.tensor import Tensor, Variable, _wrap
 from tapefit.layers import losses as _losses
 
 
@@ -66,8 +71,12 @@ class Metric:
     ``update_state``, ``result`` and ``reset_state`` (a subclass's too) run as host calls inside
     a ``tp.function``: a compiled training step updates its metrics on every call.
 
+    A subclass may keep its state in variables made with ``add_variable`` (zeros by
+    default); the base ``reset_state`` sets them back to zero, and ``get_state`` holds them.
+
     Args:
         name: the metric's name (the key in training logs).
+        dtype: the dtype of the state variables ``add_variable`` makes (default float32).
     """
 
     default_name = "metric"
@@ -78,10 +87,50 @@ class Metric:
             if name in cls.__dict__:
                 setattr(cls, name, _hosted(cls.__dict__[name]))
 
-    def __init__(self, name: str | None = None) -> None:
+    def __init__(self, name: str | None = None, dtype: Any = None) -> None:
         self.name = name or self.default_name
+        self.dtype = None if dtype is None else _dt.as_dtype(dtype).name
         self.total = 0.0
         self.count = 0.0
+
+    @property
+    def variables(self) -> list[Variable]:
+        """The state variables ``add_variable`` made, in order."""
+        return list(self.__dict__.get("_state_variables", []))
+
+    def add_variable(
+        self,
+        shape: Any,
+        initializer: Any,
+        dtype: Any = None,
+        aggregation: str = "sum",
+        name: str | None = None,
+    ) -> Variable:
+        """A state variable of this metric (Keras 3's ``Metric.add_variable``): not trainable,
+        part of ``get_state`` (so checkpointed), set to zero by ``reset_state``.
+
+        Args:
+            shape: its shape (``()`` or ``None`` for a scalar).
+            initializer: an initializer or its name (``"zeros"``).
+            dtype: its dtype (default: the metric's, float32).
+            aggregation: how processes combine it (``"sum"``, ``"mean"``, ...; kept for Keras's
+                signature: tapefit sums only ``total`` and ``count`` across processes).
+            name: its name.
+        """
+        from tapefit.layers import initializers
+
+        shape = () if shape is None else tuple(int(n) for n in shape)
+        dtype = _dt.as_dtype(dtype if dtype is not None else self.__dict__.get("dtype") or _dt.float32)
+        value = initializers.get(initializer)(shape, dtype)
+        variable = Variable(value, trainable=False, name=name or "variable", dtype=dtype)
+        self.__dict__.setdefault("_state_variables", []).append(variable)
+        return variable
+
+    def add_weight(
+        self, shape: Any = (), initializer: Any = "zeros", dtype: Any = None, name: str | None = None
+    ) -> Variable:
+        """``add_variable`` under Keras's older name."""
+        return self.add_variable(shape, initializer, dtype=dtype, name=name)
 
     @_hosted
     def update_state(self, *args: Any, **kwargs: Any) -> None:
@@ -133,18 +182,41 @@ class Metric:
 
     @_hosted
     def reset_state(self) -> None:
-        """Forgets every batch."""
+        """Forgets every batch: ``total`` and ``count``, and each state variable set to zero."""
         self.total = 0.0
         self.count = 0.0
+        for variable in self.variables:
+            variable.assign(np.zeros(variable.shape, variable.dtype))
 
     def get_state(self) -> dict[str, Any]:
         """The running state: the weighted ``total`` and the weight ``count`` (sums, so the
-        states of several processes add up)."""
-        return {"total": float(self.total), "count": float(self.count)}
+        states of several processes add up), and the state variables' values (``variables``,
+        in the order ``add_variable`` made them) when there are any."""
+        state: dict[str, Any] = {"total": float(self.total), "count": float(self.count)}
+        if self.variables:
+            state["variables"] = [np.array(v.numpy(), copy=True) for v in self.variables]
+        return state
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restores what ``get_state`` returned."""
+        """Restores what ``get_state`` returned.
+
+        Raises:
+            ValueError: the state's variables do not match this metric's (count or shapes).
+        """
         self.total, self.count = float(state["total"]), float(state["count"])
+        values = state.get("variables", [])
+        if len(values) != len(self.variables) and (values or self.variables):
+            raise ValueError(
+                f"{self.name}: the state holds {len(values)} variables, the metric has {len(self.variables)}"
+            )
+        for variable, value in zip(self.variables, values):
+            value = np.asarray(value)
+            if value.shape != tuple(variable.shape):
+                raise ValueError(
+                    f"{self.name}: a state variable of shape {value.shape} for {variable.name!r} of shape "
+                    f"{tuple(variable.shape)}"
+                )
+            variable.assign(value.astype(variable.dtype))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Tensor:
         """Updates the state with one batch and returns ``result()``."""
@@ -330,6 +402,672 @@ class _Accuracy(Metric):
         self.chosen.set_state(state)
 
 
+# -- the Keras metrics built on the mean -------------------------------------------------
+
+
+class RootMeanSquaredError(Metric):
+    """The square root of the (weighted) mean of ``(y_true - y_pred) ** 2`` over every element.
+
+    Args:
+        name: the metric's name.
+        dtype: see ``Metric``.
+    """
+
+    default_name = "root_mean_squared_error"
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        """Adds a batch."""
+        y_true, y_pred = _same_rank(y_true, y_pred, self.name)
+        self._accumulate(np.square(y_pred.astype(np.float64) - y_true), sample_weight)
+
+    def result(self) -> Tensor:
+        """The root of the mean so far (0 when nothing was added)."""
+        return _wrap(np.asarray(np.sqrt(self.total / self.count) if self.count else 0.0, dtype=np.float32))
+
+
+class MeanAbsolutePercentageError(Metric):
+    """The mean of ``100 * |y_true - y_pred| / max(|y_true|, 1e-7)`` (per sample over the last axis).
+
+    Args:
+        name: the metric's name.
+        dtype: see ``Metric``.
+    """
+
+    default_name = "mean_absolute_percentage_error"
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        """Adds a batch."""
+        y_true, y_pred = _same_rank(y_true, y_pred, self.name)
+        y_true = y_true.astype(np.float64)
+        error = np.abs((y_true - y_pred) / np.maximum(np.abs(y_true), _losses.EPSILON))
+        self._accumulate(100.0 * _per_sample(error), sample_weight)
+
+
+class _LossMetric(Metric):
+    """The (weighted) mean of a loss's per-sample values, the loss made from this metric's arguments."""
+
+    loss_class: type[_losses.Loss] = _losses.Loss
+
+    def _loss(self) -> _losses.Loss:
+        raise NotImplementedError
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        """Adds a batch."""
+        values = self._loss()(y_true, np.asarray(y_pred, dtype=np.float32))
+        self._accumulate(values.numpy(), sample_weight)
+
+
+class BinaryCrossentropy(_LossMetric):
+    """The mean binary cross-entropy per sample (``tp.losses.BinaryCrossentropy``'s values).
+
+    Args:
+        name: the metric's name.
+        dtype: see ``Metric``.
+        from_logits: whether ``y_pred`` holds logits.
+        label_smoothing: squeezes the targets towards 0.5.
+    """
+
+    default_name = "binary_crossentropy"
+
+    def __init__(
+        self,
+        name: str | None = None,
+        dtype: Any = None,
+        from_logits: bool = False,
+        label_smoothing: float = 0.0,
+    ) -> None:
+        super().__init__(name, dtype)
+        self.from_logits = bool(from_logits)
+        self.label_smoothing = float(label_smoothing)
+
+    def _loss(self) -> _losses.Loss:
+        return _losses.BinaryCrossentropy(self.from_logits, self.label_smoothing, reduction="none")
+
+
+class CategoricalCrossentropy(_LossMetric):
+    """The mean categorical cross-entropy per sample (``tp.losses.CategoricalCrossentropy``'s values).
+
+    Args:
+        name: the metric's name.
+        dtype: see ``Metric``.
+        from_logits: whether ``y_pred`` holds logits.
+        label_smoothing: mixes the targets with the uniform distribution.
+        axis: the class axis.
+    """
+
+    default_name = "categorical_crossentropy"
+
+    def __init__(
+        self,
+        name: str | None = None,
+        dtype: Any = None,
+        from_logits: bool = False,
+        label_smoothing: float = 0.0,
+        axis: int = -1,
+    ) -> None:
+        super().__init__(name, dtype)
+        self.from_logits = bool(from_logits)
+        self.label_smoothing = float(label_smoothing)
+        self.axis = int(axis)
+
+    def _loss(self) -> _losses.Loss:
+        return _losses.CategoricalCrossentropy(
+            self.from_logits, self.label_smoothing, self.axis, reduction="none"
+        )
+
+
+def _in_top_k(scores: np.ndarray, targets: np.ndarray, k: int) -> np.ndarray:
+    """Whether each target class is among the ``k`` highest scores of its row: fewer than ``k``
+    classes score strictly higher (ties at the boundary count as in, as TensorFlow's ``in_top_k``)."""
+    target_scores = np.take_along_axis(scores, targets[..., None], axis=-1)
+    return (scores > target_scores).sum(axis=-1) < k
+
+
+class TopKCategoricalAccuracy(Metric):
+    """How often the one-hot ``y_true``'s class is among the ``k`` highest scores of ``y_pred``.
+
+    Args:
+        k: how many of the highest scores count (default 5).
+        name: the metric's name.
+        dtype: see ``Metric``.
+    """
+
+    default_name = "top_k_categorical_accuracy"
+
+    def __init__(self, k: int = 5, name: str | None = None, dtype: Any = None) -> None:
+        super().__init__(name, dtype)
+        self.k = int(k)
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        """Adds a batch."""
+        y_true, y_pred = _array(y_true, "y_true", self.name), _array(y_pred, "y_pred", self.name)
+        if y_true.shape != y_pred.shape or y_pred.ndim == 0:
+            raise ValueError(
+                f"{self.name}: y_true of shape {y_true.shape} does not match y_pred of shape {y_pred.shape} "
+                "(for integer labels use SparseTopKCategoricalAccuracy)"
+            )
+        self._accumulate(_in_top_k(y_pred.astype(np.float32), np.argmax(y_true, -1), self.k), sample_weight)
+
+
+class SparseTopKCategoricalAccuracy(Metric):
+    """How often the integer label ``y_true`` is among the ``k`` highest scores of ``y_pred``.
+
+    Args:
+        k: how many of the highest scores count (default 5).
+        name: the metric's name.
+        dtype: see ``Metric``.
+        from_sorted_ids: ``y_pred`` holds class ids sorted by score (the top ones first), not scores.
+    """
+
+    default_name = "sparse_top_k_categorical_accuracy"
+
+    def __init__(
+        self, k: int = 5, name: str | None = None, dtype: Any = None, from_sorted_ids: bool = False
+    ) -> None:
+        super().__init__(name, dtype)
+        self.k = int(k)
+        self.from_sorted_ids = bool(from_sorted_ids)
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        """Adds a batch."""
+        y_true, y_pred = _array(y_true, "y_true", self.name), _array(y_pred, "y_pred", self.name)
+        if y_pred.ndim == 0:
+            raise ValueError(f"{self.name}: y_pred needs a class axis, got a scalar")
+        if y_true.ndim == y_pred.ndim and y_true.shape[-1] == 1:
+            y_true = y_true[..., 0]
+        if y_true.shape != y_pred.shape[:-1]:
+            raise ValueError(
+                f"{self.name}: y_true of shape {y_true.shape} does not fit y_pred of shape {y_pred.shape}; "
+                f"expected integer labels of shape {y_pred.shape[:-1]}"
+            )
+        labels = y_true.astype(np.int64)
+        if self.from_sorted_ids:
+            hits = (y_pred[..., : self.k].astype(np.int64) == labels[..., None]).any(axis=-1)
+        else:
+            hits = _in_top_k(y_pred.astype(np.float32), labels, self.k)
+        self._accumulate(hits, sample_weight)
+
+
+# -- the confusion-matrix metrics ----------------------------------------------------------
+
+_NEG_INF = -1e10  # Keras's stand-in for minus infinity: the predictions outside the top k
+
+
+def _thresholds(thresholds: Any, default: float) -> list[float]:
+    if thresholds is None:
+        return [default]
+    values = [
+        float(t) for t in (thresholds if isinstance(thresholds, (list, tuple, np.ndarray)) else [thresholds])
+    ]
+    if any(not 0.0 <= t <= 1.0 for t in values):
+        raise ValueError(f"thresholds must lie in [0, 1], got {values}")
+    return values
+
+
+def _evenly_spaced(thresholds: list[float]) -> bool:
+    """Whether ``thresholds`` are ``0, 1/(n-1), ..., 1`` (to within 1e-7), which Keras counts by buckets."""
+    n = len(thresholds)
+    if n < 3:
+        return False
+    even = np.arange(n, dtype=np.float32) / (n - 1)
+    return bool(np.allclose(thresholds, even, atol=1e-7))
+
+
+def _same_rank_float(y_true: Any, y_pred: Any, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """``y_true`` and ``y_pred`` as float32 of one rank: a trailing axis of size 1 dropped from the
+    one of higher rank, or (ranks apart by one otherwise) one added to the one of lower rank."""
+    y_true = _array(y_true, "y_true", metric).astype(np.float32)
+    y_pred = _array(y_pred, "y_pred", metric).astype(np.float32)
+    if y_true.ndim == y_pred.ndim + 1:
+        y_true = y_true[..., 0] if y_true.shape[-1] == 1 else y_true
+        y_pred = y_pred if y_true.ndim == y_pred.ndim else y_pred[..., None]
+    elif y_pred.ndim == y_true.ndim + 1:
+        y_pred = y_pred[..., 0] if y_pred.shape[-1] == 1 else y_pred
+        y_true = y_true if y_true.ndim == y_pred.ndim else y_true[..., None]
+    if y_true.shape != y_pred.shape:
+        raise ValueError(f"{metric}: y_true has shape {y_true.shape} but y_pred has shape {y_pred.shape}")
+    return y_true, y_pred
+
+
+def _confusion_counts(
+    y_true: np.ndarray,
+    y_pred: np.ndarray,
+    thresholds: np.ndarray,
+    weights: np.ndarray,
+    evenly: bool,
+    multi_label: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(tp, fp, tn, fn)`` of a batch at each threshold (a prediction is positive when it is
+    greater than the threshold; a label is positive when it is not 0), weighted; per label
+    (shape ``(thresholds, labels)``) with ``multi_label``, else over every element.
+
+    With evenly spaced thresholds, the predictions are clipped to ``[0, 1]`` and counted by
+    bucket, as Keras does (the outer thresholds ``-1e-7`` and ``1 + 1e-7`` taking every
+    prediction in ``[0, 1]`` and none)."""
+    positive = (y_true != 0).astype(np.float64)
+    if not multi_label:
+        positive, y_pred, weights = positive.reshape(-1), y_pred.reshape(-1), weights.reshape(-1)
+    else:
+        positive, y_pred, weights = (a.reshape(-1, a.shape[-1]) for a in (positive, y_pred, weights))
+    true_w = positive * weights
+    false_w = (1.0 - positive) * weights
+    n = len(thresholds)
+    if evenly:
+        with_epsilon = thresholds[0] < 0.0 or thresholds[-1] > 1.0
+        y_pred = np.clip(y_pred, 0.0, 1.0).astype(np.float32)
+        raw = np.ceil(y_pred * np.float32(n - 1)) - 1
+        buckets = (np.maximum(raw, 0) if with_epsilon else raw).astype(np.int64)
+
+        def counts(w: np.ndarray) -> np.ndarray:
+            # the weight of the predictions in each bucket, then summed from the top down: a
+            # prediction in bucket b is above thresholds 0..b
+            per_bucket: np.ndarray
+            if w.ndim == 1:
+                keep = buckets >= 0
+                per_bucket = np.bincount(buckets[keep], w[keep], minlength=n)[:n]
+            else:
+                per_bucket = np.zeros((n, w.shape[1]))
+                for label in range(w.shape[1]):
+                    keep = buckets[:, label] >= 0
+                    per_bucket[:, label] = np.bincount(buckets[keep, label], w[keep, label], minlength=n)[:n]
+            return np.cumsum(per_bucket[::-1], axis=0)[::-1]
+
+        tp, fp = counts(true_w), counts(false_w)
+    else:
+        above = y_pred[None] > thresholds.astype(np.float32).reshape((n,) + (1,) * y_pred.ndim)
+        tp = (above * true_w).sum(axis=1)
+        fp = (above * false_w).sum(axis=1)
+    return tp, fp, false_w.sum(axis=0) - fp, true_w.sum(axis=0) - tp
+
+
+def _weights_like(sample_weight: Any, y_pred: np.ndarray, metric: str) -> np.ndarray:
+    """``sample_weight`` (one per sample, or of ``y_pred``'s rank) broadcast to ``y_pred``'s shape."""
+    if sample_weight is None:
+        return np.ones(y_pred.shape)
+    weights = np.asarray(sample_weight, dtype=np.float64)
+    while weights.ndim > y_pred.ndim and weights.shape[-1] == 1:
+        weights = weights[..., 0]
+    weights = weights.reshape(weights.shape + (1,) * (y_pred.ndim - weights.ndim))
+    try:
+        return np.broadcast_to(weights, y_pred.shape)
+    except ValueError:
+        raise ValueError(
+            f"{metric}: sample_weight of shape {np.shape(sample_weight)} does not fit y_pred of shape {y_pred.shape}"
+        ) from None
+
+
+def _top_k_only(y_pred: np.ndarray, k: int) -> np.ndarray:
+    """``y_pred`` with every value outside the ``k`` highest of its last axis set to -1e10."""
+    order = np.argsort(-y_pred, axis=-1, kind="stable")[..., :k]
+    keep = np.zeros(y_pred.shape, bool)
+    np.put_along_axis(keep, order, True, axis=-1)
+    return np.where(keep, y_pred, np.float32(_NEG_INF)).astype(np.float32)
+
+
+class _Confusion(Metric):
+    """Precision and Recall: true and false positives (or negatives) at each threshold, kept in
+    state variables, with Keras's ``thresholds``, ``top_k`` and ``class_id``."""
+
+    def __init__(
+        self,
+        thresholds: Any = None,
+        top_k: int | None = None,
+        class_id: int | None = None,
+        name: str | None = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__(name, dtype)
+        self.thresholds = (
+            thresholds if thresholds is None or isinstance(thresholds, float) else list(thresholds)
+        )
+        self.top_k = None if top_k is None else int(top_k)
+        self.class_id = None if class_id is None else int(class_id)
+        self._thresholds = _thresholds(thresholds, 0.5 if top_k is None else _NEG_INF)
+        self._evenly = _evenly_spaced(self._thresholds)
+        size = (len(self._thresholds),)
+        self.true_positives = self.add_variable(size, "zeros", name="true_positives")
+        self.other = self.add_variable(size, "zeros", name=self._other_name)
+
+    _other_name = "false_positives"
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        """Adds a batch (``y_true`` is read as booleans: nonzero is positive)."""
+        y_true, y_pred = _same_rank_float(y_true, y_pred, self.name)
+        weights = _weights_like(sample_weight, y_pred, self.name)
+        if self.top_k is not None:
+            y_pred = _top_k_only(y_pred, self.top_k)
+        if self.class_id is not None:
+            if y_pred.ndim < 2:
+                raise ValueError(
+                    f"{self.name}: class_id needs y_pred of shape (samples, classes), got {y_pred.shape}"
+                )
+            index = (..., slice(self.class_id, self.class_id + 1))
+            y_true, y_pred, weights = y_true[index], y_pred[index], weights[index]
+        tp, fp, _, fn = _confusion_counts(
+            y_true, y_pred, np.asarray(self._thresholds), weights, self._evenly, multi_label=False
+        )
+        self.true_positives.assign_add(tp.astype(np.float32))
+        self.other.assign_add((fp if self._other_name == "false_positives" else fn).astype(np.float32))
+
+    def result(self) -> Tensor:
+        """``tp / (tp + other)`` at each threshold (0 where nothing counted); a scalar for one threshold."""
+        tp, other = self.true_positives.numpy(), self.other.numpy()
+        total = tp + other
+        value = np.where(total > 0, tp / np.where(total > 0, total, 1), 0.0).astype(np.float32)
+        return _wrap(value[0] if len(self._thresholds) == 1 else value)
+
+
+class Precision(_Confusion):
+    """The fraction of predicted positives that are positive: ``tp / (tp + fp)``.
+
+    A prediction is positive when it is above the threshold; ``y_true`` is read as booleans.
+
+    Args:
+        thresholds: a threshold or a list of them in ``[0, 1]`` (a result per threshold);
+            default 0.5, or, with ``top_k``, any value in the top k.
+        top_k: counts only the ``k`` highest predictions of each sample as predicted.
+        class_id: looks at this class (last axis) only.
+        name: the metric's name.
+        dtype: see ``Metric``.
+    """
+
+    default_name = "precision"
+
+
+class Recall(_Confusion):
+    """The fraction of positives predicted positive: ``tp / (tp + fn)``.
+
+    Args:
+        thresholds: a threshold or a list of them in ``[0, 1]`` (a result per threshold);
+            default 0.5, or, with ``top_k``, any value in the top k.
+        top_k: counts only the ``k`` highest predictions of each sample as predicted.
+        class_id: looks at this class (last axis) only.
+        name: the metric's name.
+        dtype: see ``Metric``.
+    """
+
+    default_name = "recall"
+    _other_name = "false_negatives"
+
+
+_CURVES = ("ROC", "PR")
+_SUMMATIONS = ("interpolation", "minoring", "majoring")
+
+
+def _divide_no_nan(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    safe = np.where(b != 0, b, 1)
+    return np.where(b != 0, a / safe, 0.0)
+
+
+class AUC(Metric):
+    """The area under the ROC or precision-recall curve, from counts at ``num_thresholds``
+    thresholds (a Riemann sum, as Keras).
+
+    Args:
+        num_thresholds: how many thresholds, evenly spaced over ``[0, 1]`` (default 200; the
+            outer two are ``-1e-7`` and ``1 + 1e-7``).
+        curve: ``"ROC"`` or ``"PR"``.
+        summation_method: ``"interpolation"`` (the trapezoids; for ``"PR"``, Keras's
+            interpolation of precision between thresholds), ``"minoring"`` or ``"majoring"``.
+        name: the metric's name.
+        dtype: see ``Metric``.
+        thresholds: thresholds in ``[0, 1]`` to use instead of ``num_thresholds``.
+        multi_label: a curve per label (the last axis), their areas averaged; else every
+            element counts as one prediction.
+        num_labels: the number of labels with ``multi_label`` (else read from the first batch).
+        label_weights: weights of the labels: in the average of ``multi_label``, else of
+            each element's count.
+        from_logits: whether ``y_pred`` holds logits (a sigmoid is applied).
+    """
+
+    default_name = "auc"
+
+    def __init__(
+        self,
+        num_thresholds: int = 200,
+        curve: str = "ROC",
+        summation_method: str = "interpolation",
+        name: str | None = None,
+        dtype: Any = None,
+        thresholds: Any = None,
+        multi_label: bool = False,
+        num_labels: int | None = None,
+        label_weights: Any = None,
+        from_logits: bool = False,
+    ) -> None:
+        super().__init__(name, dtype)
+        curve, summation_method = str(curve).upper(), str(summation_method).lower()
+        if curve not in _CURVES:
+            raise ValueError(f"AUC: curve must be one of {_CURVES}, got {shown(curve)}")
+        if summation_method not in _SUMMATIONS:
+            raise ValueError(
+                f"AUC: summation_method must be one of {_SUMMATIONS}, got {shown(summation_method)}"
+            )
+        if thresholds is not None:
+            inner = sorted(_thresholds(thresholds, 0.5))
+            self.num_thresholds = len(inner) + 2
+            self._evenly = _evenly_spaced([0.0, *inner, 1.0])
+            self.thresholds: list[float] | None = inner
+        else:
+            if int(num_thresholds) <= 1:
+                raise ValueError(f"AUC: num_thresholds must be an integer > 1, got {shown(num_thresholds)}")
+            self.num_thresholds = int(num_thresholds)
+            inner = [(i + 1) / (self.num_thresholds - 1) for i in range(self.num_thresholds - 2)]
+            self._evenly = True
+            self.thresholds = None
+        self._all_thresholds = np.asarray([0.0 - _losses.EPSILON, *inner, 1.0 + _losses.EPSILON])
+        self.curve = curve
+        self.summation_method = summation_method
+        self.multi_label = bool(multi_label)
+        if num_labels is not None and not self.multi_label:
+            raise ValueError("AUC: num_labels is needed only when multi_label is True")
+        self.num_labels = None if num_labels is None else int(num_labels)
+        self.label_weights = None if label_weights is None else [float(w) for w in np.ravel(label_weights)]
+        self.from_logits = bool(from_logits)
+        self._built = False
+        if not self.multi_label:
+            self._build(None)
+        elif self.num_labels:
+            self._build(self.num_labels)
+
+    def _build(self, labels: int | None) -> None:
+        shape = (self.num_thresholds,) if labels is None else (self.num_thresholds, labels)
+        self.true_positives = self.add_variable(shape, "zeros", name="true_positives")
+        self.false_positives = self.add_variable(shape, "zeros", name="false_positives")
+        self.true_negatives = self.add_variable(shape, "zeros", name="true_negatives")
+        self.false_negatives = self.add_variable(shape, "zeros", name="false_negatives")
+        self._built = True
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        """Adds a batch (``y_true`` is read as booleans: nonzero is positive)."""
+        y_true, y_pred = _same_rank_float(y_true, y_pred, self.name)
+        if self.multi_label and y_pred.ndim != 2:
+            raise ValueError(f"{self.name}: multi_label needs y_pred of rank 2, got shape {y_pred.shape}")
+        if not self._built:
+            self._build(y_pred.shape[-1])
+        if self.from_logits:
+            y_pred = (1.0 / (1.0 + np.exp(-y_pred.astype(np.float64)))).astype(np.float32)
+        weights = _weights_like(sample_weight, y_pred, self.name)
+        if self.label_weights is not None and not self.multi_label:
+            weights = weights * np.broadcast_to(np.asarray(self.label_weights), y_pred.shape)
+        tp, fp, tn, fn = _confusion_counts(
+            y_true, y_pred, self._all_thresholds, weights, self._evenly, self.multi_label
+        )
+        for variable, value in zip(self.variables, (tp, fp, tn, fn)):
+            variable.assign_add(value.astype(np.float32))
+
+    def _by_label(self, terms: np.ndarray) -> float:
+        if not self.multi_label:
+            return float(terms.sum())
+        areas = terms.sum(axis=0)
+        if self.label_weights is None:
+            return float(areas.mean())
+        weights = np.asarray(self.label_weights)
+        total = weights.sum()
+        return float((areas * weights).sum() / total) if total else 0.0
+
+    def _interpolated_pr(self, tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> float:
+        # Precision interpolated between thresholds (Davis and Goadrich, 2006): with P = TP + FP
+        # linear in each interval, the area of the interval has a closed form.
+        dtp = tp[:-1] - tp[1:]
+        p = tp + fp
+        dp = p[:-1] - p[1:]
+        slope = _divide_no_nan(dtp, np.maximum(dp, 0))
+        intercept = tp[1:] - slope * p[1:]
+        both = (p[:-1] > 0) & (p[1:] > 0)
+        ratio = np.where(both, _divide_no_nan(p[:-1], np.maximum(p[1:], 0)), 1.0)
+        increments = _divide_no_nan(slope * (dtp + intercept * np.log(ratio)), np.maximum(tp[1:] + fn[1:], 0))
+        return self._by_label(increments)
+
+    def result(self) -> Tensor:
+        """The area so far (0 before any update)."""
+        if not self._built:
+            return _wrap(np.asarray(0.0, np.float32))
+        tp, fp, tn, fn = (v.numpy().astype(np.float64) for v in self.variables)
+        if self.curve == "PR" and self.summation_method == "interpolation":
+            return _wrap(np.asarray(self._interpolated_pr(tp, fp, fn), np.float32))
+        recall = _divide_no_nan(tp, tp + fn)
+        if self.curve == "ROC":
+            x, y = _divide_no_nan(fp, fp + tn), recall
+        else:
+            x, y = recall, _divide_no_nan(tp, tp + fp)
+        if self.summation_method == "interpolation":
+            heights = (y[:-1] + y[1:]) / 2.0
+        elif self.summation_method == "minoring":
+            heights = np.minimum(y[:-1], y[1:])
+        else:
+            heights = np.maximum(y[:-1], y[1:])
+        return _wrap(np.asarray(self._by_label((x[:-1] - x[1:]) * heights), np.float32))
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restores what ``get_state`` returned (building the per-label counts it holds)."""
+        values = state.get("variables", [])
+        if not self._built and values:
+            self._build(int(np.shape(values[0])[-1]))
+        super().set_state(state)
+
+
+_AVERAGES = (None, "micro", "macro", "weighted")
+
+
+class FBetaScore(Metric):
+    """The F-beta score: ``(1 + beta**2) * precision * recall / (beta**2 * precision + recall)``,
+    per class (the last axis of ``(samples, classes)`` inputs), from counts in state variables.
+
+    Args:
+        average: ``None`` (a score per class), ``"micro"`` (from the counts over every class),
+            ``"macro"`` (the mean of the per-class scores) or ``"weighted"`` (their mean
+            weighted by each class's weight of positives).
+        beta: the weight of recall against precision (a float > 0).
+        threshold: predictions above it are positive; ``None`` takes each sample's highest.
+        name: the metric's name.
+        dtype: see ``Metric``.
+    """
+
+    default_name = "fbeta_score"
+
+    def __init__(
+        self,
+        average: str | None = None,
+        beta: float = 1.0,
+        threshold: float | None = None,
+        name: str | None = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__(name, dtype)
+        if average not in _AVERAGES:
+            raise ValueError(
+                f"{type(self).__name__}: average must be one of {_AVERAGES}, got {shown(average)}"
+            )
+        if not isinstance(beta, (int, float)) or isinstance(beta, bool) or beta <= 0:
+            raise ValueError(f"{type(self).__name__}: beta must be a number > 0, got {shown(beta)}")
+        if threshold is not None and not 0.0 < float(threshold) <= 1.0:
+            raise ValueError(
+                f"{type(self).__name__}: threshold must satisfy 0 < threshold <= 1, got {shown(threshold)}"
+            )
+        self.average = average
+        self.beta = float(beta)
+        self.threshold = None if threshold is None else float(threshold)
+        self._built = False
+
+    def _build(self, classes: int) -> None:
+        shape = () if self.average == "micro" else (classes,)
+        for name in ("true_positives", "false_positives", "false_negatives", "intermediate_weights"):
+            setattr(self, name, self.add_variable(shape, "zeros", name=name))
+        self._built = True
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        """Adds a batch of ``(samples, classes)`` targets and predictions."""
+        y_true = _array(y_true, "y_true", self.name).astype(np.float32)
+        y_pred = _array(y_pred, "y_pred", self.name).astype(np.float32)
+        if y_true.ndim != 2 or y_pred.ndim != 2 or y_true.shape != y_pred.shape:
+            raise ValueError(
+                f"{self.name}: expects y_true and y_pred of one shape (samples, classes), got {y_true.shape} "
+                f"and {y_pred.shape}"
+            )
+        if not self._built:
+            self._build(y_pred.shape[-1])
+        if self.threshold is None:
+            predicted = (y_pred >= y_pred.max(axis=-1, keepdims=True)) & (np.abs(y_pred) > 1e-9)
+        else:
+            predicted = y_pred > self.threshold
+        predicted_f = predicted.astype(np.float64)
+        truth = y_true.astype(np.float64)
+        weights = 1.0 if sample_weight is None else np.asarray(sample_weight, np.float64).reshape(-1, 1)
+        axis = None if self.average == "micro" else 0
+        for variable, values in zip(
+            self.variables,
+            (predicted_f * truth, predicted_f * (1 - truth), (1 - predicted_f) * truth, truth),
+        ):
+            variable.assign_add(np.asarray((values * weights).sum(axis=axis), np.float32))
+
+    def result(self) -> Tensor:
+        """The score (per class with ``average=None``); 0 before any update."""
+        if not self._built:
+            return _wrap(np.asarray(0.0, np.float32))
+        eps = _losses.EPSILON
+        tp, fp, fn, support = (v.numpy().astype(np.float64) for v in self.variables)
+        precision = tp / (tp + fp + eps)
+        recall = tp / (tp + fn + eps)
+        b2 = self.beta**2
+        score = precision * recall / (b2 * precision + recall + eps) * (1 + b2)
+        if self.average == "weighted":
+            score = (score * support / (support.sum() + eps)).sum()
+        elif self.average is not None:
+            score = score.mean()
+        return _wrap(np.asarray(score, np.float32))
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restores what ``get_state`` returned (building the per-class counts it holds)."""
+        values = state.get("variables", [])
+        if not self._built and values:
+            shape = np.shape(values[0])
+            self._build(int(shape[0]) if shape else 1)
+        super().set_state(state)
+
+
+class F1Score(FBetaScore):
+    """The F1 score: the harmonic mean of precision and recall (``FBetaScore`` with ``beta=1``).
+
+    Args:
+        average: ``None``, ``"micro"``, ``"macro"`` or ``"weighted"`` (see ``FBetaScore``).
+        threshold: predictions above it are positive; ``None`` takes each sample's highest.
+        name: the metric's name.
+        dtype: see ``Metric``.
+    """
+
+    default_name = "f1_score"
+
+    def __init__(
+        self,
+        average: str | None = None,
+        threshold: float | None = None,
+        name: str | None = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__(average, 1.0, threshold, name, dtype)
+
+
 def _mean_of_loss(loss_name: str) -> Callable[[str], Metric]:
     """A metric factory: the mean of the loss ``loss_name`` per sample, as Keras names a loss as a metric."""
 
@@ -342,7 +1080,7 @@ def _mean_of_loss(loss_name: str) -> Callable[[str], Metric]:
     return make
 
 
-_OWN: dict[str, Callable[[str], Metric]] = {
+_OWN: dict[str, Callable[..., Metric]] = {
     "accuracy": _Accuracy,
     "acc": _Accuracy,
     "mean": Mean,
@@ -353,9 +1091,25 @@ _OWN: dict[str, Callable[[str], Metric]] = {
     "mean_squared_error": MeanSquaredError,
     "mae": MeanAbsoluteError,
     "mean_absolute_error": MeanAbsoluteError,
+    "rmse": RootMeanSquaredError,
+    "root_mean_squared_error": RootMeanSquaredError,
+    "mape": MeanAbsolutePercentageError,
+    "mean_absolute_percentage_error": MeanAbsolutePercentageError,
+    "top_k_categorical_accuracy": TopKCategoricalAccuracy,
+    "sparse_top_k_categorical_accuracy": SparseTopKCategoricalAccuracy,
+    "binary_crossentropy": BinaryCrossentropy,
+    "categorical_crossentropy": CategoricalCrossentropy,
+    "auc": AUC,
+    "precision": Precision,
+    "recall": Recall,
+    "f1_score": F1Score,
+    "fbeta_score": FBetaScore,
 }
 
-registry: Registry[Callable[[str], Metric]] = Registry(
+# Class names whose snake_case is not their registered name.
+_CLASS_NAMES: dict[str, Callable[..., Metric]] = {"FBetaScore": FBetaScore}
+
+registry: Registry[Callable[..., Metric]] = Registry(
     "metric",
     {**_OWN, **{name: _mean_of_loss(name) for name in _losses.registry if name not in _OWN}},
 )
@@ -391,7 +1145,7 @@ def get(identifier: str | Metric | Callable[..., Any], loss: Any = None) -> Metr
     if isinstance(identifier, Metric):
         return identifier
     if isinstance(identifier, str):
-        make = registry.lookup(identifier)
+        make = _CLASS_NAMES.get(identifier) or registry.lookup(identifier)
         if make is _Accuracy:
             if identifier not in ("accuracy", "acc"):
                 return Accuracy(identifier)
@@ -399,6 +1153,9 @@ def get(identifier: str | Metric | Callable[..., Any], loss: Any = None) -> Metr
             for loss_type, make_for_loss in _ACCURACY_FOR_LOSS.items():
                 if isinstance(loss_obj, loss_type):
                     return make_for_loss(identifier, loss_obj)
+        if isinstance(make, type):
+            # a class's own name gives its default name, as in Keras ("AUC": auc)
+            return make() if identifier == make.__name__ else make(name=identifier)
         return make(identifier)
     if callable(identifier):
         return MeanMetricWrapper(identifier)
@@ -408,15 +1165,54 @@ def get(identifier: str | Metric | Callable[..., Any], loss: Any = None) -> Metr
 
 
 __all__ = [
+    "AUC",
     "Accuracy",
     "BinaryAccuracy",
+    "BinaryCrossentropy",
     "CategoricalAccuracy",
+    "CategoricalCrossentropy",
+    "F1Score",
+    "FBetaScore",
     "Mean",
     "MeanAbsoluteError",
+    "MeanAbsolutePercentageError",
     "MeanMetricWrapper",
     "MeanSquaredError",
     "Metric",
+    "Precision",
+    "Recall",
+    "RootMeanSquaredError",
     "SparseCategoricalAccuracy",
+    "SparseTopKCategoricalAccuracy",
+    "TopKCategoricalAccuracy",
+    "deserialize",
     "get",
     "registry",
+    "serialize",
 ]
+
+
+def serialize(metric: Metric) -> dict[str, Any]:
+    """``{"module", "class_name", "config"}`` of a metric, as model files hold it (Keras 3's
+    ``keras.metrics.serialize``)."""
+    from tapefit.layers import serialization
+
+    return serialization.serialize(metric, type(metric).__name__)
+
+
+def deserialize(config: dict[str, Any]) -> Metric:
+    """The metric ``serialize`` described (a built-in class, or one registered with
+    ``tp.register_serializable``); a name is taken as ``get`` takes it.
+
+    Raises:
+        tp.layers.serialization.ConfigError: an unknown class or a bad config.
+    """
+    from tapefit.layers import serialization
+
+    if isinstance(config, str):
+        return get(config)
+    return serialization.deserialize(config, serialization.layer_tables(), "metric")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

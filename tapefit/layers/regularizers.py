@@ -154,4 +154,53 @@ def get(identifier: str | Callable[..., Any] | None) -> Callable[..., Any] | Non
     return registry.get(identifier)
 
 
-__all__ = ["L1", "L1L2", "L2", "OrthogonalRegularizer", "Regularizer", "get", "registry"]
+def serialize(regularizer: Any) -> Any:
+    """``{"module", "class_name", "config"}`` of a regularizer, as model files hold it (Keras 3's
+    ``serialize``); ``None`` gives ``None``."""
+    from tapefit.layers import serialization
+
+    if regularizer is None:
+        return None
+    return serialization.serialize(regularizer, type(regularizer).__name__)
+
+
+def deserialize(config: Any) -> Any:
+    """The regularizer ``serialize`` described (a built-in class, or one registered with
+    ``tp.register_serializable``); a name or ``None`` is taken as ``get`` takes it.
+
+    Raises:
+        tp.layers.serialization.ConfigError: an unknown class or a bad config.
+    """
+    from tapefit.layers import serialization
+
+    if config is None or isinstance(config, str):
+        return get(config)
+    return serialization.deserialize(config, serialization.layer_tables(), "regularizer")
+
+
+# Keras's function-style names: tp.regularizers.l2(0.01) is L2(0.01)
+l1 = L1
+l2 = L2
+l1_l2 = L1L2
+orthogonal_regularizer = OrthogonalRegularizer
+
+
+__all__ = [
+    "L1",
+    "L1L2",
+    "L2",
+    "OrthogonalRegularizer",
+    "Regularizer",
+    "deserialize",
+    "get",
+    "l1",
+    "l1_l2",
+    "l2",
+    "orthogonal_regularizer",
+    "registry",
+    "serialize",
+]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

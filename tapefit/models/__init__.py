@@ -363,3 +363,7 @@ def _check_compiled(compiled: dict[str, Any]) -> None:
             raise serialization.ConfigError(
                 f"compile_config.{where}: expected a finite number, got {shown(value)}"
             )
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -79,3 +79,7 @@ def get(identifier: Optimizer | str | Mapping[str, Any]) -> Optimizer:
         f"expected an Optimizer, a name ({known}) or a config dict like {{'type': 'adam', ...}}, "
         f"got {type(identifier).__name__} {shown(identifier)}"
     )
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -102,7 +102,7 @@ class EarlyStopping:
             reason = (
                 # epochs counted from 1, as the progress bar counts them
                 f"{self.monitor} did not improve for {self.wait} epochs; stopped after epoch {epoch + 1}, "
-                f"best {self.monitor} = {self.best:.6g} at epoch {self.best_epoch + 1}"
+                f"best {self.monitor} = {self.best:.6g} at epoch {_counted(self.best_epoch)}"
             )
             trainer.request_stop(self, reason)
             logger.log(self._level, "early_stopping: %s", reason)
@@ -110,7 +110,9 @@ class EarlyStopping:
     @hookimpl
     def on_fit_end(self, trainer: Any) -> None:
         if self.restore_best_weights and self.best_weights is not None:
-            logger.log(self._level, "early_stopping: restoring the weights of epoch %d", self.best_epoch + 1)
+            logger.log(
+                self._level, "early_stopping: restoring the weights of epoch %s", _counted(self.best_epoch)
+            )
             trainer.model.load_state_dict(self.best_weights)
 
     def state_dict(self) -> dict[str, Any]:
@@ -141,3 +143,8 @@ class EarlyStopping:
         self.best_epoch = state["best_epoch"]
         self.best_weights = state["best_weights"]
         self.stopped_epoch = state["stopped_epoch"]
+
+
+def _counted(epoch: int | None) -> str:
+    """An epoch index as the progress bar counts it (from 1)."""
+    return "none" if epoch is None else str(epoch + 1)

@@ -218,3 +218,111 @@ def test_a_probability_loss_given_logits_warns_once(loss, y_true, logits):
         warnings.simplefilter("error")
         loss(y_true, logits)  # once per loss object
         type(loss)()(y_true, np.clip(np.abs(logits) / 4.0, 0.0, 1.0))  # probabilities: no warning
+
+
+# -- the losses taken from Keras 3 later: their values against Keras are in
+# test_keras_metrics_reference.py; here their gradients, configs and names.
+
+NEW_LOSSES = [
+    (losses.KLDivergence(), [[0.2, 0.5, 0.3], [0.6, 0.1, 0.3]], "kl_divergence"),
+    (losses.CosineSimilarity(), [[0.1, -0.9, 0.3], [0.5, 0.1, -0.8]], "cosine_similarity"),
+    (losses.CosineSimilarity(axis=0), [[0.1, -0.9, 0.3], [0.5, 0.1, -0.8]], None),
+    (losses.Hinge(), [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]], "hinge"),
+    (losses.Hinge(), [[-1.0, 1.0, 1.0], [1.0, -1.0, -1.0]], None),
+    (losses.LogCosh(), [[0.1, 0.9, 0.3], [0.5, 0.1, 0.8]], "log_cosh"),
+    (losses.Poisson(), [[0.0, 2.0, 1.0], [3.0, 0.0, 1.0]], "poisson"),
+    (losses.MeanSquaredLogarithmicError(), [[0.1, 0.9, 0.3], [0.5, 0.1, 0.8]], "msle"),
+    (losses.MeanAbsolutePercentageError(), [[0.1, 0.9, -0.3], [0.5, -0.1, 0.8]], "mape"),
+    (losses.BinaryFocalCrossentropy(), [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]], "binary_focal_crossentropy"),
+    (
+        losses.BinaryFocalCrossentropy(apply_class_balancing=True, alpha=0.4, gamma=1.5, from_logits=True),
+        [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]],
+        None,
+    ),
+    (
+        losses.CategoricalFocalCrossentropy(),
+        [[0.0, 1.0, 0.0], [0.2, 0.0, 0.8]],
+        "categorical_focal_crossentropy",
+    ),
+    (
+        losses.CategoricalFocalCrossentropy(
+            alpha=[0.2, 0.5, 0.3], gamma=3.0, from_logits=True, label_smoothing=0.1
+        ),
+        [[0.0, 1.0, 0.0], [0.2, 0.0, 0.8]],
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize("loss, y_true, name", NEW_LOSSES)
+def test_new_loss_gradients_match_finite_differences(loss, y_true, name):
+    y_pred = np.array([[0.3, 0.45, 0.6], [0.7, 0.2, 0.35]])
+    weights = [0.4, 1.5] if not (isinstance(loss, losses.CosineSimilarity) and loss.axis == 0) else None
+    tp.testing.check_gradients(lambda p: loss(y_true, p, sample_weight=weights), y_pred)
+    if not isinstance(loss, losses.MeanAbsolutePercentageError | losses.Hinge):
+        tp.testing.check_gradients(lambda p: loss(y_true, p), y_pred, order=2)
+
+
+@pytest.mark.parametrize("loss, y_true, name", NEW_LOSSES)
+def test_new_loss_config_round_trip_and_name(loss, y_true, name):
+    config = loss.get_config()
+    again = type(loss).from_config(config)
+    assert again.get_config() == config
+    y_pred = [[0.3, 0.45, 0.6], [0.7, 0.2, 0.35]]
+    np.testing.assert_allclose(again(y_true, y_pred).numpy(), loss(y_true, y_pred).numpy())
+    rebuilt = losses.deserialize(losses.serialize(loss))
+    assert type(rebuilt) is type(loss) and rebuilt.get_config() == config
+    if name is not None:
+        assert type(losses.get(name)) is type(loss)
+        assert type(losses.get(type(loss).__name__)) is type(loss)
+        assert tp.metrics.get(name).name == name  # the mean of the loss, as a metric
+
+
+def test_function_forms_give_per_sample_values():
+    y, p = [[0.0, 1.0], [1.0, 0.0]], [[0.2, 0.7], [0.6, 0.1]]
+    pairs = [
+        (losses.binary_crossentropy, losses.BinaryCrossentropy),
+        (losses.categorical_crossentropy, losses.CategoricalCrossentropy),
+        (losses.mean_squared_error, losses.MeanSquaredError),
+        (losses.mean_absolute_error, losses.MeanAbsoluteError),
+        (losses.huber, losses.Huber),
+        (losses.kl_divergence, losses.KLDivergence),
+        (losses.cosine_similarity, losses.CosineSimilarity),
+        (losses.hinge, losses.Hinge),
+        (losses.log_cosh, losses.LogCosh),
+        (losses.poisson, losses.Poisson),
+        (losses.mean_squared_logarithmic_error, losses.MeanSquaredLogarithmicError),
+        (losses.mean_absolute_percentage_error, losses.MeanAbsolutePercentageError),
+        (losses.binary_focal_crossentropy, losses.BinaryFocalCrossentropy),
+        (losses.categorical_focal_crossentropy, losses.CategoricalFocalCrossentropy),
+    ]
+    for function, cls in pairs:
+        values = function(y, p)
+        assert values.shape == (2,), function.__name__
+        np.testing.assert_allclose(
+            values.numpy(), cls(reduction="none")(y, p).numpy(), err_msg=function.__name__
+        )
+    np.testing.assert_allclose(
+        losses.sparse_categorical_crossentropy([1, 0], p).numpy(),
+        losses.SparseCategoricalCrossentropy(reduction="none")([1, 0], p).numpy(),
+    )
+    # as the VAE example uses it: the sum over pixels of the per-pixel cross-entropy, differentiable
+    z = tp.Variable(np.full((2, 3, 4), 0.4, np.float32))
+    with tp.GradientTape() as tape:
+        value = tp.reduce_mean(tp.reduce_sum(losses.binary_crossentropy(np.ones((2, 3, 4)), z), axis=1))
+    assert tape.gradient(value, z).shape == (2, 3, 4)
+    with pytest.raises(ValueError, match="ignore_class"):
+        losses.sparse_categorical_crossentropy([1, 0], p, ignore_class=0)
+
+
+def test_hinge_reads_0_1_targets_as_signs_and_others_as_they_are():
+    p = [[0.3, -0.2]]
+    assert float(losses.Hinge()([[1.0, 0.0]], p)) == pytest.approx(float(losses.Hinge()([[1.0, -1.0]], p)))
+    # a batch with a target other than 0 and 1 is taken as given (Keras's rule)
+    assert float(losses.Hinge()([[1.0, 0.5]], p)) == pytest.approx(np.mean([0.7, 1.1]))
+
+
+def test_dir_of_losses_lists_public_names_only():
+    names = dir(losses)
+    assert "KLDivergence" in names and "binary_crossentropy" in names and "serialize" in names
+    assert not {"Any", "Callable", "Registry", "Tensor", "np", "math"} & set(names)

@@ -145,3 +145,98 @@ def test_get_other_names_callables_and_errors():
     with pytest.raises(TypeError, match="a metric must be"):
         metrics.get(1)
     assert tp.metrics is metrics
+
+
+# -- the metrics taken from Keras 3 later: their numbers against Keras are in
+# test_keras_metrics_reference.py; here names, state and configs.
+
+
+def test_keras_names_resolve_as_keras_names_them():
+    cases = {
+        "AUC": (metrics.AUC, "auc"),
+        "auc": (metrics.AUC, "auc"),
+        "Precision": (metrics.Precision, "precision"),
+        "precision": (metrics.Precision, "precision"),
+        "recall": (metrics.Recall, "recall"),
+        "F1Score": (metrics.F1Score, "f1_score"),
+        "f1_score": (metrics.F1Score, "f1_score"),
+        "FBetaScore": (metrics.FBetaScore, "fbeta_score"),
+        "top_k_categorical_accuracy": (metrics.TopKCategoricalAccuracy, "top_k_categorical_accuracy"),
+        "sparse_top_k_categorical_accuracy": (
+            metrics.SparseTopKCategoricalAccuracy,
+            "sparse_top_k_categorical_accuracy",
+        ),
+        "RootMeanSquaredError": (metrics.RootMeanSquaredError, "root_mean_squared_error"),
+        "mape": (metrics.MeanAbsolutePercentageError, "mape"),
+        "binary_crossentropy": (metrics.BinaryCrossentropy, "binary_crossentropy"),
+        "CategoricalCrossentropy": (metrics.CategoricalCrossentropy, "categorical_crossentropy"),
+    }
+    for identifier, (cls, name) in cases.items():
+        metric = metrics.get(identifier)
+        assert type(metric) is cls and metric.name == name, identifier
+
+
+def test_dir_of_metrics_lists_public_names_only():
+    names = dir(metrics)
+    assert {"AUC", "Precision", "F1Score", "serialize", "deserialize", "get"} <= set(names)
+    assert not {"Any", "Callable", "Registry", "Tensor", "np", "functools"} & set(names)
+
+
+def test_state_variables_are_in_the_state_and_reset():
+    auc = metrics.AUC(num_thresholds=5, multi_label=True)
+    assert auc.variables == []  # built on the first batch, as Keras
+    auc.update_state([[1, 0], [0, 1]], [[0.8, 0.3], [0.4, 0.6]], sample_weight=[1.0, 2.0])
+    state = auc.get_state()
+    assert [v.shape for v in state["variables"]] == [(5, 2)] * 4
+    again = metrics.AUC(num_thresholds=5, multi_label=True)
+    again.set_state(state)
+    assert float(again.result()) == float(auc.result()) == 1.0
+    auc.reset_state()
+    assert all(not v.numpy().any() for v in auc.variables)
+    with pytest.raises(ValueError, match="holds 4 variables, the metric has 2"):
+        metrics.Precision().set_state(state)
+
+
+def test_new_metrics_config_round_trip():
+    for metric in [
+        metrics.AUC(curve="PR", thresholds=[0.2, 0.6], multi_label=True, label_weights=[1, 2]),
+        metrics.Precision(thresholds=[0.3, 0.6], top_k=2, class_id=1),
+        metrics.Recall(thresholds=0.4),
+        metrics.FBetaScore(average="weighted", beta=2.0, threshold=0.5),
+        metrics.F1Score(average="micro"),
+        metrics.SparseTopKCategoricalAccuracy(k=3, from_sorted_ids=True),
+        metrics.BinaryCrossentropy(from_logits=True, label_smoothing=0.1),
+        metrics.CategoricalCrossentropy(axis=-1),
+    ]:
+        again = metrics.deserialize(metrics.serialize(metric))
+        assert type(again) is type(metric) and again.get_config() == metric.get_config()
+
+
+def test_precision_with_several_thresholds_gives_one_value_each():
+    precision = metrics.Precision(thresholds=[0.3, 0.7])
+    precision.update_state([1, 0, 1, 0], [0.9, 0.5, 0.4, 0.1])
+    np.testing.assert_allclose(precision.result().numpy(), [2 / 3, 1.0])
+
+
+def test_sparse_top_k_from_sorted_ids():
+    metric = metrics.SparseTopKCategoricalAccuracy(k=2, from_sorted_ids=True)
+    metric.update_state([3, 1, 0], [[3, 0, 1], [2, 0, 1], [1, 0, 2]])
+    assert _value(metric) == pytest.approx(2 / 3)
+
+
+def test_new_metrics_update_inside_a_compiled_step():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 5)).astype(np.float32)
+    y = (x[:, :1] > 0).astype(np.float32)
+
+    def fit(compile):
+        tp.random.set_seed(0)
+        model = tp.layers.Sequential([tp.layers.Dense(1, activation="sigmoid")])
+        names = ["AUC", "precision", "recall", "binary_crossentropy"]
+        trainer = tp.Trainer(model, "sgd", "binary_crossentropy", metrics=names, compile=compile)
+        return trainer.fit(x, y, epochs=2, batch_size=16, verbose=0).history
+
+    eager, compiled = fit(False), fit(True)
+    assert sorted(eager) == ["auc", "binary_crossentropy", "loss", "precision", "recall"]
+    assert eager == compiled
+    assert all(0.0 <= v <= 1.0 for v in eager["auc"] + eager["precision"] + eager["recall"])
