@@ -96,6 +96,15 @@ def _anchor_page(name: str) -> str:
     return f"{REFERENCE}/{name}.md"
 
 
+def _shadowed_by_module(value: Any, name: str) -> bool:
+    """Whether ``tp.<name>`` is an object whose defining package also has a submodule ``name``."""
+    import importlib.util
+
+    module = getattr(value, "__module__", "") or ""
+    package = module.rpartition(".")[0]
+    return bool(package) and importlib.util.find_spec(f"{package}.{name}") is not None
+
+
 def reference_pages() -> dict[str, str]:
     """The API reference: path under ``docs/`` to Markdown."""
     import tapefit as tp
@@ -117,6 +126,17 @@ def reference_pages() -> dict[str, str]:
                 f"## `tp.{name}` {{ #tapefit.{name} }}",
                 "",
                 _first_line(value) + f" See [`tp.{name}`]({name}.md).",
+                "",
+            ]
+        elif _shadowed_by_module(value, name):
+            # tapefit.core.function is also a module: by that name the reference would show the
+            # module's internals, so this entry names the object itself, under tp's anchor.
+            top += [
+                f"## `tp.{name}` {{ #tapefit.{name} }}",
+                "",
+                f"::: {value.__module__}.{name}",
+                "    options:",
+                "      show_root_heading: false",
                 "",
             ]
         else:
