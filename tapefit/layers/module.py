@@ -34,7 +34,7 @@ from tapefit.core.naming import to_snake_case
 from tapefit.core.ops.math import cast
 from tapefit.core.tensor import Tensor, Variable, as_tensor
 from tapefit.layers import constraints, initializers, regularizers
-from tapefit.layers.symbolic import has_symbolic, record_call
+from tapefit.layers.symbolic import format_shape, has_symbolic, record_call
 from tapefit.layers.training_methods import TrainingMethods
 
 # Attributes of Module itself that hold no user state and are not walked.
@@ -1138,6 +1138,37 @@ class Layer(Module):
         if x.dtype != self.dtype:
             x = cast(x, self.dtype)
         return x
+
+
+def rank_of(layer: Any, input_shape: Any, ranks: Any, what: str = "inputs") -> tuple[int | None, ...]:
+    """``input_shape`` as a tuple, checked to have a rank in ``ranks`` (an int or a range).
+
+    Raises:
+        ValueError: not a shape, or another rank (the message names the layer).
+    """
+    allowed = range(ranks, ranks + 1) if isinstance(ranks, int) else ranks
+    shape = _as_shape(input_shape)
+    if shape is None or not all(n is None or isinstance(n, int) for n in shape) or len(shape) not in allowed:
+        need = f"rank {ranks}" if isinstance(ranks, int) else f"rank >= {allowed.start}"
+        raise ValueError(
+            f"{type(layer).__name__} '{layer.name}' needs {what} of {need}, got shape {input_shape}"
+        )
+    return shape
+
+
+def known_size(layer: Any, shape: tuple[int | None, ...], axis: int, what: str) -> int:
+    """The size of ``axis`` of ``shape``, which the layer's weights need known.
+
+    Raises:
+        ValueError: the size is unknown (``None``).
+    """
+    size = shape[axis]
+    if size is None:
+        raise ValueError(
+            f"{type(layer).__name__} '{layer.name}' needs a known size for {what} (axis {axis % len(shape)}), "
+            f"got shape {format_shape(shape)}"
+        )
+    return size
 
 
 def _awaits_build(module: Module) -> bool:

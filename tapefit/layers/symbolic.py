@@ -177,17 +177,20 @@ def _defined_by(cls: type, attribute: str) -> type | None:
 
 
 def _rule(layer: Any) -> str | None:
-    """``"spec"`` or ``"shape"``: the layer's class (or a base at or below the class that
-    defines its ``call``) gives ``compute_output_spec`` or ``compute_output_shape``; a subclass
-    that runs another ``call`` than the rule was written for has none. ``None``: no rule."""
+    """``"spec"`` or ``"shape"``: the layer's class gives ``compute_output_spec`` or
+    ``compute_output_shape``, written for the ``call`` it runs (by the class that defines that
+    ``call`` or one below it, or by tapefit's own classes, whose rules and calls go together);
+    a user's subclass that runs a ``call`` of its own under an inherited rule has none.
+    ``None``: no rule."""
     cls = type(layer)
     runners = [k for k in (_defined_by(cls, "call"), _defined_by(cls, "__call__")) if k is not None]
     runner = min(runners, key=cls.__mro__.index) if runners else object
+    own = runner.__module__.startswith("tapefit.")
     for name, kind in (("compute_output_spec", "spec"), ("compute_output_shape", "shape")):
         owner = _defined_by(cls, name)
         if (
             owner is not None
-            and issubclass(owner, runner)
+            and (own or issubclass(owner, runner))
             and not getattr(owner.__dict__[name], "_no_rule", False)
         ):
             return kind
@@ -286,9 +289,13 @@ def _from_rule(layer: Any, args: tuple[Any, ...], kwargs: dict[str, Any], kind: 
     _build(layer, first)
     shapes = layer.compute_output_shape(_shape(first))
     dtype = _output_dtype(layer, first)
-    if _is_shape(shapes):
-        return SymbolicTensor(tuple(shapes), dtype, layer.name)
-    return [SymbolicTensor(tuple(s), dtype, layer.name) for s in shapes]
+
+    def make(shape: Any) -> Any:
+        if _is_shape(shape):
+            return SymbolicTensor(tuple(shape), dtype, layer.name)
+        return [make(s) for s in shape]
+
+    return make(shapes)
 
 
 def _first_masks(args: tuple[Any, ...]) -> Any:
