@@ -139,6 +139,24 @@ def test_building_on_a_huge_input_allocates_nothing_of_its_size():
     assert outcome == "ok" and peak < 200
 
 
+def test_loading_a_file_costs_what_the_file_holds(tmp_path):
+    repeat, deep = tmp_path / "repeat.tapefit", tmp_path / "deep.tapefit"
+    i = tp.Input((2,))
+    tp.Model(i, L.RepeatVector(50_000_000)(i)).save(repeat)
+    x = i = tp.Input((None, 2**22))
+    for _ in range(400):
+        x = L.Activation("relu")(x)
+    tp.Model(i, x).save(deep)
+    assert repeat.stat().st_size < 2000 and deep.stat().st_size < 200_000
+    peak, seconds, outcome = _measure(
+        f"m = tp.models.load_model({str(repeat)!r})\nassert m.outputs[0].shape == (None, 50_000_000, 2)"
+    )
+    assert outcome == "ok" and peak < 100 and seconds < 5
+    peak, seconds, outcome = _measure(f"tp.models.load_model({str(deep)!r})")
+    assert outcome == "ok" or (outcome.startswith("refused") and "\n" not in outcome)
+    assert peak < 100 and seconds < 5
+
+
 _F, _I = np.float32, np.int32
 # (make the layer, the concrete input shape(s) with the batch axis, the input dtype)
 _CASES = {
