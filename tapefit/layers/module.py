@@ -729,6 +729,29 @@ class Module(TrainingMethods):
         """
         _mark_built(self, input_shape)
 
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        """The shape of the output for inputs of ``input_shape`` (batch axis first, ``None`` for
+        unknown axes), as Keras's. A layer with a rule of its own overrides this; here, without
+        one, the module is built and probed once on zeros of the smallest batch its shape allows
+        (nothing of that run is kept).
+
+        Raises:
+            ValueError: the module refuses inputs of that shape.
+        """
+        from tapefit.layers.symbolic import SymbolicTensor, symbolic_outputs
+
+        def symbolic(shape: Any) -> Any:
+            if isinstance(shape, tuple) and all(n is None or isinstance(n, int) for n in shape):
+                return SymbolicTensor(shape, getattr(self, "dtype", None) or _dt.float32, "input")
+            if isinstance(shape, (list, tuple)):
+                return [symbolic(s) for s in shape]
+            raise ValueError(f"{type(self).__name__}: not a shape: {shown(shape)}")
+
+        outputs = symbolic_outputs(self, (symbolic(_as_shape(input_shape) or input_shape),), {})
+        return nest.pack_sequence_as(outputs, [t.shape for t in nest.flatten(outputs)])
+
+    compute_output_shape._no_rule = True  # type: ignore[attr-defined]
+
     def call(self, *args: Any, **kwargs: Any) -> Any:
         """The forward computation; subclasses define it (or override ``__call__``)."""
         raise NotImplementedError(f"{type(self).__name__} defines neither call(...) nor __call__(...)")

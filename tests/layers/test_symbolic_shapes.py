@@ -20,6 +20,10 @@ def test_split_in_a_lambda_on_unknown_axes():
     thirds = L.Lambda(lambda t: tp.split(t, [3, 7], axis=-1))(x)
     assert [h.shape for h in halves] == [(None, None, None, 10)] * 2
     assert [t.shape for t in thirds] == [(None, None, None, 3), (None, None, None, 7)]
+    assert L.Lambda(lambda t: tp.split(t, 2, axis=1)).compute_output_shape((None, 6, 10)) == [
+        (None, 3, 10),
+        (None, 3, 10),
+    ]
     model = tp.Model(x, [*halves, *thirds])
     for steps, width in ((4, 3), (6, 5)):
         outs = model(_x(2, steps, width, 10))
