@@ -15,6 +15,7 @@ from tapefit.core.ops.linalg import einsum
 from tapefit.core.tensor import Tensor, Variable, as_tensor
 from tapefit.layers import constraints, initializers, regularizers
 from tapefit.layers.module import Layer
+from tapefit.layers.symbolic import SymbolicTensor, format_shape
 
 __all__ = ["MultiHeadAttention"]
 
@@ -144,6 +145,48 @@ class MultiHeadAttention(Layer):
                 f"MultiHeadAttention '{self.name}' was built for (query, key, value) feature sizes "
                 f"{self._built_dims}, got {dims}"
             )
+
+    def compute_output_spec(
+        self,
+        query: Any,
+        value: Any,
+        key: Any = None,
+        query_mask: Any = None,
+        value_mask: Any = None,
+        key_mask: Any = None,
+        attention_mask: Any = None,
+        return_attention_scores: bool = False,
+        training: Any = None,
+        use_causal_mask: bool = False,
+    ) -> Any:
+        """The symbolic output ``(batch, T, output_dim)`` (and the scores ``(batch, heads, T,
+        S)``) for symbolic ``query``, ``value`` and ``key``; builds the projections."""
+        key = value if key is None else key
+        for what, tensor in (("query", query), ("value", value), ("key", key)):
+            if len(tensor.shape) != 3:
+                raise ValueError(
+                    f"MultiHeadAttention '{self.name}': {what} must have shape (batch, steps, features), "
+                    f"got {format_shape(tensor.shape)}"
+                )
+            if tensor.shape[-1] is None:
+                raise ValueError(
+                    f"MultiHeadAttention '{self.name}': the features of {what} need a known size, "
+                    f"got {format_shape(tensor.shape)}"
+                )
+        if not all(a is None or b is None or a == b for a, b in zip(key.shape[1:2], value.shape[1:2])):
+            raise ValueError(
+                f"MultiHeadAttention '{self.name}': key {format_shape(key.shape)} and value "
+                f"{format_shape(value.shape)} must share the steps"
+            )
+        self._build_for(query, value, key)
+        batch, steps = query.shape[0], query.shape[1]
+        output = SymbolicTensor(
+            (batch, steps, int(self.output_dim or query.shape[-1])), self.dtype, self.name
+        )
+        if not return_attention_scores:
+            return output
+        scores = SymbolicTensor((batch, self.num_heads, steps, key.shape[1]), self.dtype, self.name)
+        return output, scores
 
     def call(
         self,

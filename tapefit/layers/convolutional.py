@@ -15,7 +15,7 @@ from tapefit.core.ops import reduce as _reduce
 from tapefit.core.ops import shape as _shape
 from tapefit.core.tensor import Tensor, as_tensor
 from tapefit.layers.core import _KernelLayer, _positive_int
-from tapefit.layers.module import Layer
+from tapefit.layers.module import Layer, known_size, rank_of
 
 
 def _pair(value: Any, what: str, layer: str) -> tuple[int, int]:
@@ -47,6 +47,27 @@ def _check_images(x: Tensor, layer: str) -> None:
         raise ValueError(
             f"{layer} needs images of shape (batch, height, width, channels), got shape {x.shape}"
         )
+
+
+def _window_output(
+    layer: Layer, size: int | None, span: int, stride: int, padding: str, what: str
+) -> int | None:
+    """The output length of a window of ``span`` moved by ``stride`` along an axis of ``size``
+    (``None``: unknown), as the convolution and pooling ops give it.
+
+    Raises:
+        ValueError: with ``"valid"`` padding, a known size shorter than the window.
+    """
+    if size is None:
+        return None
+    if padding == "same":
+        return -(-size // stride)
+    if size < span:
+        raise ValueError(
+            f"{type(layer).__name__} '{layer.name}': {what} of length {size} are shorter than the "
+            f"window {span} with padding='valid'"
+        )
+    return (size - span) // stride + 1
 
 
 class Conv2D(_KernelLayer):
@@ -133,12 +154,28 @@ class Conv2D(_KernelLayer):
             raise ValueError(
                 f"Conv2D '{self.name}' needs images of shape (batch, height, width, channels), got shape {input_shape}"
             )
-        if input_shape[-1] % self.groups:
+        channels = known_size(self, input_shape, -1, "the channels")
+        if channels % self.groups:
             raise ValueError(
-                f"Conv2D '{self.name}': the {input_shape[-1]} input channels are not a multiple of groups "
+                f"Conv2D '{self.name}': the {channels} input channels are not a multiple of groups "
                 f"({self.groups})"
             )
-        self._build_kernel((*self.kernel_size, input_shape[-1] // self.groups, self.filters), self.filters)
+        self._build_kernel((*self.kernel_size, channels // self.groups, self.filters), self.filters)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """``(batch, rows, cols, filters)``, the rows and columns as the convolution gives them."""
+        shape = rank_of(self, input_shape, 4, "images (batch, height, width, channels)")
+        if self.kernel is not None and shape[-1] not in (None, self.kernel.shape[2] * self.groups):
+            raise ValueError(
+                f"Conv2D '{self.name}' was built for {self.kernel.shape[2] * self.groups} input channels, "
+                f"got shape {input_shape}"
+            )
+        spans = [(k - 1) * d + 1 for k, d in zip(self.kernel_size, self.dilation_rate)]
+        rows, cols = (
+            _window_output(self, shape[1 + i], spans[i], self.strides[i], self.padding, "images")
+            for i in range(2)
+        )
+        return (shape[0], rows, cols, self.filters)
 
     def call(self, inputs: Any) -> Tensor:
         """Applies the convolution."""
@@ -205,6 +242,15 @@ class _Pool2D(Layer):
                 f"{self.pool_size} with padding='valid'"
             )
         return self._pool(x)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """``(batch, rows, cols, channels)``, the rows and columns as the pooling gives them."""
+        shape = rank_of(self, input_shape, 4, "images (batch, height, width, channels)")
+        rows, cols = (
+            _window_output(self, shape[1 + i], self.pool_size[i], self.strides[i], self.padding, "images")
+            for i in range(2)
+        )
+        return (shape[0], rows, cols, shape[3])
 
 
 class MaxPool2D(_Pool2D):
@@ -312,12 +358,28 @@ class Conv1D(_KernelLayer):
             raise ValueError(
                 f"Conv1D '{self.name}' needs sequences of shape (batch, steps, channels), got shape {input_shape}"
             )
-        if input_shape[-1] % self.groups:
+        channels = known_size(self, input_shape, -1, "the channels")
+        if channels % self.groups:
             raise ValueError(
-                f"Conv1D '{self.name}': the {input_shape[-1]} input channels are not a multiple of groups "
+                f"Conv1D '{self.name}': the {channels} input channels are not a multiple of groups "
                 f"({self.groups})"
             )
-        self._build_kernel((self.kernel_size, input_shape[-1] // self.groups, self.filters), self.filters)
+        self._build_kernel((self.kernel_size, channels // self.groups, self.filters), self.filters)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """``(batch, steps, filters)``, the steps as the convolution gives them."""
+        shape = rank_of(self, input_shape, 3, "sequences (batch, steps, channels)")
+        if self.kernel is not None and shape[-1] not in (None, self.kernel.shape[1] * self.groups):
+            raise ValueError(
+                f"Conv1D '{self.name}' was built for sequences (batch, steps, "
+                f"{self.kernel.shape[1] * self.groups}), got shape {input_shape}"
+            )
+        span = (self.kernel_size - 1) * self.dilation_rate + 1
+        steps = shape[1]
+        padding = self.padding
+        if padding == "causal":
+            steps, padding = (None if steps is None else steps + span - 1), "valid"
+        return (shape[0], _window_output(self, steps, span, self.strides, padding, "sequences"), self.filters)
 
     def call(self, inputs: Any) -> Tensor:
         """Applies the convolution."""
@@ -380,6 +442,18 @@ class _GlobalPool(Layer):
 
     def _axes(self) -> list[int]:
         return list(range(1, self._rank - 1))
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """``(batch, channels)``, or with ``keepdims`` the pooled axes kept as 1."""
+        what = (
+            "inputs (batch, steps, channels)"
+            if self._rank == 3
+            else "inputs (batch, height, width, channels)"
+        )
+        shape = rank_of(self, input_shape, self._rank, what)
+        if self.keepdims:
+            return (shape[0], *(1 for _ in self._axes()), shape[-1])
+        return (shape[0], shape[-1])
 
     def _reduce(self, x: Tensor) -> Tensor:
         raise NotImplementedError

@@ -18,8 +18,8 @@ from tapefit.core.ops.linalg import matmul
 from tapefit.core.ops.math import cast
 from tapefit.core.tensor import Tensor, Variable, as_tensor
 from tapefit.layers import activations, constraints, initializers
-from tapefit.layers.module import Layer, Module, in_call
-from tapefit.layers.symbolic import SymbolicTensor
+from tapefit.layers.module import Layer, Module, in_call, known_size, rank_of
+from tapefit.layers.symbolic import SymbolicTensor, mask_marker, symbolic_outputs
 
 
 def _positive_int(value: Any, what: str, layer: str) -> int:
@@ -146,7 +146,17 @@ class Dense(_KernelLayer):
         """Creates ``kernel`` (input_shape[-1], units) and ``bias`` (units,)."""
         if not isinstance(input_shape, tuple) or not input_shape:
             raise ValueError(f"Dense '{self.name}' needs inputs of rank >= 1, got shape {input_shape}")
-        self._build_kernel((input_shape[-1], self.units), self.units)
+        self._build_kernel((known_size(self, input_shape, -1, "the last axis"), self.units), self.units)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """``input_shape`` with the last axis ``units``."""
+        shape = rank_of(self, input_shape, range(1, 64))
+        if self.kernel is not None and shape[-1] not in (None, self.kernel.shape[0]):
+            raise ValueError(
+                f"Dense '{self.name}' was built for inputs with last dimension {self.kernel.shape[0]}, "
+                f"got shape {input_shape}"
+            )
+        return (*shape[:-1], self.units)
 
     def call(self, inputs: Any) -> Tensor:
         """Applies the layer."""
@@ -189,6 +199,10 @@ class Activation(Layer):
         """Applies the activation."""
         return self.activation(self._cast_input(inputs))
 
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """``input_shape``: the activation works value by value."""
+        return rank_of(self, input_shape, range(0, 64))
+
 
 class Flatten(Layer):
     """Flattens every axis but the first (batch): ``(batch, ...)`` -> ``(batch, product)``.
@@ -206,6 +220,14 @@ class Flatten(Layer):
         if x.ndim == 0:
             raise ValueError(f"Flatten '{self.name}' needs inputs with a batch axis, got a scalar")
         return _shape.reshape(x, (x.shape[0], math.prod(x.shape[1:])))
+
+    _keeps_input_dtype = True
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """``(batch, product of the other axes)``, unknown when one of them is."""
+        shape = rank_of(self, input_shape, range(1, 64))
+        rest = shape[1:]
+        return (shape[0], None if None in rest else math.prod(n for n in rest if n is not None))
 
 
 class Embedding(Layer):
@@ -262,7 +284,13 @@ class Embedding(Layer):
 
     def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
         """With ``mask_zero``, ``ids != 0`` (a boolean Tensor, an op: replayed by ``tp.function``)."""
+        if isinstance(inputs, SymbolicTensor):
+            return mask_marker(inputs) if self.mask_zero else None
         return cast(as_tensor(inputs), _dt.bool) if self.mask_zero else None
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """``input_shape + (output_dim,)``."""
+        return (*rank_of(self, input_shape, range(1, 64)), self.output_dim)
 
     def call(self, inputs: Any) -> Tensor:
         """Looks the ids up."""
@@ -327,6 +355,10 @@ class Dropout(Layer):
         if self.noise_shape is not None:
             return _nn.dropout(x, self.rate, noise_shape=self.noise_shape, seed=self.seed)
         return _nn.dropout(x, self.rate, seed=self.seed)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """``input_shape``."""
+        return rank_of(self, input_shape, range(0, 64))
 
 
 class Lambda(Layer):
@@ -426,6 +458,14 @@ class Sequential(Layer):
         x = Input(batch_shape=input_shape)
         for layer in self._layers:
             x = layer(x)
+
+    def compute_output_spec(self, inputs: Any, training: bool | None = None, mask: Any = None) -> Any:
+        """The symbolic output of the stack for symbolic ``inputs``: each layer's, in turn
+        (building the layers), as ``call`` would pass them on."""
+        x = inputs
+        for layer in self._layers:
+            x = symbolic_outputs(layer, (x,), {})
+        return x
 
     def get_config(self) -> dict[str, Any]:
         """``name``, ``trainable`` and ``layers`` (each layer's serialized config), as Keras's."""

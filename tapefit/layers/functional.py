@@ -19,7 +19,7 @@ from tapefit.core.messages import shown
 from tapefit.core.ops.math import cast
 from tapefit.core.tensor import Tensor, as_tensor
 from tapefit.layers.module import Layer, Module, unique_name
-from tapefit.layers.symbolic import Node, SymbolicTensor, format_shape
+from tapefit.layers.symbolic import Node, SymbolicTensor, format_shape, mask_marker, symbolic_outputs
 
 __all__ = ["Input", "Model", "SymbolicTensor"]
 
@@ -348,11 +348,43 @@ class Model(Layer):
         for symbolic, value_mask in zip(flat_symbolic, flat_masks):
             masks[id(symbolic)] = value_mask
 
+    def compute_output_spec(self, inputs: Any, training: bool | None = None, mask: Any = None) -> Any:
+        """The symbolic outputs for symbolic ``inputs``: the graph walked with each layer's rule
+        (its layers are built already), as ``call`` runs it."""
+        if not self._functional:
+            raise NotImplementedError(f"{type(self).__name__} has no graph to walk")
+        values: dict[int, Any] = {}
+        for position, (spec, value) in enumerate(zip(self._flat_inputs, self._bind_inputs(inputs))):
+            if not isinstance(value, SymbolicTensor):
+                raise TypeError(f"Model '{self.name}': input {position} is not symbolic, got {shown(value)}")
+            if len(value.shape) != len(spec.shape) or any(
+                n is not None and m is not None and n != m for n, m in zip(spec.shape[1:], value.shape[1:])
+            ):
+                raise ValueError(
+                    f"Model '{self.name}': input {position} ('{spec.name}') expects shape "
+                    f"{format_shape(spec.shape)}, got {format_shape(value.shape)}"
+                )
+            values[id(spec)] = SymbolicTensor(value.shape, spec.dtype, value.name, has_mask=spec.has_mask)
+
+        def value_of(leaf: Any) -> Any:
+            return values[id(leaf)] if isinstance(leaf, SymbolicTensor) else leaf
+
+        for node in self._nodes:
+            args = nest.pack_sequence_as(node.args, [value_of(v) for v in nest.flatten(node.args)])
+            kwargs = nest.pack_sequence_as(node.kwargs, [value_of(v) for v in nest.flatten(node.kwargs)])
+            outputs = symbolic_outputs(node.layer, tuple(args), dict(kwargs))
+            for symbolic, value in zip(node.flat_outputs, nest.flatten(outputs)):
+                values[id(symbolic)] = value
+        return nest.pack_sequence_as(self._outputs_structure, [values[id(t)] for t in self._flat_outputs])
+
     def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
         """The masks of the outputs for ``inputs`` (those of the last call when it had these
         inputs, else the model runs again)."""
         if not self._has_output_masks:
             return None
+        if any(isinstance(v, SymbolicTensor) for v in nest.flatten(inputs)):
+            marks = [mask_marker(t) if t.has_mask else None for t in self._flat_outputs]
+            return nest.pack_sequence_as(self._outputs_structure, marks)
         if self._last_masks is None or self._last_masks[0] is not inputs:
             self.call(inputs, mask=mask)
         assert self._last_masks is not None

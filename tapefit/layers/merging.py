@@ -14,11 +14,36 @@ from tapefit.core.ops import reduce as _reduce
 from tapefit.core.ops import shape as _shape
 from tapefit.core.ops.linalg import einsum
 from tapefit.core.tensor import Tensor, as_tensor
-from tapefit.layers.module import Layer
+from tapefit.layers.module import Layer, rank_of
+from tapefit.layers.symbolic import SymbolicTensor
 
 __all__ = ["Add", "Average", "Concatenate", "Dot", "Maximum", "Minimum", "Multiply", "Subtract"]
 
 _EPSILON = 1e-7  # Keras's backend.epsilon(): the smallest norm Dot(normalize=True) divides by
+
+
+def _input_shapes(layer: Layer, input_shape: Any, count: int | None = None) -> list[tuple[int | None, ...]]:
+    """The list of input shapes, checked as ``_inputs`` checks the tensors."""
+    if (
+        not isinstance(input_shape, (list, tuple))
+        or not input_shape
+        or not isinstance(input_shape[0], (list, tuple))
+    ):
+        raise ValueError(f"{type(layer).__name__} '{layer.name}' takes a list of tensors, got one tensor")
+    if count is not None and len(input_shape) != count:
+        raise ValueError(
+            f"{type(layer).__name__} '{layer.name}' takes exactly {count} inputs, got {len(input_shape)}"
+        )
+    if len(input_shape) < 2:
+        raise ValueError(
+            f"{type(layer).__name__} '{layer.name}' takes at least 2 inputs, got {len(input_shape)}"
+        )
+    return [rank_of(layer, s, range(1, 64)) for s in input_shape]
+
+
+def _symbolic_mask(masks: Any) -> bool:
+    """Whether ``masks`` hold the markers of symbolic inputs' masks."""
+    return isinstance(masks, (list, tuple)) and any(isinstance(m, SymbolicTensor) for m in masks)
 
 
 def _inputs(layer: Layer, inputs: Any, count: int | None = None) -> list[Tensor]:
@@ -62,10 +87,29 @@ class _Merge(Layer):
         """Merges the inputs."""
         return self._merge(self._check(inputs))
 
+    _keeps_input_dtype = True
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """The inputs' shape, broadcast axis by axis (an axis of 1 takes the other's size)."""
+        shapes = _input_shapes(self, input_shape, self._count)
+        out: list[int | None] = [shapes[0][0]]
+        for axis in range(1, len(shapes[0])):
+            sizes = [s[axis] if len(s) == len(shapes[0]) else -1 for s in shapes]
+            known = {n for n in sizes if n is not None and n != 1}
+            if -1 in known or len(known) > 1:
+                raise ValueError(
+                    f"{type(self).__name__} '{self.name}': inputs of shapes {shapes[0]} and "
+                    f"{next(s for s in shapes if s != shapes[0])} do not match (each axis equal or 1)"
+                )
+            out.append(known.pop() if known else None if None in sizes else 1)
+        return tuple(out)
+
     def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
         """The OR of the inputs' masks when every input has one, else ``None``."""
         if not isinstance(mask, (list, tuple)) or any(m is None for m in mask):
             return None
+        if _symbolic_mask(mask):
+            return mask[0]
         result = as_tensor(mask[0])
         for m in mask[1:]:
             result = _math.logical_or(result, as_tensor(m))
@@ -254,11 +298,39 @@ class Concatenate(Layer):
                 )
         return _shape.concat(xs, axis=axis)
 
+    _keeps_input_dtype = True
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """The inputs' shape with the sizes along ``axis`` added (unknown if one is)."""
+        shapes = _input_shapes(self, input_shape)
+        ndim = len(shapes[0])
+        axis = self.axis + ndim if self.axis < 0 else self.axis
+        if not 0 < axis < ndim:
+            raise ValueError(
+                f"Concatenate '{self.name}': axis {self.axis} is not a non-batch axis of inputs of shape {shapes[0]}"
+            )
+        out: list[int | None] = [shapes[0][0]]
+        for i in range(1, ndim):
+            sizes = [s[i] if len(s) == ndim else -1 for s in shapes]
+            if i == axis:
+                out.append(None if None in sizes else sum(n for n in sizes if n is not None))
+                continue
+            known = {n for n in sizes if n is not None}
+            if -1 in sizes or len(known) > 1:
+                raise ValueError(
+                    f"Concatenate '{self.name}': inputs of shapes {shapes[0]} and "
+                    f"{next(s for s in shapes if s != shapes[0])} differ on an axis other than {self.axis}"
+                )
+            out.append(known.pop() if known else None)
+        return tuple(out)
+
     def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
         """The steps' mask: the inputs' masks (all true for an input without one) joined along
         ``axis``, then true where any entry of the last axis is (Keras's rule)."""
         if not isinstance(mask, (list, tuple)) or all(m is None for m in mask):
             return None
+        if _symbolic_mask(mask):
+            return next(m for m in mask if m is not None)
         masks = []
         for x, m in zip(inputs, mask):
             x = as_tensor(x)
@@ -332,6 +404,26 @@ class Dot(Layer):
         if self.normalize:
             x, y = _l2_normalize(x, axes[0]), _l2_normalize(y, axes[1])
         return _batch_dot(x, y, (axes[0], axes[1]))
+
+    _keeps_input_dtype = True
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """The batch axis, then the first input's other axes, then the second's (at least one)."""
+        x, y = _input_shapes(self, input_shape, 2)
+        axes = tuple(a % len(t) if a < 0 else a for a, t in zip(self._pair, (x, y)))
+        if any(a == 0 or a >= len(t) for a, t in zip(axes, (x, y))):
+            raise ValueError(
+                f"Dot '{self.name}': axes {self.axes} must be non-batch axes of inputs of shapes {x} and {y}"
+            )
+        if None not in (x[axes[0]], y[axes[1]]) and x[axes[0]] != y[axes[1]]:
+            raise ValueError(
+                f"Dot '{self.name}': inputs of shapes {x} and {y} differ along axes {self.axes} "
+                f"({x[axes[0]]} against {y[axes[1]]})"
+            )
+        rest = [n for i, n in enumerate(x) if i not in (0, axes[0])] + [
+            n for i, n in enumerate(y) if i not in (0, axes[1])
+        ]
+        return (x[0], *rest) if rest else (x[0], 1)
 
 
 def _l2_normalize(x: Tensor, axis: int) -> Tensor:

@@ -34,7 +34,7 @@ from tapefit.core.naming import to_snake_case
 from tapefit.core.ops.math import cast
 from tapefit.core.tensor import Tensor, Variable, as_tensor
 from tapefit.layers import constraints, initializers, regularizers
-from tapefit.layers.symbolic import has_symbolic, record_call
+from tapefit.layers.symbolic import format_shape, has_symbolic, record_call
 from tapefit.layers.training_methods import TrainingMethods
 
 # Attributes of Module itself that hold no user state and are not walked.
@@ -729,6 +729,29 @@ class Module(TrainingMethods):
         """
         _mark_built(self, input_shape)
 
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        """The shape of the output for inputs of ``input_shape`` (batch axis first, ``None`` for
+        unknown axes), as Keras's. A layer with a rule of its own overrides this; here, without
+        one, the module is built and probed once on zeros of the smallest batch its shape allows
+        (nothing of that run is kept).
+
+        Raises:
+            ValueError: the module refuses inputs of that shape.
+        """
+        from tapefit.layers.symbolic import SymbolicTensor, symbolic_outputs
+
+        def symbolic(shape: Any) -> Any:
+            if isinstance(shape, tuple) and all(n is None or isinstance(n, int) for n in shape):
+                return SymbolicTensor(shape, getattr(self, "dtype", None) or _dt.float32, "input")
+            if isinstance(shape, (list, tuple)):
+                return [symbolic(s) for s in shape]
+            raise ValueError(f"{type(self).__name__}: not a shape: {shown(shape)}")
+
+        outputs = symbolic_outputs(self, (symbolic(_as_shape(input_shape) or input_shape),), {})
+        return nest.pack_sequence_as(outputs, [t.shape for t in nest.flatten(outputs)])
+
+    compute_output_shape._no_rule = True  # type: ignore[attr-defined]
+
     def call(self, *args: Any, **kwargs: Any) -> Any:
         """The forward computation; subclasses define it (or override ``__call__``)."""
         raise NotImplementedError(f"{type(self).__name__} defines neither call(...) nor __call__(...)")
@@ -1138,6 +1161,37 @@ class Layer(Module):
         if x.dtype != self.dtype:
             x = cast(x, self.dtype)
         return x
+
+
+def rank_of(layer: Any, input_shape: Any, ranks: Any, what: str = "inputs") -> tuple[int | None, ...]:
+    """``input_shape`` as a tuple, checked to have a rank in ``ranks`` (an int or a range).
+
+    Raises:
+        ValueError: not a shape, or another rank (the message names the layer).
+    """
+    allowed = range(ranks, ranks + 1) if isinstance(ranks, int) else ranks
+    shape = _as_shape(input_shape)
+    if shape is None or not all(n is None or isinstance(n, int) for n in shape) or len(shape) not in allowed:
+        need = f"rank {ranks}" if isinstance(ranks, int) else f"rank >= {allowed.start}"
+        raise ValueError(
+            f"{type(layer).__name__} '{layer.name}' needs {what} of {need}, got shape {input_shape}"
+        )
+    return shape
+
+
+def known_size(layer: Any, shape: tuple[int | None, ...], axis: int, what: str) -> int:
+    """The size of ``axis`` of ``shape``, which the layer's weights need known.
+
+    Raises:
+        ValueError: the size is unknown (``None``).
+    """
+    size = shape[axis]
+    if size is None:
+        raise ValueError(
+            f"{type(layer).__name__} '{layer.name}' needs a known size for {what} (axis {axis % len(shape)}), "
+            f"got shape {format_shape(shape)}"
+        )
+    return size
 
 
 def _awaits_build(module: Module) -> bool:

@@ -10,7 +10,7 @@ from tapefit.core.ops.reduce import normalize_axes, reduce_mean
 from tapefit.core.ops.shape import reshape
 from tapefit.core.tensor import Tensor, Variable
 from tapefit.layers import constraints, initializers
-from tapefit.layers.module import Layer
+from tapefit.layers.module import Layer, rank_of
 
 
 def _axes(axis: Any, rank: int, layer: str) -> tuple[int, ...]:
@@ -23,7 +23,15 @@ def _axes(axis: Any, rank: int, layer: str) -> tuple[int, ...]:
 def _param_shapes(
     input_shape: tuple[int, ...], axes: tuple[int, ...]
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The parameters' own shape (the sizes of ``axes``) and the shape they broadcast as."""
+    """The parameters' own shape (the sizes of ``axes``) and the shape they broadcast as.
+
+    Raises:
+        ValueError: one of ``axes`` has no known size.
+    """
+    if any(input_shape[a] is None for a in axes):
+        raise ValueError(
+            f"the normalized axes {list(axes)} need known sizes, got inputs of shape {input_shape}"
+        )
     own = tuple(input_shape[a] for a in axes)
     broadcast = tuple(n if i in axes else 1 for i, n in enumerate(input_shape))
     return own, broadcast
@@ -56,6 +64,10 @@ class _Normalization(Layer):
             )
         if self.center:
             self.beta = self.add_weight(own, beta_initializer, name="beta", constraint=self.beta_constraint)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """``input_shape``: the values are normalized in place."""
+        return rank_of(self, input_shape, range(1, 64))
 
     def _scale_and_shift(self, y: Tensor) -> Tensor:
         if self.gamma is not None:

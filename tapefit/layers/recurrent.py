@@ -28,7 +28,7 @@ from tapefit.core.ops.lstm_sequence import lstm_sequence
 from tapefit.core.ops.recurrent import gru_cell, lstm_cell, rnn_cell
 from tapefit.core.tensor import Tensor, Variable, as_tensor
 from tapefit.layers import activations, constraints, initializers
-from tapefit.layers.module import Layer
+from tapefit.layers.module import Layer, known_size, rank_of
 
 __all__ = ["GRU", "LSTM", "Bidirectional", "SimpleRNN"]
 
@@ -128,7 +128,7 @@ class _RNN(Layer):
             )
         width = self._gates * self.units
         self.kernel = self.add_weight(
-            (input_shape[-1], width),
+            (known_size(self, input_shape, -1, "the features"), width),
             self.kernel_initializer,
             name="kernel",
             constraint=self.kernel_constraint,
@@ -180,6 +180,20 @@ class _RNN(Layer):
     def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
         """The steps' mask goes on with the sequence (``return_sequences``), not past the last state."""
         return mask if self.return_sequences else None
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        """``(batch, units)``, ``(batch, steps, units)`` with ``return_sequences``, followed by
+        one ``(batch, units)`` per state with ``return_state``."""
+        shape = rank_of(self, input_shape, 3, "inputs (batch, time, features)")
+        if self.kernel is not None and shape[-1] not in (None, self.kernel.shape[0]):
+            raise ValueError(
+                f"{type(self).__name__} '{self.name}' was built for {self.kernel.shape[0]} features, "
+                f"got shape {input_shape}"
+            )
+        output = (shape[0], shape[1], self.units) if self.return_sequences else (shape[0], self.units)
+        if self.return_state:
+            return [output, *[(shape[0], self.units)] * self._state_count]
+        return output
 
     def call(self, inputs: Any, mask: Any = None, initial_state: Any = None, training: Any = None) -> Any:
         """Runs the layer over the time axis; see the class docstring for what it returns."""
@@ -512,6 +526,22 @@ class Bidirectional(Layer):
             mask = mask[0]
         output_mask = mask if self.forward_layer.return_sequences else None
         return [output_mask, output_mask] if self.merge_mode is None else output_mask
+
+    def build(self, input_shape: Any) -> None:
+        """Builds both directions for ``input_shape``."""
+        for layer in (self.forward_layer, self.backward_layer):
+            if not layer.built:
+                layer.build(input_shape)
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        """The forward layer's shapes, the output's last axis doubled by ``"concat"``, a pair of
+        outputs without ``merge_mode``, and both directions' states with ``return_state``."""
+        shapes = self.forward_layer.compute_output_shape(input_shape)
+        output, states = (shapes[0], shapes[1:]) if self.forward_layer.return_state else (shapes, [])
+        if self.merge_mode == "concat":
+            output = (*output[:-1], 2 * output[-1])
+        merged: Any = [output, output] if self.merge_mode is None else output
+        return [merged, *states, *states] if states else merged
 
     def call(self, inputs: Any, mask: Any = None, initial_state: Any = None, training: Any = None) -> Any:
         """Runs both directions and merges them."""

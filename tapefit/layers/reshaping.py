@@ -16,7 +16,7 @@ from tapefit.core.messages import shown
 from tapefit.core.ops import shape as _shape
 from tapefit.core.ops.linalg import einsum
 from tapefit.core.tensor import Tensor, as_tensor
-from tapefit.layers.module import Layer
+from tapefit.layers.module import Layer, rank_of
 
 __all__ = [
     "Cropping1D",
@@ -68,6 +68,20 @@ def _data_format(value: Any, layer: str) -> str:
     return str(value)
 
 
+class _Moving(Layer):
+    """A layer that only moves values: its output keeps the input's dtype."""
+
+    _keeps_input_dtype = True
+
+
+def _plus(size: int | None, extra: int) -> int | None:
+    return None if size is None else size + extra
+
+
+def _times(size: int | None, factor: int) -> int | None:
+    return None if size is None else size * factor
+
+
 def _rank(layer: Layer, x: Tensor, ndim: int) -> None:
     if x.ndim != ndim:
         raise ValueError(
@@ -75,7 +89,7 @@ def _rank(layer: Layer, x: Tensor, ndim: int) -> None:
         )
 
 
-class Reshape(Layer):
+class Reshape(_Moving):
     """Reshapes each sample to ``target_shape``: ``(batch, ...)`` -> ``(batch, *target_shape)``.
 
     Args:
@@ -110,8 +124,24 @@ class Reshape(Layer):
             )
         return _shape.reshape(x, (x.shape[0], *self.target_shape))
 
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """``(batch, *target_shape)``, a ``-1`` worked out when the sample's size is known."""
+        shape = rank_of(self, input_shape, range(1, 64))
+        known = math.prod(n for n in self.target_shape if n != -1)
+        if None in shape[1:]:
+            return (shape[0], *(None if n == -1 else n for n in self.target_shape))
+        size = math.prod(n for n in shape[1:] if n is not None)
+        if (-1 in self.target_shape and (known == 0 or size % known)) or (
+            -1 not in self.target_shape and known != size
+        ):
+            raise ValueError(
+                f"Reshape '{self.name}': samples of shape {shape[1:]} ({size} values) cannot "
+                f"take the shape {self.target_shape}"
+            )
+        return (shape[0], *(size // known if n == -1 else n for n in self.target_shape))
 
-class Permute(Layer):
+
+class Permute(_Moving):
     """Permutes the axes of each sample: ``dims`` lists the input axes, counted from 1 (the
     batch axis stays first), e.g. ``Permute((2, 1))`` swaps the two axes of a sample.
 
@@ -132,8 +162,13 @@ class Permute(Layer):
         _rank(self, x, len(self.dims) + 1)
         return _shape.transpose(x, (0, *self.dims))
 
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """The sample's axes in the order of ``dims``."""
+        shape = rank_of(self, input_shape, len(self.dims) + 1)
+        return (shape[0], *(shape[d] for d in self.dims))
 
-class RepeatVector(Layer):
+
+class RepeatVector(_Moving):
     """Repeats each sample ``n`` times along a new axis: ``(batch, features)`` -> ``(batch, n, features)``.
 
     Args:
@@ -153,8 +188,13 @@ class RepeatVector(Layer):
         _rank(self, x, 2)
         return _shape.tile(_shape.expand_dims(x, 1), (1, self.n, 1))
 
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """``(batch, n, features)``."""
+        shape = rank_of(self, input_shape, 2)
+        return (shape[0], self.n, shape[1])
 
-class ZeroPadding1D(Layer):
+
+class ZeroPadding1D(_Moving):
     """Adds zeros before and after the steps of ``(batch, steps, channels)`` inputs.
 
     Args:
@@ -178,8 +218,15 @@ class ZeroPadding1D(Layer):
         paddings[2 if self.data_format == "channels_first" else 1] = self.padding
         return _shape.pad(x, paddings)
 
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """The steps' axis longer by the padding."""
+        shape = list(rank_of(self, input_shape, 3))
+        axis = 2 if self.data_format == "channels_first" else 1
+        shape[axis] = _plus(shape[axis], sum(self.padding))
+        return tuple(shape)
 
-class ZeroPadding2D(Layer):
+
+class ZeroPadding2D(_Moving):
     """Adds rows and columns of zeros around ``(batch, rows, cols, channels)`` inputs.
 
     Args:
@@ -205,6 +252,27 @@ class ZeroPadding2D(Layer):
             return _shape.pad(x, [(0, 0), (0, 0), rows, cols])
         return _shape.pad(x, [(0, 0), rows, cols, (0, 0)])
 
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """The rows and columns more by the padding."""
+        shape = list(rank_of(self, input_shape, 4))
+        first = 2 if self.data_format == "channels_first" else 1
+        for i, pad in enumerate(self.padding):
+            shape[first + i] = _plus(shape[first + i], sum(pad))
+        return tuple(shape)
+
+
+def _cropped(layer: Layer, shape: tuple[int | None, ...], axis: int, cut: tuple[int, int]) -> int | None:
+    """The size of ``axis`` after the crop (``_crop``'s check, for a shape)."""
+    size = shape[axis]
+    if size is None:
+        return None
+    if cut[0] + cut[1] >= size:
+        raise ValueError(
+            f"{type(layer).__name__} '{layer.name}': cropping {cut} leaves nothing of axis {axis} "
+            f"of inputs of shape {shape}"
+        )
+    return size - cut[0] - cut[1]
+
 
 def _crop(layer: Layer, x: Tensor, axis: int, cut: tuple[int, int]) -> Tensor:
     size = x.shape[axis]
@@ -218,7 +286,7 @@ def _crop(layer: Layer, x: Tensor, axis: int, cut: tuple[int, int]) -> Tensor:
     return x[tuple(index)]
 
 
-class Cropping1D(Layer):
+class Cropping1D(_Moving):
     """Removes steps from the start and end of ``(batch, steps, channels)`` inputs.
 
     Args:
@@ -236,8 +304,13 @@ class Cropping1D(Layer):
         _rank(self, x, 3)
         return _crop(self, x, 1, self.cropping)
 
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """The steps fewer by the cropping."""
+        shape = rank_of(self, input_shape, 3)
+        return (shape[0], _cropped(self, shape, 1, self.cropping), shape[2])
 
-class Cropping2D(Layer):
+
+class Cropping2D(_Moving):
     """Removes rows and columns from the edges of ``(batch, rows, cols, channels)`` inputs.
 
     Args:
@@ -261,6 +334,15 @@ class Cropping2D(Layer):
         first = 2 if self.data_format == "channels_first" else 1
         return _crop(self, _crop(self, x, first, self.cropping[0]), first + 1, self.cropping[1])
 
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """The rows and columns fewer by the cropping."""
+        shape = rank_of(self, input_shape, 4)
+        out = list(shape)
+        first = 2 if self.data_format == "channels_first" else 1
+        for i in range(2):
+            out[first + i] = _cropped(self, shape, first + i, self.cropping[i])
+        return tuple(out)
+
 
 def _repeat(x: Tensor, axis: int, size: int) -> Tensor:
     """Each entry along ``axis`` repeated ``size`` times in place (``np.repeat``), from
@@ -275,7 +357,7 @@ def _repeat(x: Tensor, axis: int, size: int) -> Tensor:
     return _shape.reshape(_shape.tile(expanded, multiples), shape)
 
 
-class UpSampling1D(Layer):
+class UpSampling1D(_Moving):
     """Repeats each step ``size`` times: ``(batch, steps, features)`` -> ``(batch, steps * size, features)``.
 
     Args:
@@ -295,6 +377,11 @@ class UpSampling1D(Layer):
         _rank(self, x, 3)
         return _repeat(x, 1, self.size)
 
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """The steps ``size`` times as many."""
+        shape = rank_of(self, input_shape, 3)
+        return (shape[0], _times(shape[1], self.size), shape[2])
+
 
 def _bilinear_matrix(n: int, scale: int) -> np.ndarray:
     """The ``(n * scale, n)`` matrix of bilinear weights with half-pixel centers (each output
@@ -310,7 +397,7 @@ def _bilinear_matrix(n: int, scale: int) -> np.ndarray:
     return out
 
 
-class UpSampling2D(Layer):
+class UpSampling2D(_Moving):
     """Enlarges ``(batch, rows, cols, channels)`` inputs by ``size``: each pixel repeated
     (``"nearest"``), or interpolated between its neighbours (``"bilinear"``, with half-pixel
     centers as Keras and ``jax.image.resize``).
@@ -349,3 +436,11 @@ class UpSampling2D(Layer):
         cols = Tensor(_bilinear_matrix(x.shape[first + 1], self.size[1]).astype(x.dtype))
         equation = "hH,bcHW,wW->bchw" if self.data_format == "channels_first" else "hH,bHWc,wW->bhwc"
         return einsum(equation, rows, x, cols)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        """The rows and columns ``size`` times as many."""
+        shape = list(rank_of(self, input_shape, 4))
+        first = 2 if self.data_format == "channels_first" else 1
+        for i in range(2):
+            shape[first + i] = _times(shape[first + i], self.size[i])
+        return tuple(shape)

@@ -155,9 +155,10 @@ MAX_SAMPLE_ELEMENTS = 2**24
 """The most elements one sample of one input of a model file may have (64 MB of float32)."""
 MAX_PROBE_COST = 2**30
 """The most a file may ask of the batches its layers are built on: layers times the elements of
-its largest input sample. Layers learn their shapes by running once on a small batch, so a file
-of many layers on a huge input would take minutes to load (ten layers on 2**24, or 1,000 on 2**20,
-are within it)."""
+its largest input sample. Built-in layers are built from their shape rules, which cost nothing of
+the input's size; a layer without one is probed on a batch of its input, so a file of many such
+layers on a huge input would take minutes to load (ten layers on 2**24, or 1,000 on 2**20, are
+within it)."""
 _TOP_KEYS = (
     "format",
     "format_version",
@@ -548,12 +549,15 @@ def _parse_safetensors(data: bytes, member: str, refuse: Any) -> dict[str, np.nd
 
 
 def build_from_spec(module: Module, spec: Any) -> None:
-    """Makes ``module``'s variables by calling it once on zeros of ``spec`` (a batch of one;
-    ``None`` axes of size one), as its first call on data did; ``training`` is off."""
+    """Makes ``module``'s variables as its first call on data did, from symbolic inputs of
+    ``spec``: by the module's shape rule, which allocates nothing of the input's size, or (a
+    module without one) by the probe of ``symbolic_outputs``, on a batch of one with ``None``
+    axes of size one; ``training`` is off."""
+    from tapefit.layers.symbolic import SymbolicTensor, symbolic_outputs
 
-    def zeros(leaf: Any) -> Any:
+    def symbolic(leaf: Any) -> Any:
         if isinstance(leaf, dict):
-            return {k: zeros(v) for k, v in leaf.items()}
+            return {k: symbolic(v) for k, v in leaf.items()}
         if (
             isinstance(leaf, list)
             and len(leaf) == 2
@@ -561,18 +565,18 @@ def build_from_spec(module: Module, spec: Any) -> None:
             and isinstance(leaf[0], list)
         ):
             shape, dtype = leaf
-            dims = [1 if n is None else n for n in shape[1:]]
+            dims = shape[1:]
             if dtype not in _INPUT_DTYPES or not all(
-                isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in dims
+                n is None or (isinstance(n, int) and not isinstance(n, bool) and n >= 0) for n in dims
             ):
                 raise ValueError(f"build_config: not an input spec: {shown(leaf)}")
-            if math.prod(dims) > MAX_SAMPLE_ELEMENTS:
+            if math.prod(1 if n is None else n for n in dims) > MAX_SAMPLE_ELEMENTS:
                 raise ValueError(
                     f"build_config: an input of shape {dims} per sample is too large to build with"
                 )
-            return np.zeros((1, *dims), dtype=np.dtype(dtype))
+            return SymbolicTensor((None, *dims), dtype, "input")
         if isinstance(leaf, list):
-            return [zeros(v) for v in leaf]
+            return [symbolic(v) for v in leaf]
         raise ValueError(f"build_config: not an input spec: {shown(leaf)}")
 
-    module(zeros(spec), training=False)
+    symbolic_outputs(module, (symbolic(spec),), {"training": False})
