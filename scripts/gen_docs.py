@@ -187,7 +187,8 @@ def documented_names(pages: dict[str, str]) -> list[str]:
     ``{ #path }`` headings of subpackages."""
     found = []
     for text in pages.values():
-        found += re.findall(r"^::: (\S+)$", text, re.M)
+        # a block under a { #path } heading of its own (a name shadowed by a module) is that entry
+        found += re.findall(r"^::: (\S+)$(?!\n    options:\n      show_root_heading: false)", text, re.M)
         found += re.findall(r"^## `[^`]+` \{ #(\S+) \}$", text, re.M)
     return found
 
