@@ -401,6 +401,7 @@ class Sequential(Layer):
         super().__init__(trainable=trainable, name=name)
         self._layers: list[Module] = []
         self._symbolic: SymbolicTensor | None = None  # the last layer's output on the input, once known
+        self._input: SymbolicTensor | None = None
         for layer in layers or []:
             self.add(layer)
 
@@ -440,8 +441,29 @@ class Sequential(Layer):
         if self._symbolic is not None:
             self._symbolic = layer(self._symbolic)
 
+    @property
+    def inputs(self) -> list[SymbolicTensor]:
+        """The symbolic input (``tp.Input`` first, or the one ``input_shape=`` made), as a list.
+
+        Raises:
+            AttributeError: the stack was given no input shape.
+        """
+        if self._input is None:
+            raise AttributeError(
+                f"Sequential '{self.name}' has no input: give a tp.Input first, or input_shape= to its first layer"
+            )
+        return [self._input]
+
+    @property
+    def outputs(self) -> list[SymbolicTensor]:
+        """The last layer's symbolic output on ``inputs``, as a list."""
+        self.inputs  # noqa: B018  (says what is missing)
+        assert self._symbolic is not None
+        return [self._symbolic]
+
     def _start(self, inputs: SymbolicTensor) -> None:
         """The input's shape is known: the stack is built as it grows."""
+        self._input = inputs
         self._symbolic = inputs
         self.__dict__["_built"] = True
         self._build_input = (tuple(inputs.shape), inputs.dtype.name)
