@@ -15,8 +15,8 @@ The rules:
 5. The ladder of docs/architecture.md: ``core`` <- ``layers``, ``optimizers`` <- ``data``,
    ``checkpointing``, ``distributed``, ``models`` <- ``training``, ``plugins`` <- ``cli`` <- the public faces
    at the root; no import runs back up it.
-6. The package root holds only the public faces (``__init__``, ``__main__``, ``math``, ``nn``,
-   ``utils``);
+6. The package root holds only the public faces (``__init__``, ``__main__``, ``linalg``,
+   ``math``, ``nn``, ``utils``);
    everything else lives in a subpackage named for what it does.
 7. ``tapefit.export`` (on the rung of ``data``: it reads ``core`` and ``layers``) is imported
    only by the CLI and by ``Module.export`` in ``tapefit.layers.module``, lazily, inside the
@@ -50,7 +50,7 @@ LADDER = {
     "tapefit.plugins": 3,
     "tapefit.cli": 4,
 }
-FACES = {"tapefit", "tapefit.__main__", "tapefit.math", "tapefit.nn", "tapefit.utils"}
+FACES = {"tapefit", "tapefit.__main__", "tapefit.linalg", "tapefit.math", "tapefit.nn", "tapefit.utils"}
 # Who may import tapefit.export (Module.export imports it inside the method).
 EXPORT_USERS = ("tapefit.layers.module", "tapefit.cli")
 # The edges allowed to run up the ladder, each made inside a method (imported only when called).

@@ -13,6 +13,7 @@ from tapefit import checkpointing as checkpointing
 from tapefit import core as _core
 from tapefit import data as data
 from tapefit import layers as layers
+from tapefit import linalg as linalg
 from tapefit import math as math
 from tapefit import models as models
 from tapefit import nn as nn
@@ -62,6 +63,7 @@ __all__ = [
     "data",
     "initializers",
     "layers",
+    "linalg",
     "losses",
     "math",
     "metrics",

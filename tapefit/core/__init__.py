@@ -36,6 +36,7 @@ from tapefit.core.ops import (  # explicit: a star import inside the core <-> op
     identity,
     less,
     less_equal,
+    linspace,
     log,
     log1p,
     logical_and,
@@ -82,6 +83,7 @@ from tapefit.core.ops import (  # explicit: a star import inside the core <-> op
     zeros,
     zeros_like,
 )
+from tapefit.core.ops.creation import shape
 from tapefit.core.record import Op, pause_recording
 from tapefit.core.registry import not_differentiable, primitive, register_gradient
 from tapefit.core.tape import GradientTape, UnconnectedGradients
@@ -139,6 +141,7 @@ __all__ = [
     "identity",
     "less",
     "less_equal",
+    "linspace",
     "log",
     "log1p",
     "logical_and",
@@ -166,6 +169,7 @@ __all__ = [
     "reduce_prod",
     "reduce_sum",
     "reshape",
+    "shape",
     "sigmoid",
     "sign",
     "sin",

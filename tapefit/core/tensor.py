@@ -434,12 +434,27 @@ def _lossless_astype(array: np.ndarray, want: np.dtype, value: Any) -> np.ndarra
     return array.astype(want, copy=False)
 
 
-def constant(value: Any, dtype: _dt.DTypeLike = None) -> Tensor:
-    """Creates a Tensor.
+def constant(value: Any, dtype: _dt.DTypeLike = None, shape: Any = None, name: str | None = None) -> Tensor:
+    """Creates a Tensor (``tf.constant``).
 
     Python floats (and lists of them) become float32, Python ints int32 (int64
-    when too large), bools bool; ndarrays keep their dtype. ``dtype`` converts.
+    when too large), bools bool; ndarrays keep their dtype. ``dtype`` converts. ``shape``
+    fills a scalar out to that shape or reshapes a value with as many elements, as TensorFlow's;
+    ``name`` is taken for TensorFlow's scripts (tapefit's tensors have no names).
+
+    Raises:
+        ValueError: ``value`` cannot take ``shape``.
     """
+    if shape is not None:
+        array = np.asarray(value.numpy() if isinstance(value, Tensor) else value)
+        shape = tuple(int(n) for n in shape)
+        if array.size == 1:
+            array = np.full(shape, array.reshape(()), array.dtype)
+        elif array.size == int(np.prod(shape)):
+            array = array.reshape(shape)
+        else:
+            raise ValueError(f"constant: a value of {array.size} elements cannot take the shape {shape}")
+        value = array
     return Tensor(value, dtype)
 
 

@@ -76,6 +76,12 @@ def _rnn(xw: Any, h: Any, kernel: Any) -> Any:
     return tp.square(tp.core.ops.recurrent.rnn_cell(xw, h, kernel))
 
 
+def _spd(n: int) -> np.ndarray:
+    """A symmetric positive definite matrix (the Cholesky factor's input)."""
+    a = _x(n, n)
+    return (a @ a.T + n * np.eye(n)).astype(a.dtype)
+
+
 def _select(x: Any, y: Any) -> Any:
     return tp.where(x > 0, x, y * 2.0)
 
@@ -91,6 +97,11 @@ CASES: list[tuple[str, Callable[..., Any], list[np.ndarray]]] = [
     ("select_addn", lambda x, y: tp.add_n([_select(x, y), x, y]), [_x(3, 3), _x(3, 3)]),
     ("matmul", lambda a, b: tp.matmul(a, b, transpose_b=True), [_x(3, 4), _x(5, 4)]),
     ("einsum", lambda a, b: tp.einsum("ij,jk->ik", a, b), [_x(3, 4), _x(4, 2)]),
+    (
+        "square_matrices",
+        lambda a, b: tp.linalg.inv(a) * tp.linalg.det(a) + tp.linalg.solve(a, b) + tp.linalg.cholesky(a),
+        [_spd(3), _x(3, 3)],
+    ),
     (
         "dense",
         lambda x, w, b: tp.nn.relu(tp.core.ops.nn.dense(x, w, b, relu=True) - 0.1),

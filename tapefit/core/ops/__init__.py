@@ -1,6 +1,6 @@
 """Every op, gathered from its family module."""
 
-from tapefit.core.ops import clip, creation, linalg, math, nn, reduce, shape
+from tapefit.core.ops import clip, creation, linalg, math, matrix, nn, reduce, shape
 from tapefit.core.ops.clip import *  # noqa: F403
 from tapefit.core.ops.creation import *  # noqa: F403
 from tapefit.core.ops.linalg import *  # noqa: F403
@@ -17,4 +17,4 @@ __all__ += linalg.__all__
 __all__ += math.__all__
 __all__ += reduce.__all__
 __all__ += shape.__all__
-_ = nn
+_ = nn, matrix  # tp.nn's and tp.linalg's names stay in their namespaces

@@ -145,4 +145,37 @@ def convert_to_tensor(value: Any, dtype: _dt.DTypeLike = None) -> Tensor:
     return identity(tensor) if isinstance(tensor, Variable) else tensor
 
 
-__all__ = ["convert_to_tensor", "eye", "fill", "ones", "ones_like", "range", "zeros", "zeros_like"]
+def linspace(start: Any, stop: Any, num: int, dtype: _dt.DTypeLike = _dt.float32) -> Tensor:
+    """``num`` evenly spaced values from ``start`` to ``stop``, both included (``tf.linspace``,
+    Keras's ``ops.linspace``); float32 unless ``dtype`` says otherwise.
+
+    Raises:
+        ValueError: ``num`` is not a non-negative integer.
+    """
+    if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num < 0:
+        raise ValueError(f"linspace: num must be a non-negative integer, got {num!r}")
+    return _wrap(np.linspace(float(start), float(stop), int(num), dtype=_dtype_or_float32(dtype)))
+
+
+def shape(x: Any) -> tuple[int, ...]:
+    """The shape of ``x`` as a tuple of ints (Keras's ``ops.shape``): a layer reads the batch
+    size of its input with ``tp.shape(x)[0]``. A symbolic input's unknown axes are ``None``."""
+    value = getattr(x, "shape", None)
+    if value is None:
+        value = np.shape(x)
+    return tuple(value)
+
+
+# ``shape`` is not in __all__: the ops package's ``shape`` is the module of shape ops, so
+# ``tp.shape`` is imported by its full path (tapefit/core/__init__.py).
+__all__ = [
+    "convert_to_tensor",
+    "eye",
+    "fill",
+    "linspace",
+    "ones",
+    "ones_like",
+    "range",
+    "zeros",
+    "zeros_like",
+]
