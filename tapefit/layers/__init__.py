@@ -5,6 +5,7 @@ Layers import the core; the core never imports layers.
 """
 
 from tapefit.layers import activations, constraints, initializers, losses, metrics, regularizers
+from tapefit.layers.activation_layers import ELU, LeakyReLU, PReLU, ReLU, Softmax
 from tapefit.layers.attention import MultiHeadAttention
 from tapefit.layers.convolutional import (
     AveragePooling2D,
@@ -39,6 +40,11 @@ from tapefit.layers.reshaping import (
 
 __all__ = [
     "Activation",
+    "ELU",
+    "LeakyReLU",
+    "PReLU",
+    "ReLU",
+    "Softmax",
     "Add",
     "Average",
     "AveragePooling2D",
