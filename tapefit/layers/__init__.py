@@ -20,7 +20,7 @@ from tapefit.layers.convolutional import (
     MaxPooling2D,
 )
 from tapefit.layers.core import Activation, Dense, Dropout, Embedding, Flatten, Lambda, Sequential
-from tapefit.layers.functional import Input, Model, SymbolicTensor
+from tapefit.layers.functional import Input, InputLayer, Model, SymbolicTensor
 from tapefit.layers.merging import Add, Average, Concatenate, Dot, Maximum, Minimum, Multiply, Subtract
 from tapefit.layers.module import Layer, Module
 from tapefit.layers.normalization import BatchNormalization, LayerNormalization
@@ -62,6 +62,7 @@ __all__ = [
     "GlobalMaxPooling1D",
     "GlobalMaxPooling2D",
     "Input",
+    "InputLayer",
     "LSTM",
     "Lambda",
     "Layer",
