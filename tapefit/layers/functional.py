@@ -665,8 +665,11 @@ def _model_get_config(model: Model) -> dict[str, Any]:
     return {
         "name": model.name,
         "trainable": model.trainable,
+        # Each layer's name beside its entry (as Keras keeps it): a layer's own get_config
+        # may leave its name out, and the calls find their layers by these names.
         "layers": [
-            serialization.serialize(layer, f"{where}, layer '{layer.name}'") for layer in model._layers
+            {**serialization.serialize(layer, f"{where}, layer '{layer.name}'"), "name": layer.name}
+            for layer in model._layers
         ],
         "calls": calls,
         "inputs": _structure(model._inputs_structure, specs),
@@ -682,9 +685,20 @@ def _config_layers(entries: Any, tables: Any, where: str) -> dict[str, Module]:
         raise _error(f"{where}: 'layers' must be a list")
     layers: dict[str, Module] = {}
     for position, entry in enumerate(entries):
-        layer = serialization.deserialize(entry, tables, f"{where}, layers[{position}]")
+        at = f"{where}, layers[{position}]"
+        name = None
+        if isinstance(entry, dict) and "name" in entry:
+            entry = dict(entry)
+            name = entry.pop("name")
+            if not isinstance(name, str) or not name or "/" in name:
+                raise _error(f"{at}: 'name' must be a layer name, got {shown(name)}")
+        layer = serialization.deserialize(entry, tables, at)
         if not isinstance(layer, Module):
             raise _error(f"{where}: layers[{position}] is a {type(layer).__name__}, not a layer")
+        if name is not None and layer.name != name:
+            # Its config left the name out (or gave another): the calls name it as saved.
+            layer._name, layer._name_given = name, True
+            serialization.forget_default_name(layer)
         if layer.name in layers:
             raise _error(f"{where}: two layers are named {shown(layer.name)}")
         layers[layer.name] = layer

@@ -316,7 +316,7 @@ def deserialize(entry: Any, tables: Mapping[str, Mapping[str, type]], where: str
         raise ConfigError(f"{where}: {target.__name__} has no from_config")
     try:
         obj = from_config(config)
-        _forget_default_name(obj)
+        forget_default_name(obj)
         return obj
     except ConfigError:
         raise
@@ -333,7 +333,7 @@ def deserialize(entry: Any, tables: Mapping[str, Mapping[str, type]], where: str
         raise ConfigError(f"{where}: {target.__name__}: {message}") from None
 
 
-def _forget_default_name(obj: Any) -> None:
+def forget_default_name(obj: Any) -> None:
     """Treats a rebuilt module's name as the default it was (``dense_3`` for a Dense) rather than
     one given, so that its variable paths are those of the same model built by code."""
     from tapefit.layers.module import Module, _class_snake_name

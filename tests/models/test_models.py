@@ -487,7 +487,10 @@ def _many_layers(tmp_path: Path, layers: int, width: int, sequential: bool) -> P
         weights = archive.read("model.safetensors")
     inner = config["model"]["config"]
     entry = inner["layers"][0]
-    inner["layers"] = [{**entry, "config": {**entry["config"], "name": f"a{i}"}} for i in range(layers)]
+    inner["layers"] = [
+        {**entry, "config": {**entry["config"], "name": f"a{i}"}, **({} if sequential else {"name": f"a{i}"})}
+        for i in range(layers)
+    ]
     if sequential:
         config["build_config"]["input_spec"] = [[None, width], "float32"]
     else:
