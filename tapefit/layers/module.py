@@ -972,6 +972,24 @@ class Module(TrainingMethods):
 
         saving.save_model(self, path)
 
+    def to_json(self, **kwargs: Any) -> str:
+        """The model's architecture as JSON text (Keras's ``to_json``): its serialized config and,
+        once it has been called or built, its ``build_config`` (the input spec of its first call),
+        from which ``tp.models.model_from_json`` makes a new model with new weights.
+
+        Args:
+            **kwargs: passed to ``json.dumps`` (``indent=2``).
+
+        Raises:
+            ValueError: (``ConfigError``) the model holds what a config cannot describe (named).
+        """
+        import json
+
+        from tapefit.layers import saving, serialization
+
+        entry = serialization.serialize(self, f"to_json: {type(self).__name__}")
+        return json.dumps({**entry, "build_config": saving.build_config(self)}, **kwargs)
+
     def export(self, path: str | os.PathLike[str], format: str = "onnx", input_signature: Any = None) -> None:
         """Writes the forward pass in inference mode for serving; see ``tapefit.export.to_onnx``.
 
