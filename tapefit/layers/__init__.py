@@ -21,8 +21,25 @@ from tapefit.layers.convolutional import (
     MaxPooling2D,
 )
 from tapefit.layers.core import Activation, Dense, Dropout, Embedding, Flatten, Lambda, Sequential
-from tapefit.layers.functional import Input, Model, SymbolicTensor
-from tapefit.layers.merging import Add, Average, Concatenate, Dot, Maximum, Minimum, Multiply, Subtract
+from tapefit.layers.functional import Input, InputLayer, Model, SymbolicTensor
+from tapefit.layers.merging import (
+    Add,
+    Average,
+    Concatenate,
+    Dot,
+    Maximum,
+    Minimum,
+    Multiply,
+    Subtract,
+    add,
+    average,
+    concatenate,
+    dot,
+    maximum,
+    minimum,
+    multiply,
+    subtract,
+)
 from tapefit.layers.module import Layer, Module
 from tapefit.layers.normalization import BatchNormalization, LayerNormalization
 from tapefit.layers.recurrent import GRU, LSTM, Bidirectional, SimpleRNN
@@ -37,6 +54,8 @@ from tapefit.layers.reshaping import (
     ZeroPadding1D,
     ZeroPadding2D,
 )
+from tapefit.layers.serialization import deserialize_layer as deserialize
+from tapefit.layers.serialization import serialize_layer as serialize
 
 __all__ = [
     "Activation",
@@ -68,6 +87,7 @@ __all__ = [
     "GlobalMaxPooling1D",
     "GlobalMaxPooling2D",
     "Input",
+    "InputLayer",
     "LSTM",
     "Lambda",
     "Layer",
@@ -92,9 +112,19 @@ __all__ = [
     "ZeroPadding1D",
     "ZeroPadding2D",
     "activations",
+    "add",
+    "average",
+    "concatenate",
     "constraints",
+    "deserialize",
+    "dot",
     "initializers",
     "losses",
+    "maximum",
     "metrics",
+    "minimum",
+    "multiply",
     "regularizers",
+    "serialize",
+    "subtract",
 ]

@@ -21,7 +21,47 @@ from tapefit.core.tensor import Tensor, as_tensor
 from tapefit.layers.module import Layer, Module, unique_name
 from tapefit.layers.symbolic import Node, SymbolicTensor, format_shape, mask_marker, symbolic_outputs
 
-__all__ = ["Input", "Model", "SymbolicTensor"]
+__all__ = ["Input", "InputLayer", "Model", "SymbolicTensor"]
+
+
+class InputLayer(Layer):
+    """The layer a ``tp.Input`` tensor comes from, as Keras's ``InputLayer``: it has no weights,
+    and a functional model lists it in ``layers`` (``model.get_layer("title")`` finds it).
+
+    Made by ``tp.Input``; its ``output`` (and ``input``) is that tensor.
+    """
+
+    def __init__(self, shape: Any = None, dtype: Any = "float32", name: str | None = None) -> None:
+        super().__init__(name=name)
+        self.shape = None if shape is None else tuple(shape)
+        self.input_dtype = _dt.as_dtype(dtype).name
+        self._tensor: SymbolicTensor | None = None
+
+    def call(self, inputs: Any) -> Any:
+        """Gives its input back."""
+        return inputs
+
+    @property
+    def input(self) -> Any:
+        """The ``tp.Input`` tensor."""
+        return self.output
+
+    @property
+    def output(self) -> Any:
+        """The ``tp.Input`` tensor."""
+        if self._tensor is None:
+            raise AttributeError(f"The input layer '{self.name}' has no tensor")
+        return self._tensor
+
+
+def input_layer(tensor: SymbolicTensor) -> InputLayer:
+    """The ``InputLayer`` of a model's input tensor (made the first time it is asked for)."""
+    layer = tensor.__dict__.get("_input_layer")
+    if layer is None:
+        layer = InputLayer(tensor.shape[1:], tensor.dtype, name=tensor.name)
+        layer._tensor = tensor
+        tensor.__dict__["_input_layer"] = layer
+    return layer
 
 
 def Input(
@@ -71,7 +111,9 @@ def Input(
     if name is not None and (not isinstance(name, str) or not name):
         raise ValueError(f"Input: name must be a non-empty string, got {shown(name)}")
     dims: tuple[int | None, ...] = tuple(None if n is None else int(n) for n in shape)
-    return SymbolicTensor((None, *dims), _dt.as_dtype(dtype), name or unique_name("input_layer"))
+    tensor = SymbolicTensor((None, *dims), _dt.as_dtype(dtype), name or unique_name("input_layer"))
+    input_layer(tensor)
+    return tensor
 
 
 def _symbolic_leaves(value: Any, what: str) -> list[SymbolicTensor]:
@@ -105,6 +147,67 @@ def _graph(inputs: list[SymbolicTensor], outputs: list[SymbolicTensor]) -> list[
         nodes[tensor.node.id] = tensor.node
         stack.extend(tensor.node.inputs)
     return [nodes[k] for k in sorted(nodes)]
+
+
+def _keras_order(inputs: list[SymbolicTensor], outputs: list[SymbolicTensor]) -> list[Module]:
+    """The model's layers in Keras 3's order (``Functional.layers``), input layers included.
+
+    Keras walks the graph depth first from each output in turn, through each call's inputs in
+    order, numbering each layer when it first meets it. A call's depth is its distance from the
+    outputs (the longest one), a layer's the largest of its calls'; layers come deepest first,
+    and the walk's numbers order those of equal depth. Inputs that no output uses come last but
+    one depth, first among the depth-0 layers. Weights follow this order, so that
+    ``set_weights(keras_model.get_weights())`` fits.
+    """
+    given = {id(t): t for t in inputs}
+
+    def producer(tensor: SymbolicTensor) -> tuple[int, Module, list[SymbolicTensor]]:
+        """(key, layer, inputs) of the call that made ``tensor``; an input's layer has none."""
+        if id(tensor) in given or tensor.node is None:
+            return -1 - id(tensor), input_layer(tensor), []
+        return tensor.node.id, tensor.node.layer, tensor.node.inputs
+
+    numbers: dict[int, int] = {}  # id(layer) -> its number in the walk
+    layers: dict[int, Module] = {}
+    parents: dict[int, list[int]] = {}
+    post_order: list[tuple[int, Module]] = []
+    finished: set[int] = set()
+    for output in outputs:
+        key, layer, sources = producer(output)
+        if key in finished:
+            continue
+        numbers.setdefault(id(layer), len(numbers))
+        stack = [(key, layer, iter(sources))]
+        parents[key] = [producer(t)[0] for t in sources]
+        while stack:
+            key, layer, pending = stack[-1]
+            for tensor in pending:
+                child_key, child, child_sources = producer(tensor)
+                if child_key in finished:  # met before (calls cannot form a cycle)
+                    continue
+                numbers.setdefault(id(child), len(numbers))
+                parents[child_key] = [producer(t)[0] for t in child_sources]
+                stack.append((child_key, child, iter(child_sources)))
+                break
+            else:
+                stack.pop()
+                finished.add(key)
+                layers[id(layer)] = layer
+                post_order.append((key, layer))
+    node_depth: dict[int, int] = {}
+    layer_depth: dict[int, int] = {}
+    for key, layer in reversed(post_order):
+        depth = max(node_depth.setdefault(key, 0), layer_depth.get(id(layer), 0))
+        layer_depth[id(layer)] = depth
+        node_depth[key] = depth
+        for parent in parents[key]:
+            node_depth[parent] = max(depth + 1, node_depth.get(parent, 0))
+    for tensor in inputs:  # inputs no output uses
+        layer = input_layer(tensor)
+        if id(layer) not in layer_depth:
+            layer_depth[id(layer)], numbers[id(layer)], layers[id(layer)] = 0, -1, layer
+    order = sorted(layer_depth, key=lambda k: (-layer_depth[k], numbers[k]))
+    return [layers[k] for k in order]
 
 
 class Model(Layer):
@@ -167,11 +270,15 @@ class Model(Layer):
         self._flat_inputs = flat_inputs
         self._flat_outputs = flat_outputs
         self._nodes = _graph(flat_inputs, flat_outputs)
-        layers: list[Module] = []
-        for node in self._nodes:
-            if not any(layer is node.layer for layer in layers):
-                layers.append(node.layer)
-        self._layers = layers
+        ordered = _keras_order(flat_inputs, flat_outputs)
+        # ``_layers`` (tracked, so it orders the weights) holds the layers that compute; the
+        # input layers join them in ``layers`` only, at the positions Keras gives them.
+        self._layers = [layer for layer in ordered if not isinstance(layer, InputLayer)]
+        self._input_slots = [
+            (position, next(k for k, t in enumerate(flat_inputs) if input_layer(t) is layer))
+            for position, layer in enumerate(ordered)
+            if isinstance(layer, InputLayer)
+        ]
         self._has_output_masks = any(t.has_mask for t in flat_outputs)
         self._last_masks: tuple[Any, Any] | None = None  # (inputs, output masks) of the last call
         self._built = True
@@ -216,23 +323,40 @@ class Model(Layer):
 
     @property
     def layers(self) -> list[Module]:
-        """The layers, each once, in the order the model runs them first (of a subclass: the
-        modules it holds directly, in attribute order)."""
+        """The layers, each once, in Keras 3's order: the ``InputLayer`` of each input and the
+        layers called, deepest first (farthest from the outputs), as Keras lists them; the
+        weights (``get_weights``) come in this order. Of a subclass: the modules it holds
+        directly, in attribute order."""
         if not self._functional:
             return [module for module, depth in self._walk(paths=False)[2] if depth == 1]
-        return list(self._layers)
+        layers: list[Module] = list(self._layers)
+        for position, k in self._input_slots:
+            layers.insert(position, input_layer(self._flat_inputs[k]))
+        return layers
 
-    def get_layer(self, name: str) -> Module:
-        """The layer called ``name``.
+    def get_layer(self, name: str | None = None, index: int | None = None) -> Module:
+        """The layer called ``name``, or the one at ``index`` in ``layers`` (Keras's ``get_layer``).
 
         Raises:
-            ValueError: no layer has that name (the message lists them).
+            ValueError: both or neither of ``name`` and ``index``, an index past the last layer,
+                or no layer of that name (the message lists them).
         """
-        for layer in self.layers:
+        layers = self.layers
+        if name is not None and index is not None:
+            raise ValueError(f"get_layer: give a name or an index, not both (got {shown(name)} and {index})")
+        if index is not None:
+            if not -len(layers) <= index < len(layers):
+                raise ValueError(
+                    f"get_layer: no layer at index {index}; model '{self.name}' has {len(layers)} layers"
+                )
+            return layers[index]
+        if name is None:
+            raise ValueError("get_layer: give the name or the index of a layer")
+        for layer in layers:
             if layer.name == name:
                 return layer
         raise ValueError(
-            f"Model '{self.name}' has no layer '{name}'; its layers: {[la.name for la in self._layers]}"
+            f"Model '{self.name}' has no layer {shown(name)}; its layers: {[la.name for la in layers]}"
         )
 
     # -- running -------------------------------------------------------------
@@ -573,8 +697,11 @@ def _model_get_config(model: Model) -> dict[str, Any]:
     return {
         "name": model.name,
         "trainable": model.trainable,
+        # Each layer's name beside its entry (as Keras keeps it): a layer's own get_config
+        # may leave its name out, and the calls find their layers by these names.
         "layers": [
-            serialization.serialize(layer, f"{where}, layer '{layer.name}'") for layer in model._layers
+            {**serialization.serialize(layer, f"{where}, layer '{layer.name}'"), "name": layer.name}
+            for layer in model._layers
         ],
         "calls": calls,
         "inputs": _structure(model._inputs_structure, specs),
@@ -590,9 +717,20 @@ def _config_layers(entries: Any, tables: Any, where: str) -> dict[str, Module]:
         raise _error(f"{where}: 'layers' must be a list")
     layers: dict[str, Module] = {}
     for position, entry in enumerate(entries):
-        layer = serialization.deserialize(entry, tables, f"{where}, layers[{position}]")
+        at = f"{where}, layers[{position}]"
+        name = None
+        if isinstance(entry, dict) and "name" in entry:
+            entry = dict(entry)
+            name = entry.pop("name")
+            if not isinstance(name, str) or not name or "/" in name:
+                raise _error(f"{at}: 'name' must be a layer name, got {shown(name)}")
+        layer = serialization.deserialize(entry, tables, at)
         if not isinstance(layer, Module):
             raise _error(f"{where}: layers[{position}] is a {type(layer).__name__}, not a layer")
+        if name is not None and layer.name != name:
+            # Its config left the name out (or gave another): the calls name it as saved.
+            layer._name, layer._name_given = name, True
+            serialization.forget_default_name(layer)
         if layer.name in layers:
             raise _error(f"{where}: two layers are named {shown(layer.name)}")
         layers[layer.name] = layer

@@ -17,7 +17,24 @@ from tapefit.core.tensor import Tensor, as_tensor
 from tapefit.layers.module import Layer, rank_of
 from tapefit.layers.symbolic import SymbolicTensor
 
-__all__ = ["Add", "Average", "Concatenate", "Dot", "Maximum", "Minimum", "Multiply", "Subtract"]
+__all__ = [
+    "Add",
+    "Average",
+    "Concatenate",
+    "Dot",
+    "Maximum",
+    "Minimum",
+    "Multiply",
+    "Subtract",
+    "add",
+    "average",
+    "concatenate",
+    "dot",
+    "maximum",
+    "minimum",
+    "multiply",
+    "subtract",
+]
 
 _EPSILON = 1e-7  # Keras's backend.epsilon(): the smallest norm Dot(normalize=True) divides by
 
@@ -429,3 +446,48 @@ class Dot(Layer):
 def _l2_normalize(x: Tensor, axis: int) -> Tensor:
     norm = _math.sqrt(_reduce.reduce_sum(x * x, axis=axis, keepdims=True))
     return x / _math.maximum(norm, _EPSILON)
+
+
+# -- Keras's merge functions: each makes its layer and calls it on ``inputs`` -----------
+
+
+def add(inputs: Any, **kwargs: Any) -> Any:
+    """``Add(**kwargs)(inputs)``: the sum of the inputs (``keras.layers.add``)."""
+    return Add(**kwargs)(inputs)
+
+
+def subtract(inputs: Any, **kwargs: Any) -> Any:
+    """``Subtract(**kwargs)(inputs)``: the first input minus the second (``keras.layers.subtract``)."""
+    return Subtract(**kwargs)(inputs)
+
+
+def multiply(inputs: Any, **kwargs: Any) -> Any:
+    """``Multiply(**kwargs)(inputs)``: the product of the inputs (``keras.layers.multiply``)."""
+    return Multiply(**kwargs)(inputs)
+
+
+def average(inputs: Any, **kwargs: Any) -> Any:
+    """``Average(**kwargs)(inputs)``: the mean of the inputs (``keras.layers.average``)."""
+    return Average(**kwargs)(inputs)
+
+
+def maximum(inputs: Any, **kwargs: Any) -> Any:
+    """``Maximum(**kwargs)(inputs)``: the elementwise largest input (``keras.layers.maximum``)."""
+    return Maximum(**kwargs)(inputs)
+
+
+def minimum(inputs: Any, **kwargs: Any) -> Any:
+    """``Minimum(**kwargs)(inputs)``: the elementwise smallest input (``keras.layers.minimum``)."""
+    return Minimum(**kwargs)(inputs)
+
+
+def concatenate(inputs: Any, axis: int = -1, **kwargs: Any) -> Any:
+    """``Concatenate(axis, **kwargs)(inputs)``: the inputs joined along ``axis``
+    (``keras.layers.concatenate``)."""
+    return Concatenate(axis=axis, **kwargs)(inputs)
+
+
+def dot(inputs: Any, axes: int | tuple[int, int] | list[int] = -1, **kwargs: Any) -> Any:
+    """``Dot(axes, **kwargs)(inputs)``: the dot product of two inputs along ``axes``
+    (``keras.layers.dot``; ``normalize=True`` for cosine similarity)."""
+    return Dot(axes=axes, **kwargs)(inputs)

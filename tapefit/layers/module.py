@@ -54,6 +54,7 @@ _INTERNAL = frozenset(
 _INTERNAL |= {"_build_input_shape"}  # the first call's input shape, which export traces with
 _INTERNAL |= {"_trainer", "_compiled", "_optimizer"}  # what the trainer keeps (training_methods)
 _INTERNAL |= {"_input_shape_arg"}  # Keras's input_shape= of a first layer (declared_input_shape)
+_INTERNAL |= {"_symbolic_calls"}  # the functional graph's calls of this module (input / output)
 
 _name_counts: dict[str, int] = {}
 _name_lock = threading.Lock()
@@ -211,7 +212,11 @@ def _call_override(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def __call__(self: Module, *args: Any, **kwargs: Any) -> Any:
         if has_symbolic(args, kwargs):
-            return record_call(self, args, kwargs)
+            symbolic = record_call(self, args, kwargs)
+            node = next((getattr(v, "node", None) for v in nest.flatten(symbolic)), None)
+            if node is not None and node.layer is self:
+                self._symbolic_calls.append(node)
+            return symbolic
         args, training = _resolve_training(args, kwargs, fn)
         if not _context.training and _activity_seen:
             _clear_activity_losses(self)
@@ -395,6 +400,11 @@ class _Entry:
         self.modules_trainable = modules_trainable
 
 
+def _one_or_list(tensors: list[Any]) -> Any:
+    """A call's tensors as Keras's ``input`` and ``output`` give them: one alone, several as a list."""
+    return tensors[0] if len(tensors) == 1 else list(tensors)
+
+
 class Module(TrainingMethods):
     """A container of Variables and sub-Modules; the base of layers and user models.
 
@@ -427,6 +437,7 @@ class Module(TrainingMethods):
     _output_shape: Any
     _init_args: tuple[tuple[Any, ...], dict[str, Any]]
     _build_input: Any
+    _symbolic_calls: list[Any]
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Module:
         # State lives here, so a subclass that forgets super().__init__() still works. The
@@ -441,6 +452,7 @@ class Module(TrainingMethods):
             _output_shape=None,
             _init_args=(args, dict(kwargs)),
             _build_input=None,
+            _symbolic_calls=[],
         )
         return self
 
@@ -517,6 +529,36 @@ class Module(TrainingMethods):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r}>"
+
+    # -- the functional graph ------------------------------------------------------
+
+    @property
+    def input(self) -> Any:
+        """The symbolic input of this module's first call on symbolic tensors (Keras's
+        ``layer.input``): one tensor, or a list when that call took several.
+
+        Raises:
+            AttributeError: the module was never called on symbolic tensors (naming it).
+        """
+        return _one_or_list(self._first_symbolic_call("input").inputs)
+
+    @property
+    def output(self) -> Any:
+        """The symbolic output of this module's first call on symbolic tensors (Keras's
+        ``layer.output``): one tensor, or a list when that call gave several.
+
+        Raises:
+            AttributeError: the module was never called on symbolic tensors (naming it).
+        """
+        return _one_or_list(self._first_symbolic_call("output").flat_outputs)
+
+    def _first_symbolic_call(self, what: str) -> Any:
+        if not self._symbolic_calls:
+            raise AttributeError(
+                f"The layer '{self.name}' has never been called on symbolic tensors (tp.Input and "
+                f"what layers made of it), so it has no {what}"
+            )
+        return self._symbolic_calls[0]
 
     # -- tracking --------------------------------------------------------------
 
@@ -768,7 +810,11 @@ class Module(TrainingMethods):
         the call for ``tp.Model`` and returns symbolic outputs (the functional API).
         """
         if has_symbolic(args, kwargs):
-            return record_call(self, args, kwargs)
+            symbolic = record_call(self, args, kwargs)
+            node = next((getattr(v, "node", None) for v in nest.flatten(symbolic)), None)
+            if node is not None and node.layer is self:
+                self._symbolic_calls.append(node)
+            return symbolic
         args, training = _resolve_training(args, kwargs, type(self).call)
         if not _context.training and _activity_seen:
             _clear_activity_losses(self)
@@ -948,6 +994,24 @@ class Module(TrainingMethods):
         from tapefit.layers import saving
 
         saving.save_model(self, path)
+
+    def to_json(self, **kwargs: Any) -> str:
+        """The model's architecture as JSON text (Keras's ``to_json``): its serialized config and,
+        once it has been called or built, its ``build_config`` (the input spec of its first call),
+        from which ``tp.models.model_from_json`` makes a new model with new weights.
+
+        Args:
+            **kwargs: passed to ``json.dumps`` (``indent=2``).
+
+        Raises:
+            ValueError: (``ConfigError``) the model holds what a config cannot describe (named).
+        """
+        import json
+
+        from tapefit.layers import saving, serialization
+
+        entry = serialization.serialize(self, f"to_json: {type(self).__name__}")
+        return json.dumps({**entry, "build_config": saving.build_config(self)}, **kwargs)
 
     def export(self, path: str | os.PathLike[str], format: str = "onnx", input_signature: Any = None) -> None:
         """Writes the forward pass in inference mode for serving; see ``tapefit.export.to_onnx``.

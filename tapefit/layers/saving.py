@@ -234,7 +234,7 @@ def save_model(
         "format_version": FORMAT_VERSION,
         "tapefit_version": __version__,
         "model": serialization.serialize(module, f"model '{module.name}'"),
-        "build_config": _build_config(module),
+        "build_config": build_config(module),
         "compile_config": compile_config,
         "optimizer": optimizer_entry,
         # The weights in the order of `variables`: a rebuilt model takes them by position, since
@@ -269,7 +269,7 @@ def save_model(
     return path
 
 
-def _build_config(module: Module) -> dict[str, Any] | None:
+def build_config(module: Module) -> dict[str, Any] | None:
     """How a rebuilt ``module`` makes its variables: the input spec of its first call or, for a
     model never called itself (a GAN's step calls its parts), those of the layers it holds as
     attributes (``{"layers": {attribute: spec}}``); ``None`` when nothing was called."""

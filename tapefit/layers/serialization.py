@@ -15,10 +15,12 @@ by name, initializers, regularizers, constraints and layers nested in their seri
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import re
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
@@ -38,7 +40,9 @@ class ConfigError(ValueError):
     a file names: an unknown or unregistered class, an unknown key, a bad value. One line."""
 
 
-def register_serializable(obj: _T | None = None, *, name: str | None = None) -> Any:
+def register_serializable(
+    obj: _T | None = None, *, package: str | None = None, name: str | None = None
+) -> Any:
     """Registers a class (a layer, model, loss, metric, initializer, regularizer, optimizer or
     schedule) or a function (an activation, a ``Lambda``'s function, a loss) so that model
     files can name it and ``tp.models.load_model`` can rebuild it.
@@ -60,8 +64,12 @@ def register_serializable(obj: _T | None = None, *, name: str | None = None) -> 
     initializers...), so most layers need no ``get_config`` of their own; override
     ``get_config`` and ``from_config`` when the constructor takes something else.
 
+    As Keras's ``register_keras_serializable(package=...)``, a package makes the name
+    ``"package>Name"``, so that two packages may each have a ``Scale``.
+
     Args:
         obj: the class or function (the decorator form passes it).
+        package: the package the name belongs to (none by default: the name alone).
         name: the name files know it by (default: its ``__name__``).
 
     Returns:
@@ -78,6 +86,12 @@ def register_serializable(obj: _T | None = None, *, name: str | None = None) -> 
         key = name if name is not None else getattr(target, "__name__", None)
         if not isinstance(key, str) or not key or key.startswith("<"):
             raise ValueError(f"register_serializable: give {shown(target)} a name=")
+        if package is not None:
+            if not isinstance(package, str) or not package or ">" in package:
+                raise ValueError(
+                    f"register_serializable: package must be a name without '>', got {shown(package)}"
+                )
+            key = f"{package}>{key}"
         present = _registered.get(key)
         if present is not None and present is not target and _qualified(present) != _qualified(target):
             raise ValueError(
@@ -88,6 +102,41 @@ def register_serializable(obj: _T | None = None, *, name: str | None = None) -> 
         return target
 
     return register if obj is None else register(obj)
+
+
+_scope = threading.local()
+
+
+@contextlib.contextmanager
+def custom_object_scope(objects: Mapping[str, Any] | None) -> Iterator[None]:
+    """While open, configs may name the classes and functions of ``objects`` (Keras's
+    ``custom_objects``): an entry whose class name, or the part of it after ``package>``, is a
+    key of ``objects`` gets that object, before the built-in and registered ones.
+
+    Raises:
+        TypeError: ``objects`` is not a dict of names to classes or functions.
+    """
+    objects = dict(objects or {})
+    for key, value in objects.items():
+        if not isinstance(key, str) or not callable(value):
+            raise TypeError(
+                f"custom_objects must map names to classes or functions, got {shown(key)}: {shown(value)}"
+            )
+    outer = getattr(_scope, "objects", {})
+    _scope.objects = {**outer, **objects}
+    try:
+        yield
+    finally:
+        _scope.objects = outer
+
+
+def _custom_object(name: str) -> Any:
+    """The object a ``custom_object_scope`` gives ``name`` (or ``package>name``), or ``None``."""
+    objects = getattr(_scope, "objects", None)
+    if not objects:
+        return None
+    found = objects.get(name)
+    return found if found is not None else objects.get(name.rpartition(">")[2])
 
 
 def _qualified(obj: Any) -> str:
@@ -268,6 +317,9 @@ def lookup(entry: Any, tables: Mapping[str, Mapping[str, type]], where: str) -> 
     if not isinstance(config, dict):
         raise ConfigError(f"{where}: the config of {shown(name)} must be a dict, got {type(config).__name__}")
     quoted = shown(name)
+    scoped = _custom_object(name)
+    if scoped is not None:
+        return scoped, config
     if space == CUSTOM:
         target = _registered.get(name)
         if target is None:
@@ -316,7 +368,7 @@ def deserialize(entry: Any, tables: Mapping[str, Mapping[str, type]], where: str
         raise ConfigError(f"{where}: {target.__name__} has no from_config")
     try:
         obj = from_config(config)
-        _forget_default_name(obj)
+        forget_default_name(obj)
         return obj
     except ConfigError:
         raise
@@ -333,7 +385,7 @@ def deserialize(entry: Any, tables: Mapping[str, Mapping[str, type]], where: str
         raise ConfigError(f"{where}: {target.__name__}: {message}") from None
 
 
-def _forget_default_name(obj: Any) -> None:
+def forget_default_name(obj: Any) -> None:
     """Treats a rebuilt module's name as the default it was (``dense_3`` for a Dense) rather than
     one given, so that its variable paths are those of the same model built by code."""
     from tapefit.layers.module import Module, _class_snake_name
@@ -341,6 +393,33 @@ def _forget_default_name(obj: Any) -> None:
     if isinstance(obj, Module) and obj._name_given:
         if re.fullmatch(re.escape(_class_snake_name(type(obj))) + r"(_\d+)?", obj.name):
             obj._name_given = False
+
+
+def serialize_layer(layer: Any) -> dict[str, Any]:
+    """A layer (or model) as ``{"module", "class_name", "config"}`` plain values
+    (``keras.layers.serialize``); ``deserialize_layer`` makes it again.
+
+    Raises:
+        ConfigError: the layer's class is neither built in nor registered, or its config
+            holds what a file cannot describe (named).
+    """
+    return serialize(layer, f"serialize: {type(layer).__name__}")
+
+
+def deserialize_layer(config: Mapping[str, Any], custom_objects: Mapping[str, Any] | None = None) -> Any:
+    """A new layer (or model) from ``serialize_layer``'s form (``keras.layers.deserialize``).
+
+    Args:
+        config: the serialized layer.
+        custom_objects: classes and functions by name, beside the built-in and registered ones.
+
+    Raises:
+        ConfigError: an unknown class or key, named.
+    """
+    with custom_object_scope(custom_objects):
+        return deserialize(
+            dict(config) if isinstance(config, Mapping) else config, layer_tables(), "deserialize"
+        )
 
 
 def from_plain(value: Any, tables: Mapping[str, Mapping[str, type]], where: str) -> Any:

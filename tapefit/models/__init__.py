@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import math
 import os
 from collections.abc import Mapping
@@ -34,8 +35,10 @@ from tapefit.layers.training_methods import held_optimizers
 __all__ = [
     "CompiledModel",
     "ModelFileError",
+    "clone_model",
     "load_compiled",
     "load_model",
+    "model_from_json",
     "register_serializable",
     "save_model",
 ]
@@ -138,7 +141,9 @@ class CompiledModel:
     loss_weights: Any
 
 
-def load_compiled(path: str | os.PathLike[str]) -> CompiledModel:
+def load_compiled(
+    path: str | os.PathLike[str], custom_objects: Mapping[str, Any] | None = None
+) -> CompiledModel:
     """Rebuilds a ``.tapefit`` file's model, optimizer (with its state), loss and metrics; each
     optimizer the rebuilt model holds gets the state saved under its attribute name.
 
@@ -154,46 +159,100 @@ def load_compiled(path: str | os.PathLike[str]) -> CompiledModel:
     contents = saving.read_model_file(path)
     tables = _tables()
     try:
-        model = _rebuild_model(contents, tables)
-        optimizer = None
-        if contents.config["optimizer"] is not None:
-            optimizer = _rebuild_optimizer(contents.config["optimizer"], tables)
-            assert contents.optimizer_state is not None  # read_model_file checks they come together
-            try:
-                optimizer.check_state(contents.optimizer_state, model.trainable_variables)
-                optimizer.set_state(contents.optimizer_state)
-            except (TypeError, ValueError) as error:
-                raise serialization.ConfigError(f"the optimizer's state: {_first_line(error)}") from None
-        _restore_held_optimizers(model, contents.held_optimizer_states)
-        compile_config = contents.config["compile_config"] or {
-            "loss": None,
-            "metrics": None,
-            "loss_weights": None,
-        }
-        unknown = [k for k in compile_config if k not in _COMPILE_KEYS]
-        if unknown:
-            raise serialization.ConfigError(
-                f"unknown key {shown(unknown[0])} in compile_config (known: {', '.join(_COMPILE_KEYS)})"
-            )
-        compiled = {k: serialization.from_plain(compile_config.get(k), tables, k) for k in _COMPILE_KEYS}
-        _check_compiled(compiled)
+        with serialization.custom_object_scope(custom_objects):
+            return _load_compiled(contents, tables)
     except serialization.ConfigError as error:
         raise ModelFileError(f"load_model: '{path}': {error}") from None
+
+
+def _load_compiled(contents: saving.ModelFile, tables: dict[str, dict[str, type]]) -> CompiledModel:
+    """``load_compiled``'s work, inside its custom-object scope."""
+    model = _rebuild_model(contents, tables)
+    optimizer = None
+    if contents.config["optimizer"] is not None:
+        optimizer = _rebuild_optimizer(contents.config["optimizer"], tables)
+        assert contents.optimizer_state is not None  # read_model_file checks they come together
+        try:
+            optimizer.check_state(contents.optimizer_state, model.trainable_variables)
+            optimizer.set_state(contents.optimizer_state)
+        except (TypeError, ValueError) as error:
+            raise serialization.ConfigError(f"the optimizer's state: {_first_line(error)}") from None
+    _restore_held_optimizers(model, contents.held_optimizer_states)
+    compile_config = contents.config["compile_config"] or {
+        "loss": None,
+        "metrics": None,
+        "loss_weights": None,
+    }
+    unknown = [k for k in compile_config if k not in _COMPILE_KEYS]
+    if unknown:
+        raise serialization.ConfigError(
+            f"unknown key {shown(unknown[0])} in compile_config (known: {', '.join(_COMPILE_KEYS)})"
+        )
+    compiled = {k: serialization.from_plain(compile_config.get(k), tables, k) for k in _COMPILE_KEYS}
+    _check_compiled(compiled)
     return CompiledModel(model, optimizer, compiled["loss"], compiled["metrics"], compiled["loss_weights"])
 
 
-def load_model(path: str | os.PathLike[str]) -> Module:
+def load_model(path: str | os.PathLike[str], custom_objects: Mapping[str, Any] | None = None) -> Module:
     """The model a ``.tapefit`` file holds, with its weights (``keras.models.load_model``).
 
-    Nothing the file names is imported or run: classes are tapefit's built-in ones, or yours
+    Nothing the file names is imported or run: classes are tapefit's built-in ones, yours
     registered with ``@tp.register_serializable`` (import the module that registers them
-    first). Predictions equal the saved model's bit for bit.
+    first), or those given in ``custom_objects``. Predictions equal the saved model's bit for bit.
+
+    Args:
+        path: the ``.tapefit`` file.
+        custom_objects: classes and functions by the names the file gives them (a registered
+            ``"package>Name"`` is found by ``"Name"`` too), as Keras's ``custom_objects``.
 
     Raises:
         FileNotFoundError: there is no such file.
         ModelFileError: as ``load_compiled``; an unregistered class is named with the fix.
     """
-    return load_compiled(path).model
+    return load_compiled(path, custom_objects).model
+
+
+def clone_model(model: Module) -> Module:
+    """A new model of the same config as ``model``, with new weights (``keras.models.clone_model``):
+    the same layers, names and graph, none of its variables shared.
+
+    Raises:
+        ValueError: (``ConfigError``) the model holds what a config cannot describe (named).
+    """
+    entry = serialization.serialize(model, f"clone_model: {type(model).__name__}")
+    clone = serialization.deserialize(entry, _tables(), "clone_model")
+    _build(clone, saving.build_config(model))  # variables as the model's first call made them
+    return clone
+
+
+def model_from_json(json_string: str, custom_objects: Mapping[str, Any] | None = None) -> Module:
+    """The model ``model.to_json()`` described, with new weights (``keras.models.model_from_json``).
+
+    Args:
+        json_string: the JSON text.
+        custom_objects: classes and functions by name, beside the built-in and registered ones.
+
+    Raises:
+        ValueError: (``ConfigError``) the text is not JSON, or names an unknown class or key.
+    """
+    try:
+        entry = json.loads(json_string)
+    except (TypeError, ValueError) as error:
+        raise serialization.ConfigError(f"model_from_json: not JSON ({_first_line(error)})") from None
+    build = None
+    if isinstance(entry, dict) and "build_config" in entry:  # to_json's, beside the entry
+        entry = dict(entry)
+        build = entry.pop("build_config")
+    with serialization.custom_object_scope(custom_objects):
+        try:
+            model = serialization.deserialize(entry, _tables(), "model_from_json")
+        except RecursionError:
+            raise serialization.ConfigError("model_from_json: the model's layers nest too deeply") from None
+        try:
+            _build(model, build)  # also refuses what is not a model
+        except serialization.ConfigError as error:
+            raise serialization.ConfigError(f"model_from_json: {error}") from None
+    return model
 
 
 def _first_line(error: BaseException) -> str:

@@ -46,7 +46,7 @@ def test_model_runs_the_graph_as_the_layers_would():
     data = _x(5, 4)
     expected = b(a(data)).numpy() + data
     np.testing.assert_allclose(model(data).numpy(), expected, rtol=1e-6)
-    assert [layer.name for layer in model.layers] == [a.name, b.name, model.layers[2].name]
+    assert [layer.name for layer in model.layers] == [x.name, a.name, b.name, model.layers[3].name]
 
 
 def test_a_shared_layer_has_one_set_of_weights_and_gets_both_gradients():
@@ -78,7 +78,7 @@ def test_a_list_model_also_takes_a_dict_keyed_by_input_names():
     model = tp.Model([a, b], L.Multiply()([a, b]))
     x, y = _x(3, 2), _x(3, 2, seed=1)
     np.testing.assert_allclose(model({"left": x, "right": y}).numpy(), x * y, rtol=1e-6)
-    assert model.output_names == [model.layers[0].name]
+    assert model.output_names == [model.layers[2].name]
 
 
 def test_a_nested_model_is_a_layer_with_its_weights():
@@ -89,7 +89,7 @@ def test_a_nested_model_is_a_layer_with_its_weights():
     assert len(outer.trainable_variables) == 4
     assert "outer/inner/inner_dense/kernel" in outer.state_dict()
     data = _x(2, 4)
-    np.testing.assert_allclose(outer(data).numpy(), outer.layers[1](inner(data)).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(outer(data).numpy(), outer.layers[2](inner(data)).numpy(), rtol=1e-6)
 
 
 def test_a_mask_from_embedding_reaches_a_recurrent_layer():
@@ -184,7 +184,7 @@ def test_get_layer_names_the_layers_when_missing():
     x = tp.Input((2,))
     model = tp.Model(x, L.Dense(1, name="out")(x))
     assert model.get_layer("out").name == "out"
-    with pytest.raises(ValueError, match=r"no layer 'nope'.*\['out'\]"):
+    with pytest.raises(ValueError, match=r"no layer 'nope'.*\['input_layer(_\d+)?', 'out'\]"):
         model.get_layer("nope")
 
 
@@ -389,3 +389,44 @@ def test_input_takes_keras_batch_shape_and_batch_size():
     assert tp.Input((3,), batch_size=8).shape == (None, 3)
     with pytest.raises(ValueError, match=r"give shape \(without the batch axis\) or batch_shape"):
         tp.Input((3,), batch_shape=(None, 3))
+
+
+def _two_branch_model() -> tp.Model:
+    a, b = tp.Input((4,), name="a"), tp.Input((3,), name="b")
+    x = L.Dense(5, name="da")(a)
+    added = L.Add(name="add")([x, L.Dense(5, name="db")(b)])
+    return tp.Model([a, b], [L.Dense(2, name="o1")(added), L.Dense(1, name="o2")(x)])
+
+
+def test_layers_and_weights_come_in_keras_order_in_a_branched_model():
+    # Keras 3.15 lists this model as below (inputs first, then deepest first); made before
+    # "db", "o2" used to come before it, and set_weights(keras_model.get_weights()) failed.
+    model = _two_branch_model()
+    assert [layer.name for layer in model.layers] == ["a", "b", "da", "db", "add", "o1", "o2"]
+    shapes = [(4, 5), (5,), (3, 5), (5,), (5, 2), (2,), (5, 1), (1,)]
+    assert [w.shape for w in model.get_weights()] == shapes
+    assert isinstance(model.layers[0], L.InputLayer) and model.layers[0].output is model.inputs[0]
+
+
+def test_layer_input_and_output_are_those_of_its_first_call():
+    model = _two_branch_model()
+    assert model.get_layer("da").input is model.inputs[0]
+    assert model.get_layer("add").input == [model.get_layer("da").output, model.get_layer("db").output]
+    assert model.get_layer("o1").output is model.outputs[0]
+    shared = L.Dense(2, name="twice")
+    first = shared(model.inputs[0])
+    shared(model.inputs[0])
+    assert shared.output is first  # Keras 3 gives the first call's
+    with pytest.raises(AttributeError, match="'never_called' has never been called"):
+        L.Dense(2, name="never_called").output
+
+
+def test_get_layer_by_index_as_keras():
+    model = _two_branch_model()
+    assert model.get_layer(index=0).name == "a" and model.get_layer(index=-1).name == "o2"
+    with pytest.raises(ValueError, match="no layer at index 7"):
+        model.get_layer(index=7)
+    with pytest.raises(ValueError, match="not both"):
+        model.get_layer("a", 0)
+    with pytest.raises(ValueError, match="give the name or the index"):
+        model.get_layer()

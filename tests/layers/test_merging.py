@@ -90,3 +90,32 @@ def test_a_merge_needs_a_list():
         L.Add()(np.zeros((2, 3), np.float32))
     with pytest.raises(ValueError, match="axes must be an int or a list of two ints"):
         L.Dot(axes=(1, 2, 3))
+
+
+@pytest.mark.parametrize(
+    ("function", "cls"),
+    [
+        (L.add, L.Add),
+        (L.subtract, L.Subtract),
+        (L.multiply, L.Multiply),
+        (L.average, L.Average),
+        (L.maximum, L.Maximum),
+        (L.minimum, L.Minimum),
+        (L.concatenate, L.Concatenate),
+        (L.dot, L.Dot),
+    ],
+)
+def test_the_merge_functions_call_their_layer(function, cls):
+    a, b = tp.Input((3,), name="left"), tp.Input((3,), name="right")
+    out = function([a, b], name=f"merged_{cls.__name__.lower()}")
+    model = tp.Model([a, b], out)
+    layer = model.get_layer(f"merged_{cls.__name__.lower()}")
+    assert type(layer) is cls
+    x, y = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones((2, 3), np.float32)
+    expected = cls(**({"axes": -1} if cls is L.Dot else {}))([tp.constant(x), tp.constant(y)]).numpy()
+    np.testing.assert_allclose(model([x, y]).numpy(), expected, rtol=1e-6)
+
+
+def test_concatenate_takes_an_axis():
+    a, b = tp.Input((2, 4)), tp.Input((3, 4))
+    assert L.concatenate([a, b], axis=1).shape == (None, 5, 4)

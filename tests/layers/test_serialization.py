@@ -189,3 +189,52 @@ def test_a_value_that_is_not_plain_is_named_on_one_line() -> None:
     with pytest.raises(ValueError, match=r"\.values: a ndarray .* is not a plain value") as caught:
         FromArray(np.ones((30, 30)), name="fa").get_config()
     assert "\n" not in str(caught.value) and len(str(caught.value)) < 300
+
+
+@tp.register_serializable(name="tests.OnlyItsOwnArguments")
+class OnlyItsOwnArguments(tp.layers.Layer):
+    """The serialization guide's custom layer: a config without the layer's name."""
+
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def call(self, x: Any) -> Any:
+        return x * self.factor
+
+    def get_config(self) -> dict[str, Any]:
+        return {"factor": self.factor}
+
+
+@tp.register_serializable(name="tests.UpdatesTheBaseConfig")
+class UpdatesTheBaseConfig(tp.layers.Layer):
+    """A custom layer whose get_config adds its argument to the base class's."""
+
+    def __init__(self, units: int = 32, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.units = units
+
+    def build(self, input_shape: Any) -> None:
+        self.w = self.add_weight(shape=(input_shape[-1], self.units), initializer="random_normal")
+
+    def call(self, x: Any) -> Any:
+        return tp.matmul(x, self.w)
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update({"units": self.units})
+        return config
+
+
+def test_a_custom_layer_whose_config_has_no_name_loads_in_a_functional_model(tmp_path: Any) -> None:
+    inputs = tp.Input((4,))
+    outputs = UpdatesTheBaseConfig(3)(OnlyItsOwnArguments(0.5)(inputs))
+    model = tp.Model(inputs, outputs)
+    OnlyItsOwnArguments(1.0)  # takes the next default name, which a rebuilt layer would get
+    model.save(tmp_path / "custom.tapefit")
+    loaded = tp.models.load_model(tmp_path / "custom.tapefit")
+    data = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    np.testing.assert_array_equal(loaded(data).numpy(), model(data).numpy())
+    assert [layer.name for layer in loaded.layers] == [layer.name for layer in model.layers]
+    again = tp.Model.from_config(json.loads(json.dumps(model.get_config())))
+    assert [layer.name for layer in again.layers][1:] == [layer.name for layer in model.layers][1:]

@@ -487,7 +487,10 @@ def _many_layers(tmp_path: Path, layers: int, width: int, sequential: bool) -> P
         weights = archive.read("model.safetensors")
     inner = config["model"]["config"]
     entry = inner["layers"][0]
-    inner["layers"] = [{**entry, "config": {**entry["config"], "name": f"a{i}"}} for i in range(layers)]
+    inner["layers"] = [
+        {**entry, "config": {**entry["config"], "name": f"a{i}"}, **({} if sequential else {"name": f"a{i}"})}
+        for i in range(layers)
+    ]
     if sequential:
         config["build_config"]["input_spec"] = [[None, width], "float32"]
     else:
@@ -511,7 +514,8 @@ def test_a_file_asking_for_a_huge_build_is_refused_quickly(tmp_path: Path, seque
     assert time.perf_counter() - start < 2.0
     _refused(_many_layers(tmp_path, 2, 2**25, sequential), "more than the 16777216 allowed")
     _refused(_many_layers(tmp_path, 10_001, 4, sequential), "it describes 10002 layers, more than the 10000")
-    assert len(tp.models.load_model(_many_layers(tmp_path, 300, 64, sequential)).layers) == 300
+    loaded = tp.models.load_model(_many_layers(tmp_path, 300, 64, sequential))
+    assert len(loaded.layers) == 300 + (not sequential)  # a functional model lists its input layer
 
 
 def _trainer_file(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
@@ -679,3 +683,64 @@ def test_a_build_config_of_layers_that_do_not_fit_is_refused(
     config["build_config"] = build
     members["config.json"] = json.dumps(config).encode()
     _refused(_write_zip(tmp_path / "bad.tapefit", members), match)
+
+
+@tp.register_serializable(package="tests.Models")
+class _Halves(tp.layers.Layer):
+    def call(self, x: Any) -> Any:
+        return x * 0.5
+
+
+def _small_functional() -> Any:
+    inputs = tp.Input((3,), name="x")
+    return tp.Model(inputs, tp.layers.Dense(2, name="head")(_Halves(name="halves")(inputs)))
+
+
+def test_register_serializable_with_a_package_names_the_class_as_keras() -> None:
+    entry = tp.layers.serialize(_Halves(name="h"))
+    assert entry["class_name"] == "tests.Models>_Halves"
+    assert isinstance(tp.layers.deserialize(entry), _Halves)
+
+
+def test_load_model_takes_custom_objects_by_their_short_names(tmp_path: Path) -> None:
+    model = _small_functional()
+    model.save(tmp_path / "m.tapefit")
+
+    class StandIn(_Halves):  # any class the caller maps the name to
+        pass
+
+    loaded = tp.models.load_model(tmp_path / "m.tapefit", custom_objects={"_Halves": StandIn})
+    assert type(loaded.get_layer("halves")) is StandIn
+    x = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(loaded(x).numpy(), model(x).numpy())
+    assert type(tp.models.load_model(tmp_path / "m.tapefit").get_layer("halves")) is _Halves  # scope closed
+    with pytest.raises(TypeError, match="custom_objects must map names"):
+        tp.models.load_model(tmp_path / "m.tapefit", custom_objects={"_Halves": 3})
+
+
+def test_clone_model_has_the_same_graph_and_new_weights() -> None:
+    model = _small_functional()
+    clone = tp.models.clone_model(model)
+    assert [layer.name for layer in clone.layers] == ["x", "halves", "head"]
+    assert [w.shape for w in clone.get_weights()] == [w.shape for w in model.get_weights()]
+    assert not any(a is b for a, b in zip(clone.variables, model.variables))
+    clone.set_weights(model.get_weights())
+    x = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(clone(x).numpy(), model(x).numpy())
+    stack = tp.layers.Sequential([tp.Input((4,)), tp.layers.Dense(1)])
+    assert tp.models.clone_model(stack).get_weights()[0].shape == (4, 1)
+
+
+def test_to_json_and_model_from_json_make_the_model_again() -> None:
+    stack = tp.layers.Sequential([tp.Input((32,)), tp.layers.Dense(1)])
+    again = tp.models.model_from_json(stack.to_json())
+    assert type(again) is tp.layers.Sequential and again.get_weights()[0].shape == (32, 1)
+    model = _small_functional()
+    copy = tp.models.model_from_json(model.to_json(indent=2))
+    assert [layer.name for layer in copy.layers] == ["x", "halves", "head"]
+    with pytest.raises(ValueError, match="model_from_json: not JSON"):
+        tp.models.model_from_json("{")
+    with pytest.raises(ValueError, match=r"'Nope' is not a class of tapefit\.layers"):
+        tp.models.model_from_json(
+            json.dumps(tp.layers.serialize(tp.layers.Dense(1))).replace("Dense", "Nope")
+        )
