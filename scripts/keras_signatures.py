@@ -43,7 +43,8 @@ LAYERS = [  # the layers tapefit has
     "SimpleRNN", "LSTM", "GRU", "Bidirectional", "MultiHeadAttention", "Flatten", "Reshape",
     "Permute", "RepeatVector", "ZeroPadding1D", "ZeroPadding2D", "Cropping1D", "Cropping2D",
     "UpSampling1D", "UpSampling2D", "Add", "Subtract", "Multiply", "Average", "Maximum",
-    "Minimum", "Concatenate", "Dot", "ReLU", "LeakyReLU", "PReLU", "ELU", "Softmax",
+    "Minimum", "Concatenate", "Dot", "ReLU", "LeakyReLU", "PReLU", "ELU", "Softmax", "Rescaling",
+    "GaussianNoise",
 ]  # fmt: skip
 LISTS = {  # table heading: the module whose public names (in lowercase) are the list
     "activations": "activations",

@@ -5,7 +5,7 @@ Layers import the core; the core never imports layers.
 """
 
 from tapefit.layers import activations, constraints, initializers, losses, metrics, regularizers
-from tapefit.layers.activation_layers import ELU, LeakyReLU, PReLU, ReLU, Softmax
+from tapefit.layers.activation_layers import ELU, GaussianNoise, LeakyReLU, PReLU, ReLU, Rescaling, Softmax
 from tapefit.layers.attention import MultiHeadAttention
 from tapefit.layers.convolutional import (
     AveragePooling2D,
@@ -60,9 +60,11 @@ from tapefit.layers.serialization import serialize_layer as serialize
 __all__ = [
     "Activation",
     "ELU",
+    "GaussianNoise",
     "LeakyReLU",
     "PReLU",
     "ReLU",
+    "Rescaling",
     "Softmax",
     "Add",
     "Average",

@@ -1,5 +1,6 @@
-"""Activations as layers (Keras 3's ``keras.layers.ReLU``, ``LeakyReLU``, ``PReLU``, ``ELU`` and
-``Softmax``): each keeps its input's shape and passes a mask of the steps on."""
+"""Value-wise layers: activations as layers (Keras 3's ``ReLU``, ``LeakyReLU``, ``PReLU``,
+``ELU``, ``Softmax``), ``Rescaling`` and ``GaussianNoise``. Each keeps its input's shape and
+passes a mask of the steps on."""
 
 from __future__ import annotations
 
@@ -192,4 +193,55 @@ class Softmax(_ValueWise):
         return _nn.softmax(x, axis=self.axis)
 
 
-__all__ = ["ELU", "LeakyReLU", "PReLU", "ReLU", "Softmax"]
+class Rescaling(_ValueWise):
+    """Keras's ``Rescaling``: ``inputs * scale + offset`` (images from [0, 255] to [0, 1] with
+    ``scale=1 / 255``), in the layer's dtype.
+
+    Args:
+        scale: the factor.
+        offset: added after scaling.
+        name: the layer's name.
+        dtype: inputs are cast to it (default float32).
+    """
+
+    def __init__(self, scale: float, offset: float = 0.0, name: str | None = None, dtype: Any = None) -> None:
+        super().__init__(name=name, dtype=dtype)
+        self.scale = _finite("Rescaling", "scale", scale)
+        self.offset = _finite("Rescaling", "offset", offset)
+
+    def call(self, inputs: Any) -> Tensor:
+        """Scales and shifts."""
+        x = self._cast_input(inputs) * self.scale
+        return x + self.offset if self.offset else x
+
+
+class GaussianNoise(_ValueWise):
+    """Keras's ``GaussianNoise``: adds zero-mean normal noise of standard deviation ``stddev``
+    when called with ``training=True`` (drawn from ``tp.random``, so checkpoints resume it);
+    otherwise the identity.
+
+    Args:
+        stddev: the noise's standard deviation.
+        seed: an op seed, as ``Dropout``'s.
+        name: the layer's name.
+        dtype: inputs are cast to it (default float32).
+    """
+
+    def __init__(
+        self, stddev: float, seed: int | None = None, name: str | None = None, dtype: Any = None
+    ) -> None:
+        super().__init__(name=name, dtype=dtype)
+        self.stddev = _finite("GaussianNoise", "stddev", stddev, low=0.0)
+        self.seed = seed
+
+    def call(self, inputs: Any, training: bool | None = None) -> Tensor:
+        """Adds noise when ``training`` is true."""
+        x = self._cast_input(inputs)
+        if not training or self.stddev == 0.0:
+            return x
+        from tapefit.core import random
+
+        return x + random.normal(x.shape, stddev=self.stddev, dtype=x.dtype, seed=self.seed)
+
+
+__all__ = ["ELU", "GaussianNoise", "LeakyReLU", "PReLU", "ReLU", "Rescaling", "Softmax"]

@@ -87,3 +87,21 @@ def test_arguments_that_are_not_numbers_are_named():
         tp.layers.LeakyReLU(-1.0)
     with pytest.raises(TypeError, match=r"ReLU: max_value must be a number, got 'six'"):
         tp.layers.ReLU(max_value="six")
+
+
+def test_rescaling_and_gaussian_noise():
+    images = np.array([[0.0, 127.5, 255.0]], np.float32)
+    np.testing.assert_allclose(
+        tp.layers.Rescaling(1 / 127.5, offset=-1)(images).numpy(), [[-1.0, 0.0, 1.0]], atol=1e-6
+    )
+    noise = tp.layers.GaussianNoise(0.5)
+    x = np.zeros((2000, 3), np.float32)
+    np.testing.assert_array_equal(noise(x).numpy(), x)  # inference: the identity
+    tp.random.set_seed(3)
+    noisy = noise(x, training=True).numpy()
+    assert abs(noisy.std() - 0.5) < 0.03 and abs(noisy.mean()) < 0.03
+    tp.random.set_seed(3)
+    np.testing.assert_array_equal(noise(x, training=True).numpy(), noisy)  # tp.random's draws
+    for layer in (tp.layers.Rescaling(2.0, offset=1.0), tp.layers.GaussianNoise(0.1, seed=4)):
+        assert type(layer).from_config(layer.get_config()).get_config() == layer.get_config()
+        assert layer.compute_output_shape((None, 5)) == (None, 5)

@@ -27,6 +27,8 @@ def _functional() -> tp.Model:
 
 # The arguments of the classes that need some; every other public class is made with none.
 ARGUMENTS: dict[str, Any] = {
+    "Rescaling": lambda: {"scale": 0.5, "offset": 1.0},
+    "GaussianNoise": lambda: {"stddev": 0.1},
     "Activation": lambda: {"activation": "tanh"},
     "Bidirectional": lambda: {"layer": tp.layers.LSTM(3, return_sequences=True), "merge_mode": "sum"},
     "Conv1D": lambda: {"filters": 2, "kernel_size": 3, "strides": 2, "padding": "same"},
