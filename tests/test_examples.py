@@ -82,7 +82,11 @@ def test_each_example_has_a_page_with_its_picture(name):
     page = (PAGES / f"{name}.md").read_text()
     assert f"python -m examples.{name}" in page
     assert f"]({name}.svg)" in page  # the picture is embedded
-    for section in re.findall(rf'--8<-- "examples/{name}\.py:(\w+)"', page):
+    sections = re.findall(r'--8<-- "([^"]*)"', page)
+    assert sections, f"{name}.md quotes no code from its file"
+    for quoted in sections:  # each a marked section of the example's own file
+        path, _, section = quoted.partition(":")
+        assert path == f"examples/{name}.py" and re.fullmatch(r"\w+", section), quoted
         assert f"# --8<-- [start:{section}]" in (ROOT / "examples" / f"{name}.py").read_text()
     quoted = re.findall(r"`([^`]*\d\.\d+[^`]*)`", page)
     for line in quoted:  # a printed line the page quotes has the shape the example prints
