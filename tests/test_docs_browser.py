@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -278,5 +279,6 @@ def test_an_example_page_shows_its_code_and_curves(site, browser):
     assert "self.add_loss(" in text  # the excerpt quoted from examples/vae.py
     assert "--8<--" not in text  # the snippet markers are gone
     width = browser.evaluate("document.querySelector('.md-content img').naturalWidth")
-    assert width == 640  # the SVG's own width: two panels
+    svg = ET.parse(ROOT / "docs" / "examples" / "vae.svg").getroot()
+    assert width == int(svg.get("width"))  # the picture decoded at the SVG's own size
     assert browser.console_errors == []
