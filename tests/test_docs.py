@@ -34,7 +34,7 @@ def python_blocks(page: Path) -> list[tuple[int, str, str | None]]:
     ]
 
 
-PAGES = sorted(DOCS.glob("*.md"))
+PAGES = sorted(DOCS.glob("*.md")) + sorted((DOCS / "examples").glob("*.md"))
 
 PRINTS = {
     "index.md": ["tp.Tensor(8.0, shape=(), dtype=float32)"],
@@ -69,6 +69,7 @@ PRINTS = {
         "['loss']",
     ],
     "resuming.md": ["[0, 1, 2, 3]"],
+    "getting-started.md": ["True", "(3, 2)"],
     "function.md": ["True"],
     "extending.md": ["[1. 0.]"],
     "coming-from-keras.md": ["True", "['accuracy', 'loss']"],
@@ -82,7 +83,7 @@ def test_there_are_pages_with_python_blocks():
     assert sum(len(python_blocks(p)) for p in PAGES) >= 20
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(DOCS)) for p in PAGES])
 def test_python_blocks_run_in_order(page, tmp_path, monkeypatch, capsys):
     """A page's blocks run in one namespace, in order, in an empty folder of their own."""
     monkeypatch.chdir(tmp_path)
@@ -93,11 +94,13 @@ def test_python_blocks_run_in_order(page, tmp_path, monkeypatch, capsys):
             assert reason.strip(), f"{page.name}:{line}: a no-run marker needs a reason"
             continue
         try:
-            exec(compile(body, f"docs/{page.name}:{line}", "exec"), namespace)
+            exec(compile(body, f"docs/{page.relative_to(DOCS)}:{line}", "exec"), namespace)
         except Exception as error:  # pragma: no cover - the message is the point
-            pytest.fail(f"docs/{page.name} python block at line {line} failed: {error!r}\n{body}")
+            pytest.fail(
+                f"docs/{page.relative_to(DOCS)} python block at line {line} failed: {error!r}\n{body}"
+            )
     printed = capsys.readouterr().out
-    for expected in PRINTS.get(page.name, []):
+    for expected in PRINTS.get(str(page.relative_to(DOCS)), []):
         assert expected in printed, f"docs/{page.name} does not print {expected!r}"
 
 

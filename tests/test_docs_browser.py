@@ -1,5 +1,6 @@
 """The built docs site, seen in a real browser: headless Chromium loads the home page, the
-``Trainer`` reference and a search, served by Python's ``http.server`` on 127.0.0.1.
+``Trainer`` reference, a search and the examples gallery (its pictures loaded), served by
+Python's ``http.server`` on 127.0.0.1.
 
 Chromium is driven through its DevTools protocol over a pipe (``--remote-debugging-pipe``:
 JSON messages on file descriptors 3 and 4), so no driver library is needed. The test reads
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -251,4 +253,32 @@ def test_a_search_finds_the_trainer(site, browser):
     hits = [link for link in links if "/reference/tp/" in link and link.endswith("#tapefit.Trainer")]
     assert hits, links  # addresses carry ?h=trainer, the word the page highlights
     assert "matching documents" in text
+    assert browser.console_errors == []
+
+
+# Every picture in the page's content has arrived and decoded (an SVG that failed to parse, or a
+# missing file, leaves naturalWidth at 0).
+_PICTURES_LOADED = (
+    "(() => { const images = Array.from(document.querySelectorAll('.md-content img'));"
+    " return images.length > 0 && images.every(i => i.complete && i.naturalWidth > 0); })()"
+)
+
+
+def test_the_examples_gallery_shows_every_picture(site, browser):
+    text = browser.open(f"{site}/examples/", _PICTURES_LOADED)
+    assert "Image classification with a CNN" in text and "A loop of your own" in text
+    pictures = browser.evaluate("document.querySelectorAll('.md-content img').length")
+    cards = browser.evaluate("document.querySelectorAll('.md-content .grid.cards li').length")
+    assert pictures == cards == 8
+    assert browser.console_errors == []
+
+
+def test_an_example_page_shows_its_code_and_curves(site, browser):
+    text = browser.open(f"{site}/examples/vae/", _PICTURES_LOADED)
+    assert "python -m examples.vae" in text
+    assert "self.add_loss(" in text  # the excerpt quoted from examples/vae.py
+    assert "--8<--" not in text  # the snippet markers are gone
+    width = browser.evaluate("document.querySelector('.md-content img').naturalWidth")
+    svg = ET.parse(ROOT / "docs" / "examples" / "vae.svg").getroot()
+    assert width == int(svg.get("width"))  # the picture decoded at the SVG's own size
     assert browser.console_errors == []
