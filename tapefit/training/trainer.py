@@ -244,6 +244,14 @@ def _check_fit_arguments(arguments: dict[str, Any], resume_from: Any) -> None:
         raise ValueError("initial_epoch and resume_from both say where to start; give one of them")
 
 
+def _check_verbose(verbose: Any) -> None:
+    """``verbose`` of ``evaluate`` and ``predict``: taken as Keras's, which print a bar; tapefit's
+    print nothing, so only the value is checked."""
+    problem = _verbose(verbose)
+    if problem is not None:
+        raise ValueError(f"verbose {problem}, got {verbose!r}")
+
+
 def _check_positive(value: Any, name: str) -> None:
     problem = _whole(1, none=True)(value)
     if problem is not None:
@@ -1246,6 +1254,7 @@ class Trainer:
         sample_weight: Any = None,
         return_dict: bool = True,
         callbacks: list[Any] | None = None,
+        verbose: Any = "auto",
     ) -> dict[str, float]:
         """The loss (with regularization, as Keras) and metrics over ``(x, y)``, as a dict.
 
@@ -1260,6 +1269,7 @@ class Trainer:
         error. ``callbacks`` are plugins (or Keras-style callback objects) for this evaluation
         only: their ``on_test_*`` hooks run.
         """
+        _check_verbose(verbose)
         if return_dict is not True:
             raise ValueError(
                 "evaluate: return_dict=False (Keras's list of values) is not supported; "
@@ -1348,7 +1358,13 @@ class Trainer:
         return _keras_result(logs, return_dict)
 
     def predict(
-        self, x: Any, batch_size: int = 32, *, steps: int | None = None, callbacks: list[Any] | None = None
+        self,
+        x: Any,
+        batch_size: int = 32,
+        *,
+        steps: int | None = None,
+        callbacks: list[Any] | None = None,
+        verbose: Any = "auto",
     ) -> Any:
         """The model's outputs for ``x`` (``training=False``), batch by batch, as one ndarray.
 
@@ -1359,6 +1375,7 @@ class Trainer:
         are plugins (or Keras-style callback objects) for this prediction only: their
         ``on_predict_*`` hooks run.
         """
+        _check_verbose(verbose)
         with self.plugins.registered(callbacks):  # for this predict only, as evaluate's
             return self._predict(x, batch_size, steps)
 

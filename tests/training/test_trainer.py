@@ -580,3 +580,12 @@ def test_a_keras_style_callback_sees_validation_and_prediction():
         ("test_end", ["accuracy", "loss"]),
         ("train_end", ["accuracy", "loss", "val_accuracy", "val_loss"]),
     ]
+
+
+def test_evaluate_and_predict_take_keras_verbose():
+    x, y = make_data(10)
+    trainer = make_trainer()
+    assert trainer.predict(x, verbose=0).shape == (10, 2)
+    assert set(trainer.evaluate(x, y, verbose=0)) == {"loss", "accuracy"}
+    with pytest.raises(ValueError, match=r"verbose must be 'auto', 0, 1 or 2, got 5"):
+        trainer.predict(x, verbose=5)
