@@ -23,8 +23,8 @@ from typing import Any
 
 from tapefit.checkpointing.validate import expect_mapping
 from tapefit.core.naming import suggest_keywords
+from tapefit.plugins.flat_config import flatten_config
 from tapefit.plugins.hookspecs import hookimpl
-from tapefit.plugins.tensorboard import _flatten_config
 
 logger = logging.getLogger("tapefit.plugins.mlflow")  # one logger per plugin: users may silence one
 
@@ -181,7 +181,7 @@ class MLFlowLogger:
         if not self._config:  # a Trainer made in code, without a config: nothing to log
             return
         logged = self._client.get_run(self.run_id).data.params
-        values = {key: _param_text(value) for key, value in _flatten_config(self._config).items()}
+        values = {key: _param_text(value) for key, value in flatten_config(self._config).items()}
         changed = sorted(k for k, v in values.items() if k in logged and logged[k] != v)
         if changed:
             logger.info("mlflow: run %s keeps its first value of %s", self.run_id, ", ".join(changed))
