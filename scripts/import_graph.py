@@ -34,7 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "tapefit"
 MACHINERY = {"tapefit.plugins", "tapefit.plugins.manager", "tapefit.plugins.hookspecs"}
-HELPERS = {"tapefit.plugins.monitor", "tapefit.plugins.model_graph"}
+HELPERS = {"tapefit.plugins.monitor", "tapefit.plugins.model_graph", "tapefit.plugins.flat_config"}
 
 
 LADDER = {

@@ -1,6 +1,6 @@
 """Plugins of the fit loop: the hook specifications, the manager, and the built-ins.
 
-Built-in plugins (short names for configs): ``progress``, ``csv_logger``, ``tensorboard``,
+Built-in plugins (short names for configs): ``progress``, ``csv_logger``, ``tensorboard``, ``mlflow``,
 ``clip_gradients``, ``checkpoint``, ``early_stopping``, ``terminate_on_nan``,
 ``reduce_lr_on_plateau``, ``learning_rate_scheduler``, ``lambda_callback``, and
 ``keras_callback`` (which runs a Keras-style callback object given to ``fit``). Each lives in its
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from tapefit.plugins.early_stopping import EarlyStopping
     from tapefit.plugins.lambda_callback import KerasCallback, LambdaCallback
     from tapefit.plugins.learning_rate_scheduler import LearningRateScheduler
+    from tapefit.plugins.mlflow import MLFlowLogger
     from tapefit.plugins.progress import Progress
     from tapefit.plugins.reduce_lr_on_plateau import ReduceLROnPlateau
     from tapefit.plugins.tensorboard import TensorBoard
@@ -60,6 +61,7 @@ __all__ = [
     "KerasCallback",
     "LambdaCallback",
     "LearningRateScheduler",
+    "MLFlowLogger",
     "Progress",
     "ReduceLROnPlateau",
     "TensorBoard",

@@ -37,6 +37,7 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "progress": "tapefit.plugins.progress:Progress",
     "csv_logger": "tapefit.plugins.csv_logger:CSVLogger",
     "tensorboard": "tapefit.plugins.tensorboard:TensorBoard",
+    "mlflow": "tapefit.plugins.mlflow:MLFlowLogger",
     "clip_gradients": "tapefit.plugins.clip_gradients:ClipGradients",
     "checkpoint": "tapefit.plugins.checkpoint:Checkpoint",
     "early_stopping": "tapefit.plugins.early_stopping:EarlyStopping",

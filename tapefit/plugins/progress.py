@@ -9,7 +9,7 @@ import sys
 import time
 from typing import IO, Any
 
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from tapefit.core.naming import suggest_keywords
 from tapefit.plugins.hookspecs import hookimpl
@@ -52,6 +52,16 @@ def in_notebook() -> bool:
     return get_ipython is not None and type(get_ipython()).__name__ == "ZMQInteractiveShell"
 
 
+def notebook_widgets() -> bool:
+    """Whether tqdm can draw its widget bar here: ipywidgets imports (without it tqdm warns
+    ``IProgress not found`` and draws a text bar that Jupyter shows in red)."""
+    try:
+        import tqdm.notebook
+    except ImportError:
+        return False
+    return getattr(tqdm.notebook, "IProgress", None) is not None
+
+
 def check_verbose(verbose: Any) -> Any:
     """``verbose`` as Keras takes it: ``"auto"``, 0, 1 or 2; anything else is a ``ValueError``."""
     if isinstance(verbose, bool) or verbose not in VERBOSE_MODES:
@@ -68,6 +78,10 @@ class Progress:
     epoch's end the postfix shows the epoch logs with the ``val_`` keys. ``verbose=2``
     prints one line per epoch instead. ``"auto"`` (the default) draws the bar on a terminal
     and in Jupyter, and writes lines when the output is a file or a pipe (a log).
+
+    In Jupyter the bar is tqdm's widget when ipywidgets is installed (``pip install
+    "tapefit[notebook]"``); without it, bars and lines alike become one line per epoch on
+    standard output (unless ``file`` is given), so nothing shows in red and no log is cut.
 
     Args:
         refresh_per_second: at most this many redraws a second; between redraws a
@@ -105,20 +119,29 @@ class Progress:
         self.leave = bool(leave)
         self.file = file
         self._bar: Any = None
+        self._widget = False  # the bar is tqdm's notebook widget
+        self._notebook_text = False  # in Jupyter without ipywidgets: lines on standard output
         self._mode = 0
         self._pending = 0
         self._next_draw = 0.0
         self._epoch_started = 0.0
 
     def _stream(self) -> IO[str]:
-        return self.file if self.file is not None else sys.stderr
+        if self.file is not None:
+            return self.file
+        return sys.stdout if self._notebook_text else sys.stderr
 
     @hookimpl
     def on_fit_start(self) -> None:
         self._mode = self.verbose
+        notebook = self.file is None and in_notebook()
+        self._widget = notebook and notebook_widgets()
+        self._notebook_text = notebook and not self._widget
+        if self._notebook_text and self._mode != 0:
+            self._mode = 2  # tqdm's text bar there: red, and cut at 100 columns
         if self._mode == "auto":
             isatty = getattr(self._stream(), "isatty", None)
-            self._mode = 1 if (isatty is not None and isatty()) or in_notebook() else 2
+            self._mode = 1 if (isatty is not None and isatty()) or notebook else 2
 
     @hookimpl
     def on_epoch_start(self, trainer: Any, epoch: int) -> None:
@@ -126,14 +149,20 @@ class Progress:
         if self._mode != 1:
             return
         self._close()
-        known = terminal_columns(self._stream()) > 0
-        self._bar = tqdm(
+        # The widget is as wide as the cell; a width would cut its text (and the logs with it).
+        known = self._widget or terminal_columns(self._stream()) > 0
+        bar: Any = tqdm
+        if self._widget:
+            from tqdm.notebook import tqdm as notebook_tqdm
+
+            bar = notebook_tqdm
+        self._bar = bar(
             total=trainer.steps_per_epoch,
             initial=trainer.batch_in_epoch,
             desc=f"Epoch {epoch + 1}/{trainer.epochs}",
             file=self._stream(),
             leave=self.leave,
-            dynamic_ncols=known,
+            dynamic_ncols=known and not self._widget,
             ncols=None if known else FALLBACK_COLUMNS,
             mininterval=self.interval,
             unit="batch",
@@ -172,7 +201,9 @@ class Progress:
         whole = self._bar.format_meter(**{**self._bar.format_dict, "ncols": 0})
         width = self._bar.ncols or terminal_columns(self._stream()) or FALLBACK_COLUMNS
         self._close()
-        if self.leave and len(whole) > width:  # the bar cut the logs at the terminal's edge: all of them
+        if (
+            self.leave and not self._widget and len(whole) > width
+        ):  # the bar cut the logs at the terminal's edge: all of them
             values = " - ".join(f"{k}: {format_value(v)}" for k, v in logs.items())
             print(f"  {values}", file=self._stream(), flush=True)
 

@@ -33,6 +33,7 @@ import numpy as np
 from tapefit.checkpointing.validate import expect_mapping, expect_number
 from tapefit.core.files import naming
 from tapefit.core.naming import suggest_keywords
+from tapefit.plugins.flat_config import flatten_config
 from tapefit.plugins.hookspecs import hookimpl
 
 logger = logging.getLogger("tapefit.plugins.tensorboard")  # one logger per plugin: users may silence one
@@ -69,31 +70,6 @@ def _drop_unnamed_nan_notice(record: logging.LogRecord) -> bool:
 
 
 logging.getLogger("tensorboardX.x2num").addFilter(_drop_unnamed_nan_notice)
-
-
-def _flatten_config(config: Any) -> dict[str, bool | str | float | int]:
-    """One entry per key path: ``{"optimizer": {"lr": 0.1}, "plugins": [{"type": "x"}]}`` ->
-    ``{"optimizer.lr": 0.1, "plugins.0.type": "x"}``. Lists are indexed, so each plugin's and
-    metric's settings get their own column; other values that TensorBoard cannot show as a
-    number, string or bool are shown as text, and ``None`` is left out."""
-    flat: dict[str, bool | str | float | int] = {}
-    stack: list[tuple[str, Any]] = [("", config)]
-    while stack:
-        key, value = stack.pop()
-        if isinstance(value, dict) and value:
-            children = [(f"{key}.{k}" if key else str(k), v) for k, v in value.items()]
-        elif isinstance(value, (list, tuple)) and value:
-            children = [(f"{key}.{i}" if key else str(i), v) for i, v in enumerate(value)]
-        else:
-            if isinstance(value, (bool, str, int, float)):
-                flat[key] = value
-            elif isinstance(value, np.generic):
-                flat[key] = value.item()
-            elif value is not None:
-                flat[key] = str(value)  # an empty list or dict, or an object
-            continue
-        stack.extend(reversed(children))  # keys come out in the config's order
-    return dict(flat)
 
 
 def _steps_of(update_freq: Any) -> int:
@@ -506,7 +482,7 @@ class TensorBoard:
         (``d_optimizer.type``).
         """
         if trainer.config:
-            return _flatten_config(trainer.config)
+            return flatten_config(trainer.config)
         values: dict[str, bool | str | float | int] = {
             "trainer.epochs": trainer.epochs,
             "trainer.batch_size": trainer.batch_size,

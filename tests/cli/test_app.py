@@ -1126,7 +1126,8 @@ def test_all_plugins_config_shows_every_builtin_plugin_and_runs(tmp_path):
     # these two take functions, which a config names by import path: a project's own; the
     # last runs a Keras-style callback object given to fit
     takes_functions = {"learning_rate_scheduler", "lambda_callback", "keras_callback"}
-    assert sorted(types) == sorted(set(BUILTIN_PLUGINS) - takes_functions)
+    needs_an_extra = {"mlflow"}  # the config runs with tapefit alone; docs/training.md shows it
+    assert sorted(types) == sorted(set(BUILTIN_PLUGINS) - takes_functions - needs_an_extra)
     result = train(tmp_path, "--config", str(CONFIGS / "all_plugins.yaml"), "--set", "trainer.epochs=2")
     assert result.returncode == 0, result.stderr
     run = tmp_path / "runs/all-plugins"

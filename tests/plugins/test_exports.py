@@ -14,6 +14,7 @@ CLASS_NAMES = {
     "progress": "Progress",
     "csv_logger": "CSVLogger",
     "tensorboard": "TensorBoard",
+    "mlflow": "MLFlowLogger",
     "clip_gradients": "ClipGradients",
     "checkpoint": "Checkpoint",
     "early_stopping": "EarlyStopping",
@@ -62,7 +63,7 @@ def test_unknown_name_is_an_attribute_error():
 def test_plugin_modules_are_imported_only_when_used():
     code = (
         "import sys, tapefit as tp\n"
-        "lazy = ['tapefit.plugins.progress', 'tapefit.plugins.tensorboard', 'tqdm', 'tensorboardX']\n"
+        "lazy = ['tapefit.plugins.progress', 'tapefit.plugins.tensorboard', 'tqdm', 'tensorboardX', 'mlflow']\n"
         "print([m for m in lazy if m in sys.modules])\n"
         "tp.plugins.Progress\n"
         "print('tapefit.plugins.progress' in sys.modules)\n"

@@ -125,7 +125,7 @@ def test_hparams_without_a_config_show_the_configured_learning_rate(tmp_path, ma
 
 
 def test_flatten_config_gives_one_key_path_per_value():
-    from tapefit.plugins.tensorboard import _flatten_config
+    from tapefit.plugins.flat_config import flatten_config
 
     config = {
         "trainer": {"epochs": 20, "compile": False},
@@ -134,7 +134,7 @@ def test_flatten_config_gives_one_key_path_per_value():
         "data": {"path": None},
         "seed": np.int64(3),
     }
-    assert _flatten_config(config) == {
+    assert flatten_config(config) == {
         "trainer.epochs": 20,
         "trainer.compile": False,
         "plugins.0.type": "progress",
@@ -143,7 +143,7 @@ def test_flatten_config_gives_one_key_path_per_value():
         "metrics": "[]",
         "seed": 3,
     }
-    assert list(_flatten_config(config))[:3] == ["trainer.epochs", "trainer.compile", "plugins.0.type"]
+    assert list(flatten_config(config))[:3] == ["trainer.epochs", "trainer.compile", "plugins.0.type"]
 
 
 def test_hparams_after_a_resume_are_the_latest_config_with_the_first_start_time(
