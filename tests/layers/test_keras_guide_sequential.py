@@ -1,5 +1,5 @@
 """Keras's guide "The Sequential model", translated block by block (``keras`` -> ``tp``), with
-the numbers Keras 3 gave on the same weights and inputs (``scripts/keras_reference_sequential.py``
+the numbers Keras 3 gave on the same weights and inputs (``scripts/keras_reference_guides.py``
 saved them; CI has no Keras). The guide's 250x250 images are shrunk as the script shrinks them."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import tapefit as tp
 from tapefit import layers
 
-REFERENCE = dict(np.load(Path(__file__).parent / "data" / "keras_sequential.npz"))
+REFERENCE = dict(np.load(Path(__file__).parent / "data" / "keras_guides.npz"))
 
 
 def weights(case):

@@ -1,14 +1,15 @@
-"""Keras 3's numbers for the guide "The Sequential model", saved for CI.
+"""Keras 3's numbers for the guides "The Sequential model" and "Making new layers and models
+via subclassing" (its blocks that build weights), saved for CI.
 
-CI has no Keras, so ``tests/layers/test_keras_guide_sequential.py`` compares tapefit's
-translation of the guide's blocks with what this script computed once with Keras 3 and saved
-in ``tests/layers/data/keras_sequential.npz``: for each block, the weight shapes in Keras's
-``get_weights`` order, the weights themselves, the input and Keras's output (the guide's
-shapes shrunk where they are large), and the layer counts the guide prints. Only NumPy and
-Keras are used, not tapefit.
+CI has no Keras, so ``tests/layers/test_keras_guide_sequential.py`` and
+``tests/layers/test_keras_guide_subclassing.py`` compare tapefit's translation of the guides'
+blocks with what this script computed once with Keras 3 and saved in
+``tests/layers/data/keras_guides.npz``: for each block, the weights in Keras's ``get_weights``
+order, the input and Keras's output (the guide's shapes shrunk where they are large), and the
+layer and weight counts the guide prints. Only NumPy and Keras are used, not tapefit.
 
-    KERAS_BACKEND=tensorflow python scripts/keras_reference_sequential.py          # writes
-    KERAS_BACKEND=tensorflow python scripts/keras_reference_sequential.py --check  # compares
+    KERAS_BACKEND=tensorflow python scripts/keras_reference_guides.py          # writes
+    KERAS_BACKEND=tensorflow python scripts/keras_reference_guides.py --check  # compares
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-PATH = Path(__file__).resolve().parents[1] / "tests" / "layers" / "data" / "keras_sequential.npz"
+PATH = Path(__file__).resolve().parents[1] / "tests" / "layers" / "data" / "keras_guides.npz"
 
 
 def _record(out: dict[str, np.ndarray], case: str, model: object, x: np.ndarray) -> None:
@@ -99,6 +100,59 @@ def compute() -> dict[str, np.ndarray]:
     )
     extractor = keras.Model(inputs=initial.inputs, outputs=[layer.output for layer in initial.layers])
     _record(out, "features", extractor, rng.normal(size=(1, 20, 20, 3)).astype(np.float32))
+
+    # "Making new layers and models via subclassing": weights made lazily in build.
+    class Linear(keras.layers.Layer):
+        def __init__(self, units=32):
+            super().__init__()
+            self.units = units
+
+        def build(self, input_shape):
+            self.w = self.add_weight(
+                shape=(input_shape[-1], self.units), initializer="random_normal", trainable=True
+            )
+            self.b = self.add_weight(shape=(self.units,), initializer="random_normal", trainable=True)
+
+        def call(self, inputs):
+            return keras.ops.matmul(inputs, self.w) + self.b
+
+    linear = Linear(4)
+    out["linear/weights_before"] = np.array(len(linear.weights))
+    _record(out, "linear", linear, rng.normal(size=(2, 3)).astype(np.float32))
+
+    class MLPBlock(keras.layers.Layer):
+        def __init__(self):
+            super().__init__()
+            self.linear_1 = Linear(8)
+            self.linear_2 = Linear(8)
+            self.linear_3 = Linear(1)
+
+        def call(self, inputs):
+            x = keras.activations.relu(self.linear_1(inputs))
+            x = keras.activations.relu(self.linear_2(x))
+            return self.linear_3(x)
+
+    mlp = MLPBlock()
+    _record(out, "mlp", mlp, rng.normal(size=(3, 64)).astype(np.float32))
+    out["mlp/weights"] = np.array(len(mlp.weights))
+    out["mlp/trainable_weights"] = np.array(len(mlp.trainable_weights))
+
+    class ComputeSum(keras.layers.Layer):
+        def __init__(self, input_dim):
+            super().__init__()
+            self.total = self.add_weight(initializer="zeros", shape=(input_dim,), trainable=False)
+
+        def call(self, inputs):
+            self.total.assign_add(keras.ops.sum(inputs, axis=0))
+            return self.total
+
+    summer = ComputeSum(2)
+    x = np.ones((2, 2), np.float32)
+    summer(x)
+    out["compute_sum/after_two"] = np.asarray(summer(x))
+    out["compute_sum/weights"] = np.array(
+        [len(summer.weights), len(summer.non_trainable_weights), len(summer.trainable_weights)]
+    )
     return out
 
 
