@@ -40,6 +40,13 @@ def _safetensors_numpy() -> Any:
     return safetensors.numpy
 
 
+def _safetensors_bytes(arrays: dict[str, np.ndarray], **metadata: str) -> bytes:
+    """``arrays`` as a safetensors file. Without arrays, without metadata too: safetensors 0.4.0
+    (the lowest version taken) writes an empty file with metadata as JSON it cannot read back."""
+    st = _safetensors_numpy()
+    return st.save(arrays, metadata=metadata) if arrays else st.save({})
+
+
 def save_weights(module: Module, path: str | os.PathLike[str]) -> Path:
     """Writes ``module.state_dict()`` to ``path`` (a ``.safetensors`` file); returns the path."""
     path = Path(path)
@@ -47,10 +54,9 @@ def save_weights(module: Module, path: str | os.PathLike[str]) -> Path:
         raise ValueError(f"save_weights: the file name must end in '{SUFFIX}', got '{path}'")
     if not path.parent.is_dir():
         raise FileNotFoundError(f"save_weights: the folder '{path.parent}' of '{path}' does not exist")
-    st = _safetensors_numpy()
     # asarray, not ascontiguousarray: that one makes a 0-d array (a scalar Variable) shape (1,).
     state = {key: np.asarray(value, order="C") for key, value in module.state_dict().items()}
-    data = st.save(state, metadata={"format": "np", "producer": "tapefit"})
+    data = _safetensors_bytes(state, format="np", producer="tapefit")
     atomic_write(path, lambda f: f.write(data))  # never a half-written file where a good one was
     return path
 
@@ -242,14 +248,13 @@ def save_model(
         "weight_paths": list(state),
     }
     text = json.dumps(config, indent=1, allow_nan=False).encode("utf-8")
-    st = _safetensors_numpy()
     weights = {key: np.asarray(value, order="C") for key, value in state.items()}
-    members = [(CONFIG_MEMBER, text), (WEIGHTS_MEMBER, st.save(weights, metadata={"format": "np"}))]
+    members = [(CONFIG_MEMBER, text), (WEIGHTS_MEMBER, _safetensors_bytes(weights, format="np"))]
     if (optimizer_entry is None) != (optimizer_state is None):
         raise ValueError("save: an optimizer's config and its state come together")
     if optimizer_state is not None:
         state = {key: np.asarray(value, order="C") for key, value in optimizer_state.items()}
-        members.append((OPTIMIZER_MEMBER, st.save(state, metadata={"format": "np"})))
+        members.append((OPTIMIZER_MEMBER, _safetensors_bytes(state, format="np")))
     held = held_optimizers(module)
     if held:
         states = {
@@ -257,7 +262,7 @@ def save_model(
             for name, optimizer in held.items()
             for key, value in optimizer.get_state().items()
         }
-        members.append((HELD_OPTIMIZERS_MEMBER, st.save(states, metadata={"format": "np"})))
+        members.append((HELD_OPTIMIZERS_MEMBER, _safetensors_bytes(states, format="np")))
 
     def write(f: Any) -> None:
         with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as archive:
