@@ -69,6 +69,7 @@ PRINTS = {
         "['loss']",
     ],
     "resuming.md": ["[0, 1, 2, 3]"],
+    "plugins.md": ["True"],
     "getting-started.md": ["True", "(3, 2)"],
     "function.md": ["True"],
     "extending.md": ["[1. 0.]"],

@@ -253,7 +253,7 @@ class _Pool2D(Layer):
         return (shape[0], rows, cols, shape[3])
 
 
-class MaxPool2D(_Pool2D):
+class MaxPooling2D(_Pool2D):
     """The maximum over ``pool_size`` windows of NHWC images.
 
     Args:
@@ -268,7 +268,7 @@ class MaxPool2D(_Pool2D):
         return _nn.max_pool2d(x, list(self.pool_size), list(self.strides), self.padding.upper())
 
 
-class AvgPool2D(_Pool2D):
+class AveragePooling2D(_Pool2D):
     """The mean over ``pool_size`` windows of NHWC images.
 
     With ``padding="same"`` the windows at the border average only the real
@@ -286,9 +286,10 @@ class AvgPool2D(_Pool2D):
         return _nn.avg_pool2d(x, list(self.pool_size), list(self.strides), self.padding.upper())
 
 
-# Keras has both spellings.
-MaxPooling2D = MaxPool2D
-AveragePooling2D = AvgPool2D
+# Keras has both spellings; the classes carry Keras's class names, so default layer names are
+# Keras's (``max_pooling2d``).
+MaxPool2D = MaxPooling2D
+AvgPool2D = AveragePooling2D
 Convolution2D = Conv2D
 
 __all__ = ["AvgPool2D", "AveragePooling2D", "Conv2D", "Convolution2D", "MaxPool2D", "MaxPooling2D"]

@@ -551,3 +551,13 @@ def test_conv_outputs_and_gradients_equal_pytorchs_live(
         x, layer.kernel.numpy(), layer.bias.numpy(), strides, padding, dilation, groups, upstream
     )
     _assert_all_close(tapefit_convolution(layer, x, upstream), expected)
+
+
+def test_pooling_layers_take_keras_class_and_default_names():
+    # summary() showed "max_pool2d (MaxPool2D)" where Keras shows "max_pooling2d (MaxPooling2D)".
+    assert tp.layers.MaxPool2D is tp.layers.MaxPooling2D and tp.layers.AvgPool2D is tp.layers.AveragePooling2D
+    lines = []
+    model = tp.layers.Sequential([tp.Input((4, 4, 1)), tp.layers.MaxPool2D(), tp.layers.AvgPool2D()])
+    model.summary(print_fn=lines.append)
+    assert any("max_pooling2d (MaxPooling2D)" in line for line in lines)
+    assert any("average_pooling2d (AveragePooling2D)" in line for line in lines)

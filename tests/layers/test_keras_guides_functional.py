@@ -41,9 +41,8 @@ def _outputs(model: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
     return [o.numpy() for o in out]
 
 
-# Default names that differ: Keras names a functional model "functional" and a MaxPooling2D
-# "max_pooling2d"; tapefit's are "model" and "max_pool2d" (its class is MaxPool2D).
-_TAPEFIT_NAMES = {"functional": "model", "max_pooling2d": "max_pool2d"}
+# Default names that differ: Keras names a nested functional model "functional", tapefit "model".
+_TAPEFIT_NAMES = {"functional": "model"}
 
 
 def _base(name: str) -> str:
