@@ -52,6 +52,7 @@ PRINTS = {
         "['accuracy', 'loss', 'val_accuracy', 'val_loss']",
         "(4, 2)",
         "['sequential/scaled/kernel', 'sequential/scaled/scale'] True",
+        "[[1.5 1.5]]",
     ],
     "custom-steps.md": [
         "['loss', 'mae']",
