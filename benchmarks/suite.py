@@ -6,7 +6,7 @@ median of the per-pair ratios, so the drift of a shared machine (10-35% between 
 falls on both sides alike. Peers that are not installed (PyTorch, JAX, HIPS autograd: the ``bench`` extra) are
 shown as skipped.
 
-The targets are issue 26's, and only those: an op chain recorded + backward <= 1.0x PyTorch, an
+The rows with a target, and their targets: an op chain recorded + backward <= 1.0x PyTorch, an
 op with no tape <= 1.5x NumPy, the MLP step eagerly <= 1.2x the lean NumPy step at batch 32,
 under ``tp.function`` <= 1.0x lean at batch 32 and 128 and <= 1.1x ``jax.jit`` at 32, 128 and
 1024, the bidirectional GRU step eagerly <= 1.5x PyTorch, ``lstm_step.py``'s LSTM eagerly <=
