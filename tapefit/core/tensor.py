@@ -15,7 +15,7 @@ import numpy as np
 from tapefit.core import dtypes as _dt
 
 _next_id = itertools.count(1).__next__
-# The tp.function trace being written, if any (see core/function.py): ops, assigns and
+# The tp.function trace being written, if any (see core/capture.py): ops, assigns and
 # values turned into Python values report to it.
 _traces: list[Any] = []
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1

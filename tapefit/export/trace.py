@@ -25,7 +25,7 @@ import numpy as np
 
 from tapefit.core import nest
 from tapefit.core import tensor as _tensor
-from tapefit.core.function import _DRAW
+from tapefit.core.capture import DRAW as _DRAW
 from tapefit.core.registry import forward_op_name
 from tapefit.core.tensor import Tensor, Variable
 from tapefit.layers.module import Module, observe_calls
