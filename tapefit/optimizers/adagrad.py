@@ -6,7 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from tapefit.core.tensor import Variable
+from tapefit.core.ops.math import sqrt, square
+from tapefit.core.tensor import Tensor, Variable
 from tapefit.optimizers import _config
 from tapefit.optimizers.optimizer import LearningRate, Optimizer, value_array
 
@@ -61,6 +62,21 @@ class Adagrad(Optimizer):
         b = np.multiply(gradient, learning_rate, out=self._work(gradient, 1))
         b /= a
         variable.assign_sub(b)
+
+    def _inline_form(self) -> Any:
+        """Adagrad traces as ops unless ``update_step`` is replaced (see ``SGD._inline_form``)."""
+        return ("adagrad", self.epsilon) if self._owns_update_step(Adagrad) else None
+
+    def _inline_attributes(self) -> tuple[str, ...]:
+        """``epsilon`` and ``update_step``."""
+        return ("epsilon", "update_step")
+
+    def _inline_update(self, grads: list[Tensor], variables: list[Variable], rate: Tensor) -> None:
+        """``update_step`` as ops, in its order."""
+        for gradient, variable in zip(grads, variables):
+            accumulator = self._slots_of(variable)["accumulator"]
+            accumulator.assign_add(square(gradient))
+            variable.assign_sub(gradient * rate / sqrt(accumulator + self.epsilon))
 
     def get_config(self) -> dict[str, Any]:
         """The constructor's keyword arguments."""

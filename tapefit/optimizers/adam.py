@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from tapefit.core.tensor import Variable
+from tapefit.core.function import host_call
+from tapefit.core.ops.math import maximum, sqrt, square
+from tapefit.core.tensor import Tensor, Variable, _wrap
 from tapefit.optimizers import _config
 from tapefit.optimizers.optimizer import LearningRate, Optimizer, value_array
 
@@ -87,6 +89,37 @@ class Adam(Optimizer):
         np.divide(value_array(m), work, out=work)
         work *= alpha
         variable.assign_sub(work)
+
+    def _alpha(self, dtype: np.dtype) -> Tensor:
+        """This step's ``learning_rate * sqrt(1 - beta_2**t) / (1 - beta_1**t)``, as a 0-d
+        Tensor of ``dtype``: what ``update_step`` computes in Python."""
+        iterations = int(self._iterations._value)
+        rate = self._learning_rate_at(iterations)
+        t = iterations + 1
+        return _wrap(np.asarray(rate * math.sqrt(1.0 - self.beta_2**t) / (1.0 - self.beta_1**t), dtype))
+
+    def _inline_form(self) -> Any:
+        """Adam traces as ops unless ``update_step`` is replaced (see ``SGD._inline_form``)."""
+        own = self._owns_update_step(Adam)
+        return ("adam", self.beta_1, self.beta_2, self.epsilon, self.amsgrad) if own else None
+
+    def _inline_attributes(self) -> tuple[str, ...]:
+        """The hyperparameters and ``update_step``."""
+        return ("beta_1", "beta_2", "epsilon", "amsgrad", "update_step")
+
+    def _inline_update(self, grads: list[Tensor], variables: list[Variable], rate: Tensor) -> None:
+        """``update_step`` as ops, in its order (the step size from one host call)."""
+        alpha = host_call(self._alpha, variables[0].dtype)
+        for gradient, variable in zip(grads, variables):
+            slots = self._slots_of(variable)
+            m, v = slots["momentum"], slots["velocity"]
+            m.assign_add((gradient - m) * (1.0 - self.beta_1))
+            v.assign_add((square(gradient) - v) * (1.0 - self.beta_2))
+            if self.amsgrad:
+                v_hat = slots["velocity_hat"]
+                v_hat.assign(maximum(v_hat, v))
+                v = v_hat
+            variable.assign_sub(m / (sqrt(v) + self.epsilon) * alpha)
 
     def get_config(self) -> dict[str, Any]:
         """The constructor's keyword arguments."""

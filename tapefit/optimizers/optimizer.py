@@ -213,7 +213,8 @@ class Optimizer:
     ) -> None:
         """Exempts variables from weight decay: those in ``var_list`` and those whose name
         contains one of ``var_names`` (regular expressions, searched as in Keras)."""
-        self._no_decay_ids.update(id(v) for v in var_list or ())
+        # A new set, not an update: a compiled step's guard sees the change by identity.
+        self._no_decay_ids = self._no_decay_ids | {id(v) for v in var_list or ()}
         names = list(var_names or ())
         if names:
             self._no_decay_pattern = re.compile("|".join(names))
@@ -318,7 +319,7 @@ class Optimizer:
     def _inline_config(self, variables: list[Variable]) -> Any:
         """The state an inline update was traced on: ``None`` when it cannot be inline."""
         form = self._inline_form()
-        if form is None or self.weight_decay or self.clipnorm is not None or self.clipvalue is not None:
+        if form is None or self.clipnorm is not None or self.clipvalue is not None:
             return None
         if self.global_clipnorm is not None:
             return None
@@ -361,7 +362,15 @@ class Optimizer:
         grads = [grad for grad, _ in pairs if grad is not None]
         variables = [variable for grad, variable in pairs if grad is not None]
         # The attributes _inline_config read: while they hold, it would choose the same again.
-        names = ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm", "_rate_is_float")
+        names = (
+            "weight_decay",
+            "clipnorm",
+            "clipvalue",
+            "global_clipnorm",
+            "_rate_is_float",
+            "_no_decay_ids",
+            "_no_decay_pattern",
+        )
         check = unchanged(
             *[(self, name) for name in names + self._inline_attributes()],
             *[(v, "constraint") for v in every],
@@ -375,9 +384,24 @@ class Optimizer:
                 else host_call(self._rate, dtype)
             )
             with pause_recording():
+                if self.weight_decay:
+                    factor = host_call(self._decay_factor, dtype)
+                    for variable in variables:
+                        if self._use_weight_decay(variable):
+                            variable.assign_sub(variable * factor)
                 self._inline_update(grads, variables, rate)
                 self._iterations.assign_add(_ONE)
         return self._iterations
+
+    def _decay_factor(self, dtype: np.dtype) -> Tensor:
+        """This step's ``learning_rate * weight_decay``, as a 0-d Tensor of ``dtype``."""
+        rate = self._learning_rate_at(int(self._iterations._value))
+        return _wrap(np.asarray(rate * (self.weight_decay or 0.0), dtype))
+
+    def _owns_update_step(self, cls: type[Optimizer]) -> bool:
+        """Whether ``update_step`` is ``cls``'s own (not a subclass's or the instance's), so
+        that an inline update computes what eager steps compute."""
+        return getattr(self.update_step, "__func__", None) is cls.update_step
 
     def _set_learning_rate(self, value: float | schedules.LearningRateSchedule | Callable[..., Any]) -> None:
         self._learning_rate = value

@@ -6,7 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from tapefit.core.tensor import Variable
+from tapefit.core.ops.math import sqrt, square
+from tapefit.core.tensor import Tensor, Variable
 from tapefit.optimizers import _config
 from tapefit.optimizers.optimizer import LearningRate, Optimizer, value_array
 
@@ -91,6 +92,32 @@ class RMSprop(Optimizer):
             variable.assign_sub(b)
         else:
             variable.assign_sub(a)
+
+    def _inline_form(self) -> Any:
+        """RMSprop traces as ops unless ``update_step`` is replaced (see ``SGD._inline_form``)."""
+        own = self._owns_update_step(RMSprop)
+        return ("rmsprop", self.rho, self.momentum, self.epsilon, self.centered) if own else None
+
+    def _inline_attributes(self) -> tuple[str, ...]:
+        """The hyperparameters and ``update_step``."""
+        return ("rho", "momentum", "epsilon", "centered", "update_step")
+
+    def _inline_update(self, grads: list[Tensor], variables: list[Variable], rate: Tensor) -> None:
+        """``update_step`` as ops, in its order."""
+        rho = self.rho
+        for gradient, variable in zip(grads, variables):
+            slots = self._slots_of(variable)
+            velocity = slots["velocity"] * rho + square(gradient) * (1.0 - rho)
+            slots["velocity"].assign(velocity)
+            if self.centered:
+                mg = slots["average_gradient"] * rho + gradient * (1.0 - rho)
+                slots["average_gradient"].assign(mg)
+                velocity = velocity - square(mg)
+            increment = gradient * rate / sqrt(velocity + self.epsilon)
+            if self.momentum > 0:
+                increment = slots["momentum"] * self.momentum + increment
+                slots["momentum"].assign(increment)
+            variable.assign_sub(increment)
 
     def get_config(self) -> dict[str, Any]:
         """The constructor's keyword arguments."""

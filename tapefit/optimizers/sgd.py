@@ -70,19 +70,27 @@ class SGD(Optimizer):
         variable.assign_add(new_m)
 
     def _inline_form(self) -> Any:
-        """Plain SGD (no momentum) traces as ops, unless a subclass or the instance replaces
-        ``update_step`` (eager steps call the instance's)."""
-        own = getattr(self.update_step, "__func__", None) is SGD.update_step
-        return "sgd" if not self.momentum and own else None
+        """SGD traces as ops, unless a subclass or the instance replaces ``update_step``
+        (eager steps call the instance's)."""
+        return ("sgd", self.momentum, self.nesterov) if self._owns_update_step(SGD) else None
 
     def _inline_attributes(self) -> tuple[str, ...]:
-        """``_inline_form`` reads ``momentum`` and ``update_step``."""
-        return ("momentum", "update_step")
+        """``_inline_form`` reads ``momentum``, ``nesterov`` and ``update_step``."""
+        return ("momentum", "nesterov", "update_step")
 
     def _inline_update(self, grads: list[Tensor], variables: list[Variable], rate: Tensor) -> None:
-        """``w -= lr * g`` as ops: the same product and difference as ``update_step``."""
+        """``update_step`` as ops: the same products and differences, in its order."""
         for gradient, variable in zip(grads, variables):
-            variable.assign_sub(gradient * rate)
+            step = gradient * rate
+            if not self.momentum:
+                variable.assign_sub(step)
+                continue
+            m = self._slots_of(variable)["momentum"]
+            new_m = m * self.momentum - step
+            m.assign(new_m)
+            if self.nesterov:
+                new_m = new_m * self.momentum - step
+            variable.assign_add(new_m)
 
     def get_config(self) -> dict[str, Any]:
         """The constructor's keyword arguments."""

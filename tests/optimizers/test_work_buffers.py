@@ -63,7 +63,8 @@ def test_compiled_updates_match_eager_bit_for_bit(name):
 
 
 def test_replay_lends_the_dying_gradients_to_the_optimizer():
-    _model, compiled = _model_step(OPTIMIZERS["momentum"], compiled=True)
+    # Clipping keeps the update a host call, which the replay lends the gradients to.
+    _model, compiled = _model_step(OPTIMIZERS["sgd_clipnorm"], compiled=True)
     for x, y in _batches(3):
         compiled(x, y)
     (program,) = compiled._programs.values()
@@ -239,4 +240,70 @@ def test_an_update_step_set_on_the_instance_is_what_a_compiled_step_runs(when):
         eager(x, y)
         compiled(x, y)
     for a, b in zip(eager_model.trainable_variables, compiled_model.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+INLINE = ["sgd", "momentum", "nesterov", "sgd_decay", "sgd_schedule", "adam", "adamw", "rmsprop", "adagrad"]
+
+
+@pytest.mark.parametrize("name", INLINE)
+def test_every_optimizer_updates_inside_the_replay_as_array_code(name):
+    _model, compiled = _model_step(OPTIMIZERS[name], compiled=True)
+    for x, y in _batches(3):
+        compiled(x, y)
+    (program,) = compiled._programs.values()
+    source = program._replay.source
+    assert "scratch=" not in source  # the update is ops; at most its scalars come from host calls
+    assert source.count("(_w, _v, out=_w)") >= 5  # in-place assign_add/assign_sub of the updates
+
+
+@pytest.mark.parametrize(
+    ("name", "attribute", "value"),
+    [
+        ("momentum", "momentum", 0.5),
+        ("nesterov", "nesterov", False),
+        ("adam", "beta_1", 0.5),
+        ("adam", "amsgrad", False),
+        ("adamw", "weight_decay", 0.5),
+        ("rmsprop", "centered", False),
+        ("rmsprop", "rho", 0.5),
+        ("adagrad", "epsilon", 0.5),
+    ],
+)
+def test_a_hyperparameter_changed_between_compiled_calls_is_followed(name, attribute, value):
+    runs = []
+    for compiled in (False, True):
+        model, step = _model_step(OPTIMIZERS[name], compiled=compiled)
+        runs.append((model, step))
+    (eager_model, eager), (compiled_model, compiled) = runs
+    batches = _batches(8)
+    for x, y in batches[:4]:
+        eager(x, y)
+        compiled(x, y)
+    for step in (eager, compiled.python_function):
+        optimizer = _optimizer_of(step)
+        setattr(optimizer, attribute, value)
+    for x, y in batches[4:]:
+        eager(x, y)
+        compiled(x, y)
+    for a, b in zip(eager_model.trainable_variables, compiled_model.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_a_variable_excluded_from_weight_decay_after_tracing_is_followed():
+    runs = []
+    for compiled in (False, True):
+        model, step = _model_step(OPTIMIZERS["adamw"], compiled=compiled)
+        runs.append((model, step))
+    batches = _batches(8)
+    for x, y in batches[:4]:
+        for _model, step in runs:
+            step(x, y)
+    for model, step in runs:
+        optimizer = _optimizer_of(getattr(step, "python_function", step))
+        optimizer.exclude_from_weight_decay(var_list=[model.trainable_variables[1]])
+    for x, y in batches[4:]:
+        for _model, step in runs:
+            step(x, y)
+    for a, b in zip(runs[0][0].trainable_variables, runs[1][0].trainable_variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
