@@ -30,7 +30,7 @@ from tapefit.checkpointing import CheckpointError, load_checkpoint, save_checkpo
 from tapefit.checkpointing.validate import check_checkpoint, check_fits
 from tapefit.core import nest
 from tapefit.core import random as _random
-from tapefit.core.function import function, host_call, tracing
+from tapefit.core.function import function, guard, host_call, tracing
 from tapefit.core.ops import add_n, reduce_sum
 from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor, Variable
@@ -671,11 +671,31 @@ class Trainer:
             The optimizer's ``iterations``.
         """
         pairs = list(grads_and_vars)
-        if tracing():  # a compiled step: the hooks and the update run on every replay's values
+        if not tracing():
+            return self._apply_now(pairs, optimizer, logs)
+        if self._probing or self._transforms():
+            # A compiled step: the hooks and the update run on every replay's values.
             return host_call(self._apply_now, pairs, optimizer, logs)
-        return self._apply_now(pairs, optimizer, logs)
+        # No hook transforms gradients: the update itself is traced (an optimizer writes it as
+        # ops), and only the step's bookkeeping runs as Python on every replay. A plugin that
+        # transforms gradients, registered later, makes the next call trace again.
+        guard(self._no_transforms)
+        update = self._update_of(optimizer)
+        host_call(self._updating)
+        return update(pairs)
 
-    def _apply_now(self, pairs: list[Any], optimizer: Any, logs: dict[str, float] | None) -> Any:
+    def _transforms(self) -> bool:
+        return bool(self.plugins.hook.transform_gradients.get_hookimpls())
+
+    def _no_transforms(self) -> bool:
+        return not self.plugins.hook.transform_gradients.get_hookimpls()
+
+    def _updating(self) -> None:
+        self._boundary.updating()
+        self._updates += 1
+
+    def _update_of(self, optimizer: Any) -> Any:
+        """The update of ``optimizer`` (default: the trainer's), as it is when nobody holds it."""
         optimizer = self.optimizer if optimizer is None else optimizer
         if optimizer is None:
             raise ValueError(
@@ -683,14 +703,16 @@ class Trainer:
                 "give one (Trainer(model, optimizer='adam', ...)) or apply them with the model's own"
             )
         unbound = getattr(optimizer, "_apply_unbound", None)  # a tapefit optimizer's update itself
-        update = unbound if unbound is not None else optimizer.apply_gradients
+        return unbound if unbound is not None else optimizer.apply_gradients
+
+    def _apply_now(self, pairs: list[Any], optimizer: Any, logs: dict[str, float] | None) -> Any:
+        update = self._update_of(optimizer)
         if self._probing:  # building the model for a resume: what it updates is restored after
             return update(pairs)
         pairs = self.plugins.transform_gradients(
             self, self.step, pairs, self._step_extra if logs is None else logs
         )
-        self._boundary.updating()
-        self._updates += 1
+        self._updating()
         return update(pairs)
 
     def _through_trainer(self, optimizer: Any, grads_and_vars: Any) -> Any:

@@ -266,6 +266,49 @@ def test_a_compiled_custom_step_replays_bit_for_bit_what_eager_computes():
         np.testing.assert_array_equal(a, b)
 
 
+def _replay_source(trainer):
+    (program,) = trainer._custom_steps["train_step"]._programs.values()
+    return program._replay.source
+
+
+@pytest.mark.parametrize("clipped", [False, True], ids=["no-transform", "clipping"])
+def test_a_compiled_step_traces_its_updates_unless_a_hook_transforms_gradients(clipped):
+    plugins = [{"type": "clip_gradients", "global_norm": 0.5}] if clipped else []
+    eager = make_gan_trainer(plugins=plugins)
+    eager_history = eager.fit(gan_data(), epochs=2, batch_size=32, verbose=0)
+    compiled = make_gan_trainer(compile=True, plugins=plugins)
+    compiled_history = compiled.fit(gan_data(), epochs=2, batch_size=32, verbose=0)
+    assert compiled_history.history == eager_history.history
+    for a, b in zip(compiled.model.get_weights(), eager.model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    source = _replay_source(compiled)
+    # Traced: each Adam update is ops on the variables (their assign_add/assign_sub in place);
+    # with clipping, the hooks and both updates are host calls of the trainer's apply.
+    in_place = source.count("(_w, _v, out=_w)")
+    assert in_place == (0 if clipped else 2 * (4 * 3 + 1))  # 4 variables x 3 updates, iterations
+
+
+def test_a_transforming_plugin_added_after_tracing_makes_the_step_trace_again():
+    class Halve:
+        @tp.hookimpl
+        def transform_gradients(self, grads_and_vars):
+            return [(None if g is None else g * 0.5, v) for g, v in grads_and_vars]
+
+    class AddHalveAfterTheFirstEpoch:
+        @tp.hookimpl
+        def on_epoch_end(self, trainer, epoch):
+            if epoch == 0:
+                trainer.plugins.register(Halve())
+
+    runs = {}
+    for compiled in (False, True):
+        trainer = make_gan_trainer(compile=compiled, plugins=[AddHalveAfterTheFirstEpoch()])
+        trainer.fit(gan_data(), epochs=2, batch_size=32, verbose=0)  # one fit: the step is traced once
+        runs[compiled] = trainer.model.get_weights()
+    for a, b in zip(runs[True], runs[False]):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_a_gan_interrupted_between_its_two_updates_resumes_bit_for_bit(tmp_path):
     reference = make_gan_trainer()
     reference.fit(gan_data(), epochs=2, batch_size=32, verbose=0)
