@@ -18,6 +18,7 @@ Every instruction is a tuple ``(kind, a, b, c, d)``:
 - ``HOST``: ``(HOST, fn, (structure, template), result slot or None, scratch or None)``
 - ``GUARD``: ``(GUARD, guard index, (structure, template), fallback, None)``
 - ``END``: ``(END, None, None, None, None)``
+- ``UPDATE`` (made by ``fuse``): ``(UPDATE, variable, (kernel, method), input slots, None)``
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ __all__ = [
     "HOST",
     "OP",
     "READ",
+    "UPDATE",
     "Ref",
     "Trace",
     "draw",
@@ -62,8 +64,8 @@ traces: list[Any] = _tensor._traces
 
 _CORE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
-# Instruction kinds of a program (GUARD and END bound a ``guarded`` region).
-OP, READ, ASSIGN, DRAW, HOST, GUARD, END = range(7)
+# Instruction kinds of a program (GUARD and END bound a ``guarded`` region; ``fuse`` makes UPDATE).
+OP, READ, ASSIGN, DRAW, HOST, GUARD, END, UPDATE = range(8)
 
 
 def tracing() -> bool:
@@ -99,18 +101,24 @@ class Trace:
         self.guards: list[Callable[[], bool]] = []  # see ``guard``
         # Per host call result slot: the function, and the result's shape and dtype when traced.
         self.hosted: dict[int, tuple[Callable[..., Any], tuple[int, ...], np.dtype]] = {}
+        # Per slot holding an array: its shape and dtype when traced (what ``fuse`` reads).
+        self.shapes: dict[int, tuple[tuple[int, ...], np.dtype]] = {}
 
     def new_slot(self, array: Any) -> int:
         slot = len(self.init)
         self.init.append(None)
         self.slot_of[id(array)] = slot
         self.keep.append(array)
+        if array.__class__ is np.ndarray:
+            self.shapes[slot] = (array.shape, array.dtype)
         return slot
 
     def const(self, value: Any) -> int:
         slot = len(self.init)
         self.init.append(value)
         self.keep.append(value)
+        if value.__class__ is np.ndarray:
+            self.shapes[slot] = (value.shape, value.dtype)
         return slot
 
     def ref(self, t: Tensor) -> int:

@@ -22,14 +22,16 @@ import numpy as np
 
 from tapefit.core import nest
 from tapefit.core import tensor as _tensor
-from tapefit.core.capture import ASSIGN, DRAW, END, GUARD, HOST, OP, READ, Ref
+from tapefit.core.capture import ASSIGN, DRAW, END, GUARD, HOST, OP, READ, UPDATE, Ref
+from tapefit.core.fuse import fuse
+from tapefit.core.marks import source_of
 from tapefit.core.planning import fold, plan
 from tapefit.core.tensor import Variable, _wrap
 
 if TYPE_CHECKING:
     from tapefit.core.function import Program
 
-__all__ = ["EMITTERS", "Source", "compile_program", "emits", "replay_source"]
+__all__ = ["EMITTERS", "Source", "compile_program", "emits"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _ndarray = np.ndarray
@@ -60,6 +62,8 @@ class Source:
         self.code, self.init = program.code, program.init
         if planned:
             self.code, self.init = fold(program)
+            if program.fused:
+                self.code = fuse(program, self.code)
             self.into, program.buffers, self.lent, self.dying = plan(program, self.code)
             for k, array in enumerate(program.buffers):
                 self.names[f"b{k}"] = array
@@ -189,6 +193,23 @@ def _emit_host(src: Source, index: int, ins: tuple[Any, ...]) -> None:
     src.hosted = True
 
 
+@emits(UPDATE)
+def _emit_update(src: Source, index: int, ins: tuple[Any, ...]) -> None:
+    """A fused ``assign_add``/``assign_sub``: the kernel writes the new value into the
+    variable's array when nothing else holds it (as ``assign*`` would), else into a new one."""
+    _kind, variable, (forward, _method), reads, _none, free = ins
+    v, kernel = src.const(variable), src.const(forward.kernel)
+    args = [src.slot(i) for i in reads]
+    src.body(f"    _w = {v}._value")
+    src.frees(tuple(s for s in free if s not in reads))  # e.g. the variable's own read, first
+    sole = "False" if _SOLE_LOCAL_REFS is None else f"_refcount(_w) <= {_SOLE_LOCAL_REFS}"
+    in_place = f"{sole} and _w.base is None and _w.flags.writeable and _w.flags.c_contiguous"
+    src.body(f"    if {in_place}: {kernel}({forward.arguments('_w', args)})")
+    src.body(f"    else: _n = _w.copy(); {kernel}({forward.arguments('_n', args)}); {v}._value = _n; del _n")
+    src.body("    del _w")
+    src.frees(tuple(s for s in free if s in reads))
+
+
 @emits(GUARD)
 def _emit_guard(src: Source, index: int, ins: tuple[Any, ...]) -> None:
     _kind, guard, args, fallback, _none, free = ins
@@ -224,7 +245,7 @@ def _op_lines(
     """Lines that leave in ``_r`` what ``forward(*args, **attrs)`` returns (written into the
     buffer ``out`` unless it is ``"None"``): the forward's own source if it has one
     (``replay_source``), else a call."""
-    source = _source_of(forward) if single else None
+    source = source_of(forward) if single else None
     if source is not None:
         return source(const, args, attrs or {}, out)
     extra = [] if out == "None" else [f"out={out}"]
@@ -379,33 +400,3 @@ def _result(structure: Any, const: Callable[[Any], str], slot: Callable[[int], s
         else:
             expression = f"{const(type(node))}([{', '.join(built)}])"
         stack[-1][1].append(expression)
-
-
-# Forwards a replay writes out in its own source: see ``replay_source``.
-_SOURCES: dict[Any, Callable[..., list[str]]] = {}
-
-
-def replay_source(
-    source: Callable[[Callable[[Any], str], list[str], dict[str, Any], str], list[str]],
-) -> Callable[[F], F]:
-    """Marks an op's forward as one a replay writes out in its own source instead of calling
-    it: a forward of a few NumPy calls then costs those calls and no Python call of its own.
-
-    ``source(name, args, attrs, out)`` returns lines of Python that leave in ``_r`` what
-    ``forward(*args, **attrs, out=out)`` returns, by the same NumPy calls (so the same bits);
-    ``args`` and ``out`` are expressions (``out`` may be ``"None"``), and ``name(value)`` gives
-    the name of a global of the replay bound to ``value``.
-    """
-
-    def mark(forward: F) -> F:
-        _SOURCES[forward] = source
-        return forward
-
-    return mark
-
-
-def _source_of(forward: Any) -> Callable[..., list[str]] | None:
-    try:
-        return _SOURCES.get(forward)
-    except TypeError:  # an unhashable callable
-        return None

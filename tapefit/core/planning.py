@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from tapefit.core.capture import ASSIGN, END, GUARD, HOST, OP, Ref
+from tapefit.core.capture import ASSIGN, END, GUARD, HOST, OP, UPDATE, Ref
+from tapefit.core.marks import overwrites
 
 if TYPE_CHECKING:
     from tapefit.core.function import Program
 
-__all__ = ["fold", "plan", "with_frees", "writes_into"]
+__all__ = ["fold", "lives", "plan", "with_frees"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _ndarray = np.ndarray
@@ -55,39 +56,6 @@ def with_frees(code: list[tuple[Any, ...]], outputs: list[Any]) -> list[tuple[An
         if slot not in kept:
             frees[index].append(slot)
     return [(*ins, tuple(free)) for ins, free in zip(code, frees)]
-
-
-# Forwards that take ``out=``: see ``writes_into``.
-_WRITES_INTO: dict[Any, tuple[int, ...]] = {}
-
-
-def writes_into(*over: int) -> Callable[[F], F]:
-    """Marks an op's forward as taking ``out=``, an array of its result's shape and dtype
-    (C-contiguous) that it writes its result into and returns, bit for bit what it returns
-    without ``out``. A planned replay then writes the op's result into a buffer allocated once
-    (``plan``). ``over``: the positions of the inputs whose array ``out`` may be (the forward
-    reads them elementwise, before writing each element); ``out`` is never any other input's
-    array. NumPy ufuncs need no mark (any input may be ``out``).
-    """
-
-    def mark(forward: F) -> F:
-        _WRITES_INTO[forward] = over
-        return forward
-
-    return mark
-
-
-def overwrites(forward: Any, attrs: Any) -> tuple[int, ...] | None:
-    """The input positions whose array ``forward`` may write its result over (``writes_into``),
-    or ``None`` if it does not take ``out=``."""
-    if attrs and ("out" in attrs or "where" in attrs):
-        return None
-    if isinstance(forward, np.ufunc):
-        return tuple(range(forward.nin)) if forward.nout == 1 else None
-    try:
-        return _WRITES_INTO.get(forward)
-    except TypeError:  # an unhashable callable
-        return None
 
 
 def fold(program: Program) -> tuple[list[tuple[Any, ...]], list[Any]]:
@@ -135,6 +103,8 @@ def lives(program: Program, code: list[tuple[Any, ...]]) -> tuple[dict[int, int]
             reads = [x.slot for x in b[1] if x.__class__ is Ref]
             # Lent, not given: a replay checks after the call whether it kept them.
             escaped.update([slot for slot in reads if slot in program.views])
+        elif kind == UPDATE:
+            reads = c
         else:
             reads = ()
         for slot in reads:

@@ -634,7 +634,7 @@ def test_a_failing_guard_traces_again_before_anything_runs():
 
 @pytest.mark.parametrize("planned", [True, False])
 def test_forwards_written_out_in_the_replay_source_compute_what_they_return(planned):
-    from tapefit.core.emit import _SOURCES
+    from tapefit.core.marks import _SOURCES
     from tapefit.core.ops import linalg, nn, reduce
 
     rng = np.random.default_rng(5)

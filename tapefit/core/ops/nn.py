@@ -20,7 +20,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from tapefit.core import dtypes as _dt
 from tapefit.core import random as _random
 from tapefit.core.function import draw as _draw
-from tapefit.core.function import replay_source, writes_into
+from tapefit.core.function import elementwise, replay_source, writes_into
 from tapefit.core.ops.linalg import product
 from tapefit.core.ops.math import cast, exp, identity, sigmoid, square, tanh, where
 from tapefit.core.ops.reduce import reduce_sum
@@ -49,6 +49,7 @@ def _axis(axis: Any, ndim: int, fn: str) -> int:
 # -- activations -------------------------------------------------------------
 
 
+@elementwise("({0} if {0} > zero or {0} != {0} else zero)")
 @writes_into(0)  # elementwise: out may be x's array
 def _relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return np.maximum(x, x.dtype.type(0), out=out)
@@ -80,6 +81,7 @@ def _relu_backprop_source(name: Callable[[Any], str], args: list[str], attrs: An
     ]
 
 
+@elementwise("({0} if {1} > zero else {0} * zero)")  # dy * (y > 0), as the forward computes it
 @replay_source(_relu_backprop_source)
 @writes_into(1)  # out may be y's array: each element of y is read before it is written
 def _relu_backprop(dy: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
