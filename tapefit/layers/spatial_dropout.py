@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
+from tapefit.core.messages import shown
 from tapefit.core.ops import nn as _nn
 from tapefit.core.tensor import Tensor
 from tapefit.layers.core import Dropout
@@ -18,6 +20,10 @@ class _SpatialDropout(Dropout):
     def __init__(
         self, rate: float, seed: int | None = None, name: str | None = None, dtype: Any = None
     ) -> None:
+        if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not 0 <= rate < 1:
+            raise ValueError(f"{type(self).__name__}: rate must be a number in [0, 1), got {shown(rate)}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"{type(self).__name__}: seed must be an int or None, got {shown(seed)}")
         super().__init__(rate, seed=seed, name=name, dtype=dtype)
 
     def call(self, inputs: Any, training: bool | None = None) -> Tensor:
@@ -68,6 +74,13 @@ class SpatialDropout2D(_SpatialDropout):
 
     _rank = 4
     _what = "images (batch, height, width, channels)"
+
+    # Keyword-only after rate: Keras's second argument is data_format, which a position here
+    # would take for the seed.
+    def __init__(
+        self, rate: float, *, seed: int | None = None, name: str | None = None, dtype: Any = None
+    ) -> None:
+        super().__init__(rate, seed=seed, name=name, dtype=dtype)
 
 
 __all__ = ["SpatialDropout1D", "SpatialDropout2D"]
