@@ -14,6 +14,9 @@ For each case of ``CASES`` (a layer class, its arguments and an input shape):
 - ``<case>/out``: the output; ``<case>/grad/x`` and ``<case>/grad/<i>``: the loss's gradients
   for the input and for each weight.
 
+And ``dcgan/<model>/params`` and ``dcgan/<model>/shape``: the parameter count and output shape
+of the discriminator and the generator of the keras.io example "DCGAN to generate face images".
+
     KERAS_BACKEND=tensorflow python scripts/keras_reference_conv.py          # writes the file
     KERAS_BACKEND=tensorflow python scripts/keras_reference_conv.py --check  # compares, exit 1 if not equal
 """
@@ -88,8 +91,50 @@ def compute() -> dict[str, np.ndarray]:
         for i, (w, g) in enumerate(zip(weights, grads[1:])):
             out[f"{case}/w/{i}"] = w
             out[f"{case}/grad/{i}"] = np.asarray(g)
+    out.update(dcgan())
     out["keras_version"] = np.array(keras.__version__)
     return out
+
+
+def dcgan() -> dict[str, np.ndarray]:
+    """The keras.io example "DCGAN to generate face images": its discriminator's and generator's
+    parameter counts and output shapes (``dcgan/<model>/params``, ``dcgan/<model>/shape``)."""
+    import keras
+    from keras import layers
+
+    discriminator = keras.Sequential(
+        [
+            keras.Input(shape=(64, 64, 3)),
+            layers.Conv2D(64, kernel_size=4, strides=2, padding="same"),
+            layers.LeakyReLU(negative_slope=0.2),
+            layers.Conv2D(128, kernel_size=4, strides=2, padding="same"),
+            layers.LeakyReLU(negative_slope=0.2),
+            layers.Conv2D(128, kernel_size=4, strides=2, padding="same"),
+            layers.LeakyReLU(negative_slope=0.2),
+            layers.Flatten(),
+            layers.Dropout(0.2),
+            layers.Dense(1, activation="sigmoid"),
+        ]
+    )
+    generator = keras.Sequential(
+        [
+            keras.Input(shape=(128,)),
+            layers.Dense(8 * 8 * 128),
+            layers.Reshape((8, 8, 128)),
+            layers.Conv2DTranspose(128, kernel_size=4, strides=2, padding="same"),
+            layers.LeakyReLU(negative_slope=0.2),
+            layers.Conv2DTranspose(256, kernel_size=4, strides=2, padding="same"),
+            layers.LeakyReLU(negative_slope=0.2),
+            layers.Conv2DTranspose(512, kernel_size=4, strides=2, padding="same"),
+            layers.LeakyReLU(negative_slope=0.2),
+            layers.Conv2D(3, kernel_size=5, padding="same", activation="sigmoid"),
+        ]
+    )
+    return {
+        f"dcgan/{name}/{what}": np.array(value)
+        for name, model in (("discriminator", discriminator), ("generator", generator))
+        for what, value in (("params", model.count_params()), ("shape", model.output_shape[1:]))
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         saved = dict(np.load(PATH))
         same = sorted(saved) == sorted(out) and all(
-            np.array_equal(saved[k], out[k]) if out[k].dtype.kind == "U" else np.allclose(saved[k], out[k], atol=1e-6)
+            np.array_equal(saved[k], out[k])
+            if out[k].dtype.kind == "U"
+            else np.allclose(saved[k], out[k], atol=1e-6)
             for k in out
         )
         print("same" if same else "differs")
