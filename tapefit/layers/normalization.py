@@ -298,6 +298,8 @@ class GroupNormalization(_Normalization):
         trainable: whether ``gamma`` and ``beta`` are trainable.
     """
 
+    supports_masking = True  # the steps' mask passes on to the next layer, as Keras
+
     def __init__(
         self,
         groups: int = 32,

@@ -352,3 +352,12 @@ def test_bad_arguments_and_inputs_are_named():
         L.SeparableConv2D(2, 3, 1, "same", "channels_last")
     with pytest.raises(TypeError, match="positional"):
         L.SpatialDropout2D(0.5, "channels_last")
+
+
+def test_masks_pass_through_group_normalization_and_spatial_dropout_only():
+    mask = np.array([[True, True, False]])
+    x = np.ones((1, 3, 4), np.float32)
+    for layer in (L.GroupNormalization(2), L.SpatialDropout1D(0.5)):
+        np.testing.assert_array_equal(layer.compute_mask(x, mask), mask)
+    for layer in (L.Conv1DTranspose(2, 2), L.MaxPooling1D(), L.AveragePooling1D()):
+        assert layer.compute_mask(x, mask) is None

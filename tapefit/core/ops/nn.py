@@ -1028,13 +1028,26 @@ def _taps(k_hw: tuple[int, ...], win: _Window) -> list[tuple[int, int, slice, sl
     ]
 
 
+# Each loop runs over the taps with the multiplier outermost, so that every product is over
+# whole (batch, rows, cols, channels) blocks: with the multiplier as the innermost axis NumPy's
+# loops run over 2 elements at a time (measured: 32x28x28x32, multiplier 2, forward 78 ms
+# against 15 ms).
+
+
+def _by_multiplier(dy: np.ndarray, c: int, m: int) -> np.ndarray:
+    """``dy`` (N, out_h, out_w, C * m) as (m, N, out_h, out_w, C), contiguous."""
+    return np.ascontiguousarray(np.moveaxis(dy.reshape(*dy.shape[:3], c, m), -1, 0))
+
+
 def _depthwise_conv2d(x: np.ndarray, w: np.ndarray, win: _Window) -> np.ndarray:
     kh, kw, c, m = w.shape
     xp = _pad(x, win.pads)
-    out = np.zeros((x.shape[0], *win.out_hw, c, m), np.result_type(x, w))
+    out = np.zeros((m, x.shape[0], *win.out_hw, c), np.result_type(x, w))
     for i, j, rows, cols in _taps((kh, kw), win):
-        out += xp[:, rows, cols, :, None] * w[i, j]
-    return out.reshape(x.shape[0], *win.out_hw, c * m)
+        patch = xp[:, rows, cols]
+        for k in range(m):
+            out[k] += patch * w[i, j, :, k]
+    return np.moveaxis(out, 0, -1).reshape(x.shape[0], *win.out_hw, c * m)
 
 
 def _depthwise_backprop_input(
@@ -1043,10 +1056,13 @@ def _depthwise_backprop_input(
     kh, kw, c, m = w.shape
     n, h, wd, _ = input_shape
     top, bottom, left, right = win.pads
-    dy = dy.reshape(*dy.shape[:3], c, m)
+    dys = _by_multiplier(dy, c, m)
     out = np.zeros((n, h + top + bottom, wd + left + right, c), np.result_type(w, dy))
     for i, j, rows, cols in _taps((kh, kw), win):
-        out[:, rows, cols] += np.einsum("nhwcm,cm->nhwc", dy, w[i, j])
+        share = dys[0] * w[i, j, :, 0]
+        for k in range(1, m):
+            share += dys[k] * w[i, j, :, k]
+        out[:, rows, cols] += share
     return out[:, top : top + h, left : left + wd]
 
 
@@ -1055,10 +1071,12 @@ def _depthwise_backprop_filter(
 ) -> np.ndarray:
     kh, kw, c, m = filter_shape
     xp = _pad(x, win.pads)
-    dy = dy.reshape(*dy.shape[:3], c, m)
+    dys = _by_multiplier(dy, c, m)
     out = np.zeros(filter_shape, np.result_type(x, dy))
     for i, j, rows, cols in _taps((kh, kw), win):
-        out[i, j] = np.einsum("nhwc,nhwcm->cm", xp[:, rows, cols], dy)
+        patch = xp[:, rows, cols]
+        for k in range(m):
+            out[i, j, :, k] = np.einsum("nhwc,nhwc->c", patch, dys[k])
     return out
 
 
