@@ -711,11 +711,26 @@ class _ConvTranspose(_KernelLayer):
         self._build_kernel((*kernel, self.filters, channels), self.filters)
 
     def _sizes(self, sizes: tuple[int | None, ...]) -> tuple[int | None, ...]:
+        """The output sizes of the (2-D) input ``sizes``.
+
+        Raises:
+            ValueError: an ``output_padding`` whose output the forward convolution would not
+                take back to the input's size (TensorFlow refuses it too).
+        """
         kernel, stride, dilation, extra = self._window2d
-        return tuple(
-            _transpose_length(n, k, s, self.padding, None if extra is None else e, d)
-            for n, k, s, d, e in zip(sizes, kernel, stride, dilation, extra or (0, 0))
-        )
+        out = []
+        for n, k, s, d, e in zip(sizes, kernel, stride, dilation, extra or (0, 0)):
+            length = _transpose_length(n, k, s, self.padding, None if extra is None else e, d)
+            back = _window_output(self, length, (k - 1) * d + 1, s, self.padding, "outputs")
+            if n is not None and back != n:
+                raise ValueError(
+                    f"{type(self).__name__} '{self.name}': output_padding {shown(self.output_padding)} gives "
+                    f"outputs of length {length} from inputs of length {n}, which a convolution with these "
+                    "kernel_size, strides and padding does not take back to the input's length; choose "
+                    "another output_padding"
+                )
+            out.append(length)
+        return tuple(out)
 
     def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
         """``(batch, *sizes, filters)``, each size as Keras's transposed convolution gives it."""

@@ -339,6 +339,16 @@ def test_bad_arguments_and_inputs_are_named():
         L.SpatialDropout2D(1.0)
     with pytest.raises(ValueError, match=r"SpatialDropout1D '.*' needs sequences"):
         L.SpatialDropout1D(0.5)(np.ones((2, 3), np.float32), training=True)
+    # an even kernel, "same" padding and output_padding 0: 4 rows, which a stride-2 convolution
+    # takes to 2, not back to 3 (TensorFlow refuses it too)
+    with pytest.raises(
+        ValueError, match=r"output_padding \(0, 0\) gives outputs of length 4 from inputs of length 3"
+    ):
+        L.Conv2DTranspose(2, 4, strides=2, padding="same", output_padding=0)(
+            np.ones((1, 3, 3, 1), np.float32)
+        )
+    with pytest.raises(ValueError, match="output_padding 0 gives outputs of length 4"):
+        L.Conv1DTranspose(2, 4, strides=2, padding="same", output_padding=0)(tp.Input((3, 1)))
     conv = L.Conv2DTranspose(2, 3)
     conv(np.ones((1, 4, 4, 3), np.float32))
     with pytest.raises(ValueError, match="was built for inputs with 3 channels"):
