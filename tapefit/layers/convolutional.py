@@ -598,6 +598,11 @@ class AveragePooling1D(_Pool1D):
     _kind = "average"
 
 
+# Keras's other spellings, as for the 2-D ones
+MaxPool1D = MaxPooling1D
+AvgPool1D = AveragePooling1D
+
+
 def _ints(value: Any, rank: int, what: str, layer: str, low: int = 1) -> tuple[int, ...]:
     """An int or ``rank`` ints, each at least ``low``, as a tuple of ``rank`` ints."""
     items = [value] * rank if isinstance(value, (int, np.integer)) else value

@@ -179,6 +179,11 @@ def test_keras_default_names_and_weight_names():
         assert [v.name.split("/")[-1].split(":")[0] for v in layer.variables] == weights
 
 
+def test_keras_other_spellings_of_the_1d_pools():
+    assert L.MaxPool1D is L.MaxPooling1D and L.AvgPool1D is L.AveragePooling1D
+    assert L.MaxPool1D().name.startswith("max_pooling1d")
+
+
 def test_weight_shapes_follow_keras():
     conv = L.Conv2DTranspose(5, (3, 2))
     conv(np.ones((1, 4, 4, 3), np.float32))
