@@ -44,7 +44,8 @@ LAYERS = [  # the layers tapefit has
     "Permute", "RepeatVector", "ZeroPadding1D", "ZeroPadding2D", "Cropping1D", "Cropping2D",
     "UpSampling1D", "UpSampling2D", "Add", "Subtract", "Multiply", "Average", "Maximum",
     "Minimum", "Concatenate", "Dot", "ReLU", "LeakyReLU", "PReLU", "ELU", "Softmax", "Rescaling",
-    "GaussianNoise",
+    "GaussianNoise", "Conv1DTranspose", "Conv2DTranspose", "MaxPooling1D", "AveragePooling1D",
+    "DepthwiseConv2D", "SeparableConv2D", "GroupNormalization", "SpatialDropout1D", "SpatialDropout2D",
 ]  # fmt: skip
 LISTS = {  # table heading: the module whose public names (in lowercase) are the list
     "activations": "activations",

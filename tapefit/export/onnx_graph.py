@@ -558,6 +558,54 @@ def _conv2d(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
     return [_nhwc(g, out)]
 
 
+@_converts("Conv2DBackpropInput")
+def _conv2d_transpose(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
+    # conv2d_transpose(x, w) is Conv2DBackpropInput(w, x); ONNX's ConvTranspose crops ``pads``
+    # from its full output, and output_padding adds the rows the forward windows never reach
+    win = op.attrs["win"]
+    again = _second(g, op).attrs
+    if again["win"] != win or again["input_shape"][1:] != op.attrs["input_shape"][1:]:
+        raise g.error("has attributes that depend on the batch size, which ONNX export cannot follow")
+    kh, kw = g.shape(op.inputs[0])[:2]
+    height, width = op.attrs["input_shape"][1:3]
+    extra = [
+        (size + before + after - ((k - 1) * d + 1)) % s
+        for size, k, d, s, before, after in zip(
+            (height, width), (kh, kw), win.dilations, win.strides, win.pads[::2], win.pads[1::2]
+        )
+    ]
+    weights = g.node("Transpose", [x[0]], perm=[3, 2, 0, 1])  # (h, w, out, in) -> (in, out, h, w)
+    out = g.node(
+        "ConvTranspose",
+        [_nchw(g, x[1]), weights],
+        kernel_shape=[int(kh), int(kw)],
+        strides=[int(s) for s in win.strides],
+        dilations=[int(d) for d in win.dilations],
+        pads=_pads(win),
+        output_padding=[int(e) for e in extra],
+    )
+    return [_nhwc(g, out)]
+
+
+@_converts("DepthwiseConv2dNative")
+def _depthwise_conv2d(g: _Builder, op: TracedOp, x: list[str]) -> list[str]:
+    # a grouped Conv, one group per input channel; output channel c * multiplier + m, as ONNX
+    win = op.attrs["win"]
+    kh, kw, channels, multiplier = g.shape(op.inputs[1])
+    weights = g.node("Transpose", [x[1]], perm=[2, 3, 0, 1])  # (h, w, c, m) -> (c, m, h, w)
+    weights = g.node("Reshape", [weights, g.ints([channels * multiplier, 1, kh, kw])])
+    out = g.node(
+        "Conv",
+        [_nchw(g, x[0]), weights],
+        kernel_shape=[int(kh), int(kw)],
+        strides=[int(s) for s in win.strides],
+        dilations=[int(d) for d in win.dilations],
+        pads=_pads(win),
+        group=int(channels),
+    )
+    return [_nhwc(g, out)]
+
+
 _REDUCTIONS = {
     "Sum": "ReduceSum",
     "Mean": "ReduceMean",
@@ -898,7 +946,7 @@ def build_model_proto(model: Module, input_signature: Any = None) -> Any:
 
 
 # Ops whose converters read the batch axes off their attrs (the others' attrs must not change).
-_BATCH_ATTRS = frozenset(["Reshape", "BroadcastTo"])
+_BATCH_ATTRS = frozenset(["Reshape", "BroadcastTo", "Conv2DBackpropInput"])
 
 
 def _used(nodes: list[Any], initializers: list[Any], outputs: list[str]) -> tuple[list[Any], list[Any]]:

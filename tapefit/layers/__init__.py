@@ -8,17 +8,25 @@ from tapefit.layers import activations, constraints, initializers, losses, metri
 from tapefit.layers.activation_layers import ELU, GaussianNoise, LeakyReLU, PReLU, ReLU, Rescaling, Softmax
 from tapefit.layers.attention import MultiHeadAttention
 from tapefit.layers.convolutional import (
+    AveragePooling1D,
     AveragePooling2D,
+    AvgPool1D,
     AvgPool2D,
     Conv1D,
+    Conv1DTranspose,
     Conv2D,
+    Conv2DTranspose,
     Convolution2D,
+    DepthwiseConv2D,
     GlobalAveragePooling1D,
     GlobalAveragePooling2D,
     GlobalMaxPooling1D,
     GlobalMaxPooling2D,
+    MaxPool1D,
     MaxPool2D,
+    MaxPooling1D,
     MaxPooling2D,
+    SeparableConv2D,
 )
 from tapefit.layers.core import Activation, Dense, Dropout, Embedding, Flatten, Lambda, Sequential
 from tapefit.layers.functional import Input, InputLayer, Model, SymbolicTensor
@@ -41,7 +49,7 @@ from tapefit.layers.merging import (
     subtract,
 )
 from tapefit.layers.module import Layer, Module
-from tapefit.layers.normalization import BatchNormalization, LayerNormalization
+from tapefit.layers.normalization import BatchNormalization, GroupNormalization, LayerNormalization
 from tapefit.layers.recurrent import GRU, LSTM, Bidirectional, SimpleRNN
 from tapefit.layers.reshaping import (
     Cropping1D,
@@ -56,6 +64,7 @@ from tapefit.layers.reshaping import (
 )
 from tapefit.layers.serialization import deserialize_layer as deserialize
 from tapefit.layers.serialization import serialize_layer as serialize
+from tapefit.layers.spatial_dropout import SpatialDropout1D, SpatialDropout2D
 
 __all__ = [
     "Activation",
@@ -68,22 +77,28 @@ __all__ = [
     "Softmax",
     "Add",
     "Average",
+    "AveragePooling1D",
     "AveragePooling2D",
+    "AvgPool1D",
     "AvgPool2D",
     "BatchNormalization",
     "Bidirectional",
     "Concatenate",
     "Conv1D",
+    "Conv1DTranspose",
     "Conv2D",
+    "Conv2DTranspose",
     "Convolution2D",
     "Cropping1D",
     "Cropping2D",
+    "DepthwiseConv2D",
     "Dense",
     "Dot",
     "Dropout",
     "Embedding",
     "Flatten",
     "GRU",
+    "GroupNormalization",
     "GlobalAveragePooling1D",
     "GlobalAveragePooling2D",
     "GlobalMaxPooling1D",
@@ -94,7 +109,9 @@ __all__ = [
     "Lambda",
     "Layer",
     "LayerNormalization",
+    "MaxPool1D",
     "MaxPool2D",
+    "MaxPooling1D",
     "MaxPooling2D",
     "Maximum",
     "Minimum",
@@ -104,9 +121,12 @@ __all__ = [
     "Multiply",
     "Permute",
     "RepeatVector",
+    "SeparableConv2D",
     "Reshape",
     "Sequential",
     "SimpleRNN",
+    "SpatialDropout1D",
+    "SpatialDropout2D",
     "Subtract",
     "SymbolicTensor",
     "UpSampling1D",

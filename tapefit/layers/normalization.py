@@ -1,4 +1,5 @@
-"""Normalization layers: LayerNormalization and BatchNormalization, with Keras's defaults."""
+"""Normalization layers: LayerNormalization, BatchNormalization and GroupNormalization, with
+Keras's defaults."""
 
 from __future__ import annotations
 
@@ -268,4 +269,108 @@ class BatchNormalization(_Normalization):
         return self._scale_and_shift(centered / sqrt(variance + self.epsilon))
 
 
-__all__ = ["BatchNormalization", "LayerNormalization"]
+class GroupNormalization(_Normalization):
+    """Normalizes each example over groups of channels: the channels on ``axis`` are split
+    into ``groups`` consecutive groups, and each group is normalized over its channels and
+    every other non-batch axis, then scaled and shifted per channel.
+
+    ``out = gamma * (x - mean) / sqrt(variance + epsilon) + beta``, the moments per example
+    and group; ``gamma`` and ``beta`` have one value per channel. ``groups=1`` normalizes
+    each example as a whole; ``groups=-1`` (one group per channel) is instance normalization.
+
+    Args:
+        groups: the number of groups (default 32), dividing the channels; ``-1``: as many as
+            there are channels.
+        axis: the channel axis (default the last).
+        epsilon: added to the variance (Keras default 1e-3).
+        center: whether to add ``beta``.
+        scale: whether to multiply by ``gamma``.
+        beta_initializer: initializer of ``beta``.
+        gamma_initializer: initializer of ``gamma``.
+        beta_regularizer: ``None``, a regularizer name or a callable for ``beta``; its penalty
+            goes to ``losses``.
+        gamma_regularizer: as ``beta_regularizer``, for ``gamma``.
+        beta_constraint: ``None``, a constraint name or a callable for ``beta``; optimizers
+            project the weight with it after each update.
+        gamma_constraint: as ``beta_constraint``, for ``gamma``.
+        name: the layer's name.
+        dtype: the dtype of the weights and computations (default float32).
+        trainable: whether ``gamma`` and ``beta`` are trainable.
+    """
+
+    supports_masking = True  # the steps' mask passes on to the next layer, as Keras
+
+    def __init__(
+        self,
+        groups: int = 32,
+        axis: int = -1,
+        epsilon: float = 1e-3,
+        center: bool = True,
+        scale: bool = True,
+        beta_initializer: Any = "zeros",
+        gamma_initializer: Any = "ones",
+        beta_regularizer: Any = None,
+        gamma_regularizer: Any = None,
+        beta_constraint: Any = None,
+        gamma_constraint: Any = None,
+        *,
+        name: str | None = None,
+        dtype: Any = None,
+        trainable: bool = True,
+    ) -> None:
+        super().__init__(trainable=trainable, name=name, dtype=dtype)
+        if isinstance(groups, bool) or not isinstance(groups, int) or not (groups > 0 or groups == -1):
+            raise ValueError(f"GroupNormalization: groups must be a positive int or -1, got {shown(groups)}")
+        if isinstance(axis, bool) or not isinstance(axis, int):
+            raise TypeError(f"GroupNormalization: axis must be an int, got {shown(axis)}")
+        self._init_penalties(beta_regularizer, gamma_regularizer, beta_constraint, gamma_constraint)
+        self.groups = groups
+        self.axis = axis
+        self.epsilon = float(epsilon)
+        self.center, self.scale = bool(center), bool(scale)
+        self.beta_initializer = initializers.get(beta_initializer)
+        self.gamma_initializer = initializers.get(gamma_initializer)
+        self.gamma = None
+        self.beta = None
+        self._broadcast_shape = ()
+
+    def build(self, input_shape: Any) -> None:
+        """Creates ``gamma`` and ``beta``, one value per channel."""
+        where = f"GroupNormalization '{self.name}'"
+        if len(input_shape) < 2:
+            raise ValueError(f"{where} needs inputs of rank 2 or more, got shape {input_shape}")
+        (axis,) = _axes(self.axis, len(input_shape), where)
+        if axis == 0:
+            raise ValueError(f"{where}: axis {self.axis} is the batch axis; it must be a channel axis")
+        own, self._broadcast_shape = _param_shapes(tuple(input_shape), (axis,))
+        channels = own[0]
+        groups = channels if self.groups == -1 else self.groups
+        if groups > channels or channels % groups:
+            raise ValueError(
+                f"{where}: groups ({self.groups}) must divide the {channels} channels on axis {self.axis}"
+            )
+        self._channel_axis, self._group_count = axis, groups
+        self._build_scale_and_shift(own, self.gamma_initializer, self.beta_initializer)
+
+    def call(self, inputs: Any) -> Tensor:
+        """Normalizes the input."""
+        x = self._cast_input(inputs)
+        axis, groups = self._channel_axis, self._group_count
+        channels = self._broadcast_shape[axis]
+        if x.ndim != len(self._broadcast_shape) or x.shape[axis] != channels:
+            raise ValueError(
+                f"GroupNormalization '{self.name}' was built for rank-{len(self._broadcast_shape)} inputs with "
+                f"{channels} channels on axis {axis}, got shape {x.shape}"
+            )
+        # (..., channels, ...) -> (..., groups, channels // groups, ...): the moments over every
+        # non-batch axis but the group axis
+        grouped = reshape(x, (*x.shape[:axis], groups, channels // groups, *x.shape[axis + 1 :]))
+        over = tuple(i for i in range(1, grouped.ndim) if i != axis)
+        mean = reduce_mean(grouped, axis=over, keepdims=True)
+        centered = grouped - mean
+        variance = reduce_mean(square(centered), axis=over, keepdims=True)
+        normalized = reshape(centered / sqrt(variance + self.epsilon), x.shape)
+        return self._scale_and_shift(normalized)
+
+
+__all__ = ["BatchNormalization", "GroupNormalization", "LayerNormalization"]

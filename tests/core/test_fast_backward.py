@@ -169,6 +169,13 @@ CASES: list[tuple[str, Callable[..., Any], list[np.ndarray]]] = [
         ),
         [_x(2, 4, 4, 2), _x(3, 3, 2, 3)],
     ),
+    (
+        "conv_transpose_depthwise",
+        lambda x, v, w: tp.nn.depthwise_conv2d(
+            tp.nn.conv2d_transpose(x, v, (2, 8, 8, 2), 2, "SAME"), w, 1, "SAME"
+        ),
+        [_x(2, 4, 4, 3), _x(3, 3, 2, 3), _x(3, 3, 2, 2)],
+    ),
     ("lstm", _lstm, [_x(2, 12), _x(2, 3)]),
     ("lstm_sequence", _lstm_sequence, _lstm_sequence_args()),
     ("gru", _gru, [_x(2, 9), _x(2, 9), _x(2, 3)]),
@@ -206,6 +213,11 @@ CASES: list[tuple[str, Callable[..., Any], list[np.ndarray]]] = [
             lambda x, w: tp.square(tp.nn.avg_pool2d(tp.square(tp.nn.conv2d(x, w, 1, "VALID")), 2, 1, "VALID"))
         ),
         [_x(1, 4, 4, 1), _x(2, 2, 1, 2)],
+    ),
+    (
+        "grad_depthwise",
+        _grad_of(lambda x, w: tp.square(tp.nn.depthwise_conv2d(x, w, 1, "VALID"))),
+        [_x(1, 4, 4, 2), _x(2, 2, 2, 2)],
     ),
     ("grad_lstm", _grad_of(_lstm), [_x(2, 8), _x(2, 2)]),
     ("grad_lstm_sequence", _grad_of(_lstm_sequence), _lstm_sequence_args()),

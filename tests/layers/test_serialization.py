@@ -34,6 +34,12 @@ ARGUMENTS: dict[str, Any] = {
     "Conv1D": lambda: {"filters": 2, "kernel_size": 3, "strides": 2, "padding": "same"},
     "Conv2D": lambda: {"filters": 2, "kernel_size": (3, 2), "kernel_regularizer": tp.regularizers.L2(0.1)},
     "Convolution2D": lambda: {"filters": 2, "kernel_size": 3},
+    "Conv1DTranspose": lambda: {"filters": 2, "kernel_size": 3, "strides": 2, "output_padding": 1},
+    "Conv2DTranspose": lambda: {"filters": 2, "kernel_size": (3, 2), "padding": "same", "dilation_rate": 2},
+    "DepthwiseConv2D": lambda: {"kernel_size": 3, "depth_multiplier": 2, "depthwise_regularizer": "l2"},
+    "SeparableConv2D": lambda: {"filters": 2, "kernel_size": 3, "pointwise_initializer": "he_normal"},
+    "SpatialDropout1D": lambda: {"rate": 0.25, "seed": 3},
+    "SpatialDropout2D": lambda: {"rate": 0.25},
     "Dense": lambda: {
         "units": 3,
         "activation": "gelu",

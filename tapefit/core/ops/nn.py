@@ -944,6 +944,233 @@ def _conv2d_backprop_filter_grad(op: Op, ddw: Tensor) -> tuple[Any, Any]:
     return dx, ddy
 
 
+def conv2d_transpose(
+    input: Any,
+    filters: Any,
+    output_shape: Any,
+    strides: Any,
+    padding: str = "SAME",
+    data_format: str = "NHWC",
+    dilations: Any = None,
+) -> Tensor:
+    """The transpose of ``conv2d`` (its gradient with respect to the images), as TensorFlow's.
+
+    ``conv2d`` with the same ``filters``, ``strides``, ``padding`` and ``dilations`` takes
+    images of ``output_shape`` to images of ``input``'s shape; this op goes the other way,
+    each input pixel spreading ``filters`` over the output.
+
+    Args:
+        input: images of shape (batch, height, width, in_channels).
+        filters: shape (filter_height, filter_width, out_channels, in_channels).
+        output_shape: ``(batch, out_height, out_width, out_channels)``.
+        strides: an int or a list of 1, 2 or 4 ints (``[1, sh, sw, 1]``).
+        padding: ``"SAME"`` or ``"VALID"``, the forward convolution's (lower case accepted).
+        data_format: only ``"NHWC"``.
+        dilations: like ``strides``; the spacing between filter taps (default 1).
+
+    Returns:
+        Shape ``output_shape``.
+
+    Raises:
+        ValueError: ``conv2d`` of ``output_shape`` would not give ``input``'s height and width.
+    """
+    x = _float_tensor(input, "conv2d_transpose", "input")
+    w = _float_tensor(filters, "conv2d_transpose", "filters")
+    if data_format != "NHWC":
+        raise ValueError(f"conv2d_transpose: only data_format='NHWC' is supported, got {data_format!r}")
+    if x.ndim != 4 or w.ndim != 4:
+        raise ValueError(
+            "conv2d_transpose: input must be (batch, height, width, channels) and filters "
+            f"(height, width, out, in), got shapes {x.shape} and {w.shape}"
+        )
+    if x.dtype != w.dtype:
+        raise _dt.mix_error("conv2d_transpose", [x.dtype, w.dtype])
+    if w.shape[3] != x.shape[3]:
+        raise ValueError(
+            f"conv2d_transpose: filters {w.shape} expect {w.shape[3]} input channels, the input {x.shape} "
+            f"has {x.shape[3]}"
+        )
+    given = output_shape.numpy().tolist() if isinstance(output_shape, Tensor) else output_shape
+    try:
+        shape = tuple(operator.index(n) for n in given)
+    except TypeError:
+        shape = ()
+    if len(shape) != 4 or shape[0] != x.shape[0] or shape[3] != w.shape[2] or min(shape[1:3]) < 1:
+        raise ValueError(
+            f"conv2d_transpose: output_shape must be (batch, height, width, channels) = "
+            f"({x.shape[0]}, h, w, {w.shape[2]}) with h, w >= 1, got {given!r}"
+        )
+    if 0 in w.shape[:2] or 0 in x.shape[1:3]:
+        raise ValueError(
+            f"conv2d_transpose: empty spatial dimensions in input {x.shape} or filters {w.shape}"
+        )
+    win = _window(
+        "conv2d_transpose", shape[1:3], w.shape[:2], strides, padding, 1 if dilations is None else dilations
+    )
+    if win.out_hw != x.shape[1:3]:
+        raise ValueError(
+            f"conv2d_transpose: output_shape {list(shape)} does not fit the input {x.shape}: conv2d of that "
+            f"shape with these strides and padding gives height and width {win.out_hw}, not {x.shape[1:3]}"
+        )
+    return _backprop_input(w, x, shape, win)
+
+
+# -- depthwise convolution -----------------------------------------------------
+# Each input channel c has its own depth_multiplier filters w[:, :, c, m]; output channel
+# c * multiplier + m is channel c correlated with w[:, :, c, m] (TensorFlow's order).
+
+
+def _taps(k_hw: tuple[int, ...], win: _Window) -> list[tuple[int, int, slice, slice]]:
+    """Per filter tap: its row and column, and the strided slices of the padded image it reads."""
+    (sh, sw), (dh, dw), (oh, ow) = win.strides, win.dilations, win.out_hw
+    return [
+        (i, j, slice(i * dh, i * dh + (oh - 1) * sh + 1, sh), slice(j * dw, j * dw + (ow - 1) * sw + 1, sw))
+        for i in range(k_hw[0])
+        for j in range(k_hw[1])
+    ]
+
+
+# Each loop runs over the taps with the multiplier outermost, so that every product is over
+# whole (batch, rows, cols, channels) blocks: with the multiplier as the innermost axis NumPy's
+# loops run over 2 elements at a time (measured: 32x28x28x32, multiplier 2, forward 78 ms
+# against 15 ms).
+
+
+def _by_multiplier(dy: np.ndarray, c: int, m: int) -> np.ndarray:
+    """``dy`` (N, out_h, out_w, C * m) as (m, N, out_h, out_w, C), contiguous."""
+    return np.ascontiguousarray(np.moveaxis(dy.reshape(*dy.shape[:3], c, m), -1, 0))
+
+
+def _depthwise_conv2d(x: np.ndarray, w: np.ndarray, win: _Window) -> np.ndarray:
+    kh, kw, c, m = w.shape
+    xp = _pad(x, win.pads)
+    out = np.zeros((m, x.shape[0], *win.out_hw, c), np.result_type(x, w))
+    for i, j, rows, cols in _taps((kh, kw), win):
+        patch = xp[:, rows, cols]
+        for k in range(m):
+            out[k] += patch * w[i, j, :, k]
+    return np.moveaxis(out, 0, -1).reshape(x.shape[0], *win.out_hw, c * m)
+
+
+def _depthwise_backprop_input(
+    w: np.ndarray, dy: np.ndarray, input_shape: tuple[int, ...], win: _Window
+) -> np.ndarray:
+    kh, kw, c, m = w.shape
+    n, h, wd, _ = input_shape
+    top, bottom, left, right = win.pads
+    dys = _by_multiplier(dy, c, m)
+    out = np.zeros((n, h + top + bottom, wd + left + right, c), np.result_type(w, dy))
+    for i, j, rows, cols in _taps((kh, kw), win):
+        share = dys[0] * w[i, j, :, 0]
+        for k in range(1, m):
+            share += dys[k] * w[i, j, :, k]
+        out[:, rows, cols] += share
+    return out[:, top : top + h, left : left + wd]
+
+
+def _depthwise_backprop_filter(
+    x: np.ndarray, dy: np.ndarray, filter_shape: tuple[int, ...], win: _Window
+) -> np.ndarray:
+    kh, kw, c, m = filter_shape
+    xp = _pad(x, win.pads)
+    dys = _by_multiplier(dy, c, m)
+    out = np.zeros(filter_shape, np.result_type(x, dy))
+    for i, j, rows, cols in _taps((kh, kw), win):
+        patch = xp[:, rows, cols]
+        for k in range(m):
+            out[i, j, :, k] = np.einsum("nhwc,nhwc->c", patch, dys[k])
+    return out
+
+
+_DEPTHWISE = OpDef("DepthwiseConv2dNative", _depthwise_conv2d, save="x y")
+_DEPTHWISE_BACKPROP_INPUT = OpDef("DepthwiseConv2dNativeBackpropInput", _depthwise_backprop_input, save="x y")
+_DEPTHWISE_BACKPROP_FILTER = OpDef(
+    "DepthwiseConv2dNativeBackpropFilter", _depthwise_backprop_filter, save="x y"
+)
+
+
+def depthwise_conv2d(
+    input: Any,
+    filter: Any,
+    strides: Any,
+    padding: str,
+    data_format: str = "NHWC",
+    dilations: Any = None,
+) -> Tensor:
+    """Each channel of NHWC images correlated with its own ``channel_multiplier`` filters.
+
+    Args:
+        input: images of shape (batch, height, width, in_channels).
+        filter: shape (filter_height, filter_width, in_channels, channel_multiplier).
+        strides: an int or a list of 1, 2 or 4 ints (``[1, sh, sw, 1]``).
+        padding: ``"SAME"`` or ``"VALID"`` (lower case accepted), as ``conv2d``.
+        data_format: only ``"NHWC"``.
+        dilations: like ``strides``; the spacing between filter taps (default 1).
+
+    Returns:
+        Shape (batch, out_height, out_width, in_channels * channel_multiplier); output channel
+        ``c * channel_multiplier + m`` is input channel ``c`` under filter ``[:, :, c, m]``.
+    """
+    x = _float_tensor(input, "depthwise_conv2d", "input")
+    w = _float_tensor(filter, "depthwise_conv2d", "filter")
+    if data_format != "NHWC":
+        raise ValueError(f"depthwise_conv2d: only data_format='NHWC' is supported, got {data_format!r}")
+    if x.ndim != 4 or w.ndim != 4:
+        raise ValueError(
+            "depthwise_conv2d: input must be (batch, height, width, channels) and filter "
+            f"(height, width, in, multiplier), got shapes {x.shape} and {w.shape}"
+        )
+    if x.dtype != w.dtype:
+        raise _dt.mix_error("depthwise_conv2d", [x.dtype, w.dtype])
+    if w.shape[2] != x.shape[3]:
+        raise ValueError(
+            f"depthwise_conv2d: filter {w.shape} expects {w.shape[2]} input channels, the input {x.shape} "
+            f"has {x.shape[3]}"
+        )
+    if 0 in w.shape or 0 in x.shape[1:3]:
+        raise ValueError(f"depthwise_conv2d: empty dimensions in input {x.shape} or filter {w.shape}")
+    win = _window(
+        "depthwise_conv2d", x.shape[1:3], w.shape[:2], strides, padding, 1 if dilations is None else dilations
+    )
+    return execute(_DEPTHWISE, (x, w), {"win": win})
+
+
+def _depthwise_input(w: Tensor, dy: Tensor, input_shape: tuple[int, ...], win: _Window) -> Tensor:
+    return execute(_DEPTHWISE_BACKPROP_INPUT, (w, dy), {"input_shape": input_shape, "win": win})
+
+
+def _depthwise_filter(x: Tensor, dy: Tensor, filter_shape: tuple[int, ...], win: _Window) -> Tensor:
+    return execute(_DEPTHWISE_BACKPROP_FILTER, (x, dy), {"filter_shape": filter_shape, "win": win})
+
+
+# Bilinear in (x, w) as conv2d: the gradient of each of the three ops is made of the other two.
+@register_gradient("DepthwiseConv2dNative")
+def _depthwise_grad(op: Op, dy: Tensor) -> tuple[Any, Any]:
+    x, w = op.inputs
+    win = op.attrs["win"]
+    dx = _depthwise_input(w, dy, op.input_shapes[0], win) if op.needs_grad[0] else None
+    dw = _depthwise_filter(x, dy, op.input_shapes[1], win) if op.needs_grad[1] else None
+    return dx, dw
+
+
+@register_gradient("DepthwiseConv2dNativeBackpropInput")
+def _depthwise_input_grad(op: Op, ddx: Tensor) -> tuple[Any, Any]:
+    w, dy = op.inputs
+    win = op.attrs["win"]
+    dw = _depthwise_filter(ddx, dy, op.input_shapes[0], win) if op.needs_grad[0] else None
+    ddy = execute(_DEPTHWISE, (ddx, w), {"win": win}) if op.needs_grad[1] else None
+    return dw, ddy
+
+
+@register_gradient("DepthwiseConv2dNativeBackpropFilter")
+def _depthwise_filter_grad(op: Op, ddw: Tensor) -> tuple[Any, Any]:
+    x, dy = op.inputs
+    win = op.attrs["win"]
+    dx = _depthwise_input(ddw, dy, op.input_shapes[0], win) if op.needs_grad[0] else None
+    ddy = execute(_DEPTHWISE, (x, ddw), {"win": win}) if op.needs_grad[1] else None
+    return dx, ddy
+
+
 # -- pooling -----------------------------------------------------------------
 
 
@@ -1078,6 +1305,8 @@ not_differentiable("MaxPoolIndices")
 __all__ = [
     "avg_pool2d",
     "conv2d",
+    "conv2d_transpose",
+    "depthwise_conv2d",
     "dropout",
     "elu",
     "erf",
