@@ -14,6 +14,7 @@ step times.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import sys
 import time
@@ -44,7 +45,7 @@ class StepTimer:
         self.seconds.append(time.perf_counter() - self._started)
 
 
-def gan_trainer(compiled: bool) -> tuple[Any, StepTimer]:
+def gan_trainer(compiled: bool | str) -> tuple[Any, StepTimer]:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from examples.gan import GAN
@@ -55,9 +56,12 @@ def gan_trainer(compiled: bool) -> tuple[Any, StepTimer]:
 
 
 def step_times(pairs: int, steps: int) -> dict[str, list[float]]:
-    """The median step time of each round's fit, eager and under ``tp.function``, alternating."""
+    """The median step time of each round's fit, eager, under ``tp.function`` and (with Numba)
+    with fused kernels (``compile="jit"``), alternating."""
     x = np.random.default_rng(0).standard_normal(((steps + 1) * BATCH, 64), dtype=np.float32)
     systems = {"function": gan_trainer(True), "eager": gan_trainer(False)}
+    if importlib.util.find_spec("numba") is not None:
+        systems["jit"] = gan_trainer("jit")
     times: dict[str, list[float]] = {name: [] for name in systems}
     for round_ in range(pairs + 1):
         for name, (trainer, timer) in systems.items():
@@ -79,6 +83,11 @@ def main() -> None:
     print(
         f"GAN step, batch {BATCH}: function/eager {ratio:.2f}x (eager {eager:.3g} ms, function {function:.3g} ms)"
     )
+    if "jit" in times:
+        fused = statistics.median(j / e for j, e in zip(times["jit"], times["eager"]))
+        print(
+            f"GAN step, batch {BATCH}: jit/eager {fused:.2f}x (jit {statistics.median(times['jit']) * 1e3:.3g} ms)"
+        )
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -140,6 +141,13 @@ def test_config_key_trainer_compile(tmp_path, monkeypatch, capsys):
     assert logs[0] == logs[1]
     assert cli.main(["--config", "c.yaml", "--set", "trainer.compile=3"]) == 2
     assert "trainer.compile" in capsys.readouterr().err
+    if importlib.util.find_spec("numba") is not None:  # the fused path: within its tolerance
+        assert cli.main(["--config", "c.yaml", "--set", "trainer.compile=jit", "--set", "name=run_jit"]) == 0
+        fused = np.loadtxt(tmp_path / "runs/run_jit/history.csv", delimiter=",", skiprows=1)
+        eager = np.loadtxt(tmp_path / "runs/run_false/history.csv", delimiter=",", skiprows=1)
+        np.testing.assert_allclose(fused, eager, rtol=1e-5)
+    assert cli.main(["--config", "c.yaml", "--set", "trainer.compile=fast"]) == 2
+    assert "compile must be True, False or 'jit'" in capsys.readouterr().err
 
 
 def test_freezing_a_layer_between_fits_traces_again_and_stays_equal_to_eager():
