@@ -7,17 +7,15 @@ Layers import the core; the core never imports layers.
 from tapefit.layers import activations, constraints, initializers, losses, metrics, regularizers
 from tapefit.layers.activation_layers import ELU, GaussianNoise, LeakyReLU, PReLU, ReLU, Rescaling, Softmax
 from tapefit.layers.attention import MultiHeadAttention
+from tapefit.layers.conv_transpose import Conv1DTranspose, Conv2DTranspose
 from tapefit.layers.convolutional import (
     AveragePooling1D,
     AveragePooling2D,
     AvgPool1D,
     AvgPool2D,
     Conv1D,
-    Conv1DTranspose,
     Conv2D,
-    Conv2DTranspose,
     Convolution2D,
-    DepthwiseConv2D,
     GlobalAveragePooling1D,
     GlobalAveragePooling2D,
     GlobalMaxPooling1D,
@@ -26,9 +24,9 @@ from tapefit.layers.convolutional import (
     MaxPool2D,
     MaxPooling1D,
     MaxPooling2D,
-    SeparableConv2D,
 )
 from tapefit.layers.core import Activation, Dense, Dropout, Embedding, Flatten, Lambda, Sequential
+from tapefit.layers.depthwise import DepthwiseConv2D, SeparableConv2D
 from tapefit.layers.functional import Input, InputLayer, Model, SymbolicTensor
 from tapefit.layers.merging import (
     Add,
