@@ -653,7 +653,7 @@ if which == "lean":
     for _ in range(30):
         lean.step(x, y)
 else:
-    step = tapefit_step_fn(params, which == "function")
+    step = tapefit_step_fn(params, which != "eager", jit=which == "jit")
     xt, yt = tp.constant(x), tp.constant(y)
     for _ in range(30):
         step(xt, yt)
@@ -668,17 +668,17 @@ def memory_rows() -> list[Row]:
     code = MEMORY_CHILD.format(bench=str(Path(__file__).parent))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1"}
     peak = {}
-    for which in ("lean", "eager", "function"):
+    systems = ("lean", "eager", "function") + (("jit",) if installed("numba") else ())
+    for which in systems:
         out = subprocess.run(
             [sys.executable, "-c", code, which], capture_output=True, text=True, check=True, env=env
         )
         peak[which] = int(out.stdout.split()[-1]) / 1024
     row = Row("peak RSS, 30 MLP steps, batch 128 (MB)", ms={})
-    row.ratios = {
-        "eager/lean": peak["eager"] / peak["lean"],
-        "function/lean": peak["function"] / peak["lean"],
-    }
+    row.ratios = {f"{k}/lean": peak[k] / peak["lean"] for k in systems[1:]}
     row.note = ", ".join(f"{k} {v:.0f} MB" for k, v in peak.items())
+    if "jit" in peak:
+        row.note += " (jit includes Numba's compiler, loaded in the process)"
     return [row]
 
 
