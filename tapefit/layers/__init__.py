@@ -42,6 +42,14 @@ from tapefit.layers.merging import (
 )
 from tapefit.layers.module import Layer, Module
 from tapefit.layers.normalization import BatchNormalization, LayerNormalization
+from tapefit.layers.preprocessing import (
+    CategoryEncoding,
+    Hashing,
+    IntegerLookup,
+    Normalization,
+    StringLookup,
+    TextVectorization,
+)
 from tapefit.layers.recurrent import GRU, LSTM, Bidirectional, SimpleRNN
 from tapefit.layers.reshaping import (
     Cropping1D,
@@ -58,6 +66,12 @@ from tapefit.layers.serialization import deserialize_layer as deserialize
 from tapefit.layers.serialization import serialize_layer as serialize
 
 __all__ = [
+    "TextVectorization",
+    "StringLookup",
+    "Normalization",
+    "IntegerLookup",
+    "Hashing",
+    "CategoryEncoding",
     "Activation",
     "ELU",
     "GaussianNoise",

@@ -154,6 +154,7 @@ MAX_JSON_DEPTH = 100
 """The deepest nesting of lists and dicts ``config.json`` may have."""
 _INPUT_DTYPES = frozenset(
     ["bool", "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"]
+    + ["str"]  # string inputs, for the preprocessing layers
 )
 MAX_LAYERS = 10_000
 """The most layers a model file may describe."""
