@@ -104,6 +104,8 @@ def _to_tensors(data: Any) -> Any:
         return {k: _to_tensors(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
         return type(data)(_to_tensors(v) for v in data)
+    if isinstance(data, np.ndarray) and data.dtype.kind in "USO":
+        return data  # strings, for a model whose preprocessing layers take them
     return Tensor(data)
 
 

@@ -7,7 +7,12 @@ from typing import Any
 import numpy as np
 
 from tapefit.core import dtypes as _dt
+from tapefit.core import tensor as _tensor
+from tapefit.core.function import host_call
 from tapefit.core.messages import shown
+from tapefit.core.ops.math import cast
+from tapefit.core.ops.reduce import reduce_max, reduce_sum
+from tapefit.core.ops.shape import expand_dims, one_hot, reshape
 from tapefit.core.tensor import Tensor
 from tapefit.layers.preprocessing import encoding as enc
 from tapefit.layers.preprocessing.hashes import hash_buckets
@@ -20,7 +25,9 @@ class CategoryEncoding(enc.PreprocessingLayer):
     ``"one_hot"`` encodes each id (a last axis of 1 is replaced by ``num_tokens``);
     ``"multi_hot"`` and ``"count"`` encode the last axis as one sample (a 1-D input is one
     sample): whether each id occurs, or how often (or, with ``count_weights``, the sum of their
-    weights). The output is a float Tensor no tape records.
+    weights). The output is a float Tensor, made of tapefit ops (so it exports to ONNX); ids
+    are checked to be in range when they have values (not while ``tp.function`` or an export
+    traces the layer: there an id outside the range encodes as zeros, as ``tf.one_hot``).
 
     Args:
         num_tokens: the number of ids (required).
@@ -29,6 +36,8 @@ class CategoryEncoding(enc.PreprocessingLayer):
         dtype: the output's dtype (float32).
         trainable: kept for Keras's signature (there are no weights).
     """
+
+    onnx_unsupported = None  # made of tapefit ops
 
     def __init__(
         self,
@@ -59,20 +68,44 @@ class CategoryEncoding(enc.PreprocessingLayer):
             ValueError: an id outside ``[0, num_tokens)``; ``count_weights`` outside ``"count"``.
         """
         where = self._where()
-        ids = enc.integers_of(inputs, where)
+        if isinstance(inputs, Tensor):
+            ids = inputs
+            if ids.dtype.kind not in "iu":
+                raise TypeError(f"{where} takes integers, got values of dtype {ids.dtype.name}")
+        else:
+            ids = Tensor(enc.integers_of(inputs, where))
+        if not _tensor._traces:  # a trace (tp.function, export) has no values to check
+            values = ids.numpy()
+            outside = (values < 0) | (values >= self.num_tokens)
+            if outside.any():
+                raise ValueError(
+                    f"{where}: the id {int(values[outside].flat[0])} is outside [0, {self.num_tokens})"
+                )
         weights = None
         if count_weights is not None:
             if self.output_mode != "count":
                 raise ValueError(f"{where}: count_weights are for output_mode='count' only")
-            weights = np.asarray(
-                count_weights.numpy() if isinstance(count_weights, Tensor) else count_weights
+            weights = (
+                count_weights if isinstance(count_weights, Tensor) else Tensor(np.asarray(count_weights))
             )
-            if weights.shape != ids.shape:
+            if tuple(weights.shape) != tuple(ids.shape):
                 raise ValueError(
-                    f"{where}: count_weights must have the inputs' shape {ids.shape}, got {weights.shape}"
+                    f"{where}: count_weights must have the inputs' shape {tuple(ids.shape)}, got {tuple(weights.shape)}"
                 )
-        out = enc.encode(ids, self.output_mode, self.num_tokens, where, count_weights=weights)
-        return enc.constant(out.astype(self.dtype, copy=False))
+            weights = cast(weights, self.dtype)
+        if ids.ndim == 0:
+            ids = reshape(ids, (1,))
+            weights = None if weights is None else reshape(weights, (1,))
+        if self.output_mode == "one_hot":
+            if ids.ndim > 1 and ids.shape[-1] == 1:
+                ids = reshape(ids, tuple(ids.shape[:-1]))
+            return one_hot(ids, self.num_tokens, dtype=self.dtype)
+        hot = one_hot(ids, self.num_tokens, dtype=self.dtype)  # (..., samples, num_tokens)
+        if self.output_mode == "multi_hot":
+            return reduce_max(hot, axis=-2)
+        if weights is not None:
+            hot = hot * expand_dims(weights, -1)
+        return reduce_sum(hot, axis=-2)
 
     def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
         """Keras's rule (see the class)."""
@@ -168,6 +201,9 @@ class Hashing(enc.PreprocessingLayer):
 
     def call(self, inputs: Any) -> Tensor:
         """The bins of the values (``"int"``), or their encoding; a Tensor no tape records."""
+        return host_call(self._hash, inputs)
+
+    def _hash(self, inputs: Any) -> Tensor:
         bins = self.bins(inputs)
         if self.output_mode == "int":
             return enc.constant(bins.astype(self.output_dtype))

@@ -23,6 +23,12 @@ class PreprocessingLayer(Layer):
     """A layer that maps data to data outside the tape: its outputs are Tensors no tape
     records (no gradient flows through it), or NumPy arrays of strings."""
 
+    onnx_unsupported: str | None = (
+        "works on its inputs in NumPy (strings, vocabularies, hashes), which has no ONNX form; "
+        "apply it to the data before the exported model"
+    )
+    """Why ONNX export refuses the layer (``None``: it exports)."""
+
     def _where(self) -> str:
         return f"{type(self).__name__} '{self.name}'"
 

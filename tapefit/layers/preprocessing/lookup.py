@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from tapefit.core import dtypes as _dt
+from tapefit.core.function import host_call
 from tapefit.core.messages import shown
 from tapefit.core.tensor import Tensor
 from tapefit.layers.preprocessing import encoding as enc
@@ -359,6 +360,9 @@ class IndexLookup(enc.PreprocessingLayer):
     def call(self, inputs: Any) -> Any:
         """The ids of the tokens, or their encoding (an int64 Tensor, float32 for ``"tf_idf"``),
         or with ``invert=True`` the tokens of ids. No tape records it."""
+        return host_call(self._lookup, inputs)
+
+    def _lookup(self, inputs: Any) -> Any:
         if self.invert:
             tokens = self._invert(inputs)
             return tokens if self._kinds == "U" else enc.constant(tokens)

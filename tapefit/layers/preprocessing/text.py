@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from tapefit.core import dtypes as _dt
+from tapefit.core.function import host_call
 from tapefit.core.messages import shown
 from tapefit.core.tensor import Tensor
 from tapefit.layers.preprocessing import encoding as enc
@@ -252,6 +253,9 @@ class TextVectorization(enc.PreprocessingLayer):
 
     def call(self, inputs: Any) -> Tensor:
         """The ids (padded with 0) or vectors of the strings: int64, float32 for ``"tf_idf"``."""
+        return host_call(self._vectorize, inputs)
+
+    def _vectorize(self, inputs: Any) -> Tensor:
         lookup = self._lookup_layer
         processed = self._preprocess(inputs)
         if isinstance(processed, np.ndarray):
