@@ -13,6 +13,10 @@ script computed once with Keras 3 (TensorFlow backend), saved in
 - ``case/<case>/mean``, ``variance`` (Normalization): the statistics after adapt, and
   ``case/<case>/gradient``: the gradient of ``sum(output * input_weights)`` with respect to the
   input (``input/weights_<input>``).
+- ``example/...``: the vectorization part of keras.io's "Text classification from scratch"
+  (its custom standardization, ``adapt`` on a batched data set of texts, ``vectorize_text``) on
+  ``REVIEWS``: ``example/vocabulary``, ``example/train`` and ``example/test`` (the vectorized
+  texts).
 
     KERAS_BACKEND=tensorflow /tmp/kerasvenv/bin/python scripts/keras_reference_preprocessing.py
 """
@@ -62,6 +66,22 @@ TOKEN_QUERIES = np.asarray([["a", "z", "b", ""], ["q", "h", "e", "a"], ["zz", "y
 INTEGERS = np.asarray([[3, 7, 7, 1], [9, 3, 0, 12], [7, 7, 3, 40], [5, 9, 1, 1]], dtype=np.int64)
 INTEGER_QUERIES = np.asarray([[3, 100, 7, 0], [2, 9, 41, -5], [1000, 12, 5, 77]], dtype=np.int64)
 IDS = np.asarray([[0, 1, 1, 3], [2, 2, 2, 0], [3, 1, 0, 2]], dtype=np.int64)
+
+# IMDB-like reviews, with the "<br />" breaks the example's standardization removes
+REVIEWS = np.asarray(
+    [
+        "This movie was great!<br /><br />I loved the acting, the story and the music.",
+        "Terrible film. The plot made no sense<br />and the acting was worse.",
+        "A great, great story: I would watch it again.",
+        "Not my kind of movie; too long, too loud<br />and too silly.",
+        "The music was lovely and the actors were great.",
+        "Worst movie of the year? Maybe. I left early.",
+    ],
+    dtype=str,
+)
+REVIEW_LABELS = np.asarray([1, 0, 1, 0, 1, 0], dtype=np.int64)
+REVIEW_QUERIES = np.asarray(["A great movie<br />with great music!", "boring, silly and loud"], dtype=str)
+EXAMPLE = {"max_features": 30, "sequence_length": 12, "batch_size": 4}
 
 INPUTS: dict[str, np.ndarray] = {
     "corpus": CORPUS,
@@ -210,6 +230,43 @@ def _arguments(arguments: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _example(keras: Any, tf: Any) -> dict[str, np.ndarray]:
+    """The vectorization part of keras.io's "Text classification from scratch", as written there
+    (its sizes made small), on ``REVIEWS``."""
+    import re
+    import string
+
+    def custom_standardization(input_data: Any) -> Any:
+        lowercase = tf.strings.lower(input_data)
+        stripped_html = tf.strings.regex_replace(lowercase, "<br />", " ")
+        return tf.strings.regex_replace(stripped_html, f"[{re.escape(string.punctuation)}]", "")
+
+    vectorize_layer = keras.layers.TextVectorization(
+        standardize=custom_standardization,
+        max_tokens=EXAMPLE["max_features"],
+        output_mode="int",
+        output_sequence_length=EXAMPLE["sequence_length"],
+    )
+    raw_train_ds = tf.data.Dataset.from_tensor_slices((REVIEWS, REVIEW_LABELS)).batch(EXAMPLE["batch_size"])
+    text_ds = raw_train_ds.map(lambda x, y: x)
+    vectorize_layer.adapt(text_ds)
+
+    def vectorize_text(text: Any, label: Any) -> Any:
+        text = tf.expand_dims(text, -1)
+        return vectorize_layer(text), label
+
+    train = np.concatenate([x.numpy() for x, _ in raw_train_ds.map(vectorize_text)])
+    test, _ = vectorize_text(tf.constant(REVIEW_QUERIES), None)
+    return {
+        "example/reviews": REVIEWS,
+        "example/labels": REVIEW_LABELS,
+        "example/queries": REVIEW_QUERIES,
+        "example/vocabulary": np.asarray(vectorize_layer.get_vocabulary()),
+        "example/train": train,
+        "example/test": test.numpy(),
+    }
+
+
 def main() -> int:
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     import keras
@@ -249,6 +306,7 @@ def main() -> int:
             saved[f"case/{case}/vocabulary"] = np.asarray(
                 [int(v) for v in vocabulary] if cls == "IntegerLookup" else vocabulary
             )
+    saved.update(_example(keras, tf))
     saved["keras_version"] = np.asarray(keras.__version__)
     PATH.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(PATH, **saved)

@@ -249,6 +249,11 @@ def save_model(
         "weight_paths": list(state),
     }
     text = json.dumps(config, indent=1, allow_nan=False).encode("utf-8")
+    if len(text) > MAX_CONFIG_BYTES:  # load_model would refuse it: say so now (a huge vocabulary)
+        raise ValueError(
+            f"save: the model's config is {len(text)} bytes, more than the {MAX_CONFIG_BYTES} a model file "
+            "may hold (a preprocessing layer's vocabulary is part of it)"
+        )
     weights = {key: np.asarray(value, order="C") for key, value in state.items()}
     members = [(CONFIG_MEMBER, text), (WEIGHTS_MEMBER, _safetensors_bytes(weights, format="np"))]
     if (optimizer_entry is None) != (optimizer_state is None):
