@@ -385,6 +385,24 @@ def test_onnx_export_refuses_string_layers_by_name_and_exports_the_numeric_ones(
         np.testing.assert_allclose(got, model(x).numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_fit_predict_and_evaluate_take_strings_for_a_model_that_does():
+    tp.random.set_seed(0)
+    labels = np.asarray([[1.0], [0.0], [1.0], [0.0]], np.float32)
+    inputs = tp.Input(shape=(1,), dtype="string")
+    vectorize = adapted(layers.TextVectorization(output_mode="multi_hot"), TEXTS)
+    functional = tp.Model(inputs, layers.Dense(1, activation="sigmoid")(vectorize(inputs)))
+    sequential = layers.Sequential([vectorize, layers.Dense(1, activation="sigmoid")])
+    for model, x in [(functional, TEXTS[:, None]), (sequential, TEXTS)]:
+        model.compile("adam", "binary_crossentropy")
+        history = model.fit(x, labels, epochs=2, batch_size=2, validation_data=(x, labels), verbose=0)
+        assert np.all(np.isfinite(history.history["loss"] + history.history["val_loss"]))
+        np.testing.assert_allclose(model.predict(x, verbose=0), model(x).numpy(), rtol=1e-6)
+    plain = layers.Sequential([layers.Dense(1)])
+    plain.compile("adam", "mse")
+    with pytest.raises(TypeError, match=r"^x holds strings"):
+        plain.fit(TEXTS[:, None], labels, verbose=0)
+
+
 def test_predict_and_evaluate_take_strings():
     tp.random.set_seed(0)
     model = layers.Sequential(

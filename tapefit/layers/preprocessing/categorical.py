@@ -38,6 +38,7 @@ class CategoryEncoding(enc.PreprocessingLayer):
     """
 
     onnx_unsupported = None  # made of tapefit ops
+    takes_strings = False
 
     def __init__(
         self,

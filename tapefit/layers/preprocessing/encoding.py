@@ -23,6 +23,10 @@ class PreprocessingLayer(Layer):
     """A layer that maps data to data outside the tape: its outputs are Tensors no tape
     records (no gradient flows through it), or NumPy arrays of strings."""
 
+    takes_strings = True
+    """Whether the layer's inputs may be strings (``fit`` then takes string arrays for a model
+    that starts with it)."""
+
     onnx_unsupported: str | None = (
         "works on its inputs in NumPy (strings, vocabularies, hashes), which has no ONNX form; "
         "apply it to the data before the exported model"
@@ -31,6 +35,19 @@ class PreprocessingLayer(Layer):
 
     def _where(self) -> str:
         return f"{type(self).__name__} '{self.name}'"
+
+
+def takes_strings(model: Any) -> bool:
+    """Whether ``model``'s inputs may be strings: a functional model with a string input, a
+    ``Sequential`` whose input is one or whose first layer takes strings, or such a layer."""
+    inputs = model.__dict__.get("_flat_inputs") or []
+    start = model.__dict__.get("_input")
+    if start is not None:
+        inputs = [*inputs, start]
+    if any(getattr(t, "dtype", None) is not None and t.dtype.kind == "U" for t in inputs):
+        return True
+    first = (model.__dict__.get("_layers") or [model])[0]
+    return bool(getattr(first, "takes_strings", False))
 
 
 def strings_of(value: Any, where: str, encoding: str = "utf-8") -> np.ndarray:

@@ -501,6 +501,7 @@ class IntegerLookup(IndexLookup):
 
     _kinds = "iu"
     _what = "integers"
+    takes_strings = False
 
     def __init__(
         self,
