@@ -446,9 +446,18 @@ class StringLookup(IndexLookup):
         self.dtype = enc.float_dtype(dtype, self._where())
         self.encoding = encoding
         self._init_lookup(
-            max_tokens, num_oov_indices, mask_token, oov_token, vocabulary, idf_weights, invert,
-            output_mode, pad_to_max_tokens, salt, "farmhash",
-        )  # fmt: skip
+            max_tokens=max_tokens,
+            num_oov_indices=num_oov_indices,
+            mask_token=mask_token,
+            oov_token=oov_token,
+            vocabulary=vocabulary,
+            idf_weights=idf_weights,
+            invert=invert,
+            output_mode=output_mode,
+            pad_to_max_tokens=pad_to_max_tokens,
+            salt=salt,
+            oov_method="farmhash",  # a string's OOV ids are always by hash
+        )
 
     def _tokens_of(self, value: Any) -> np.ndarray:
         if isinstance(value, list) and not value:
@@ -535,10 +544,18 @@ class IntegerLookup(IndexLookup):
                 raise TypeError(f"{self._where()}: {key} must be an int or None, got {shown(value)}")
         self.vocabulary_dtype = vocabulary_dtype
         self._init_lookup(
-            max_tokens, num_oov_indices, None if mask_token is None else int(mask_token),
-            None if oov_token is None else int(oov_token), vocabulary, idf_weights, invert,
-            output_mode, pad_to_max_tokens, salt, oov_method,
-        )  # fmt: skip
+            max_tokens=max_tokens,
+            num_oov_indices=num_oov_indices,
+            mask_token=None if mask_token is None else int(mask_token),
+            oov_token=None if oov_token is None else int(oov_token),
+            vocabulary=vocabulary,
+            idf_weights=idf_weights,
+            invert=invert,
+            output_mode=output_mode,
+            pad_to_max_tokens=pad_to_max_tokens,
+            salt=salt,
+            oov_method=oov_method,
+        )
 
     def _tokens_of(self, value: Any) -> np.ndarray:
         if isinstance(value, list) and not value:
