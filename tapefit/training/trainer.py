@@ -105,7 +105,7 @@ def _to_tensors(data: Any) -> Any:
         return {k: _to_tensors(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
         return type(data)(_to_tensors(v) for v in data)
-    if isinstance(data, np.ndarray) and data.dtype.kind in "USO":
+    if isinstance(data, np.ndarray) and data.dtype.kind in "US":
         return data  # strings, for a model whose preprocessing layers take them
     return Tensor(data)
 
