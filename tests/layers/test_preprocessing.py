@@ -424,3 +424,20 @@ def test_hashes_of_known_values():
     assert siphash24((0x0706050403020100, 0x0F0E0D0C0B0A0908), bytes(range(15))) == 0xA129CA6149BE45E5
     layer = layers.Hashing(3, mask_value="m")
     np.testing.assert_array_equal(layer(np.asarray(["m", "m"])).numpy(), [0, 0])
+
+
+def test_a_compiled_step_replays_the_vectorization_of_each_batch():
+    texts = np.asarray(["the cat sat", "the dog ran", "a cat", "birds fly", "cat cat", "dog"])
+    labels = np.asarray([[1.0], [0.0], [1.0], [0.0], [1.0], [0.0]], np.float32)
+    losses = []
+    for jit_compile in (False, True):
+        tp.random.set_seed(0)
+        model = layers.Sequential(
+            [
+                adapted(layers.TextVectorization(output_mode="count"), texts),
+                layers.Dense(1, activation="sigmoid"),
+            ]
+        )
+        model.compile("adam", "binary_crossentropy", jit_compile=jit_compile)
+        losses.append(model.fit(texts, labels, epochs=3, batch_size=2, verbose=0).history["loss"])
+    assert losses[0] == losses[1]  # bit for bit: each replay looked its own batch up

@@ -56,6 +56,8 @@ def strings_of(value: Any, where: str, encoding: str = "utf-8") -> np.ndarray:
     Raises:
         TypeError: values that are not strings (numbers, a Tensor), named with ``where``.
     """
+    if isinstance(value, Tensor) and value.dtype.kind in "US":
+        value = value.numpy()  # tp.function hands a string array over as a Tensor
     if isinstance(value, (Tensor, SymbolicTensor)):
         raise TypeError(f"{where} takes strings, got a tensor of dtype {value.dtype.name}")
     array = np.asarray(value)
