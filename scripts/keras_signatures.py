@@ -46,6 +46,7 @@ LAYERS = [  # the layers tapefit has
     "Minimum", "Concatenate", "Dot", "ReLU", "LeakyReLU", "PReLU", "ELU", "Softmax", "Rescaling",
     "GaussianNoise", "Conv1DTranspose", "Conv2DTranspose", "MaxPooling1D", "AveragePooling1D",
     "DepthwiseConv2D", "SeparableConv2D", "GroupNormalization", "SpatialDropout1D", "SpatialDropout2D",
+    "TextVectorization", "StringLookup", "IntegerLookup", "CategoryEncoding", "Hashing", "Normalization",
 ]  # fmt: skip
 LISTS = {  # table heading: the module whose public names (in lowercase) are the list
     "activations": "activations",

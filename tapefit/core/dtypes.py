@@ -12,6 +12,9 @@ float64 = np.dtype(np.float64)
 int32 = np.dtype(np.int32)
 int64 = np.dtype(np.int64)
 bool = np.dtype(np.bool_)
+string = np.dtype(np.str_)
+"""The dtype of string inputs (``tp.Input(shape, dtype="string")``, named ``"str"`` in files):
+NumPy's unicode strings. No op computes with it; the preprocessing layers take it."""
 
 DTypeLike = Any  # anything ``np.dtype()`` accepts
 
@@ -44,6 +47,20 @@ def as_dtype(dtype: DTypeLike) -> np.dtype:
             "(tp.float32, tp.int32, tp.bool, ...)"
         )
     return dtype
+
+
+def input_dtype(dtype: DTypeLike) -> np.dtype:
+    """``as_dtype``, and also strings (``"string"``, ``"str"``, any NumPy string dtype) as
+    ``string``: the dtypes a model's input (``tp.Input``) may have.
+
+    Raises:
+        TypeError: as ``as_dtype``.
+    """
+    if isinstance(dtype, str) and dtype in ("string", "str"):
+        return string
+    if isinstance(dtype, np.dtype) and dtype.kind in "US":
+        return string
+    return as_dtype(dtype)
 
 
 def mix_error(op_name: str, dtypes: list[np.dtype]) -> TypeError:

@@ -46,19 +46,20 @@ def float32_inputs(data: Any) -> Any:
     return data
 
 
-def check_numeric(data: Any, name: str) -> None:
+def check_numeric(data: Any, name: str, strings: bool = False) -> None:
     """Raises a one-line ``TypeError`` naming ``name`` (``"y"``, ``"x['image']"``) when an array
-    of ``data`` holds strings, objects or dates, which a model cannot take."""
+    of ``data`` holds strings, objects or dates, which a model cannot take (``strings``: the
+    model takes strings, as a first ``TextVectorization`` does)."""
     if isinstance(data, dict):
         for key, value in data.items():
-            check_numeric(value, f"{name}[{key!r}]")
+            check_numeric(value, f"{name}[{key!r}]", strings)
         return
     if isinstance(data, (list, tuple)) and data and isinstance(data[0], (np.ndarray, Tensor, dict)):
         for index, value in enumerate(data):
-            check_numeric(value, f"{name}[{index}]")
+            check_numeric(value, f"{name}[{index}]", strings)
         return
     kind = getattr(data, "dtype", None) or np.asarray(data).dtype
-    if np.dtype(kind).kind in "biuf":
+    if np.dtype(kind).kind in "biuf" or (strings and np.dtype(kind).kind in "US"):
         return
     what = {"U": "strings", "S": "bytes", "O": "Python objects", "M": "dates", "m": "time spans"}
     held = what.get(np.dtype(kind).kind, f"values of dtype {kind}")
@@ -350,10 +351,12 @@ def adapt(
     validation_data: Any = None,
     steps_per_epoch: int | None = None,
     targets: bool = True,
+    strings: bool = False,
 ) -> tuple[Batches, Any]:
     """``fit``'s data arguments as ``(Batches, validation data or None)``, checked with Keras's rules.
 
     ``targets=False``: ``y`` may be missing (a model whose own step or ``add_loss`` gives the loss).
+    ``strings``: ``x`` may hold strings (the model's preprocessing layers take them).
 
     Raises:
         ValueError, TypeError: an argument that does not fit the others, named.
@@ -390,7 +393,7 @@ def adapt(
     else:
         if targets:
             require_targets(y, "fit")
-        check_numeric(x, "x")
+        check_numeric(x, "x", strings)
         if y is not None:
             check_numeric(y, "y")
         if steps_per_epoch is not None:
@@ -414,7 +417,7 @@ def adapt(
     if validation_data is not None and not is_stream(validation_data[0]):
         x_val, y_val, w_val = validation_data
         require_targets(y_val, "validation_data")
-        check_numeric(x_val, "validation_data x")
+        check_numeric(x_val, "validation_data x", strings)
         check_numeric(y_val, "validation_data y")
         try:
             w_val = sample_weights(y_val, w_val, None, loss)

@@ -896,6 +896,10 @@ def _packer(model: Module, count: int) -> Callable[[list[Tensor]], Any]:
 def build_model_proto(model: Module, input_signature: Any = None) -> Any:
     """The ONNX ``ModelProto`` of ``model``'s forward pass in inference mode; see ``to_onnx``."""
     onnx = _onnx()
+    for module in [model, *model.submodules]:
+        reason = getattr(module, "onnx_unsupported", None)  # a preprocessing layer says why
+        if reason:
+            raise ExportError(f"ONNX export: layer '{module.name}' ({type(module).__name__}) {reason}")
     specs = _input_specs(model, input_signature)
     pack = _packer(model, len(specs))
     first, second = (trace_call(model, _samples(specs, b), pack) for b in BATCHES)

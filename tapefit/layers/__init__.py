@@ -48,6 +48,14 @@ from tapefit.layers.merging import (
 )
 from tapefit.layers.module import Layer, Module
 from tapefit.layers.normalization import BatchNormalization, GroupNormalization, LayerNormalization
+from tapefit.layers.preprocessing import (
+    CategoryEncoding,
+    Hashing,
+    IntegerLookup,
+    Normalization,
+    StringLookup,
+    TextVectorization,
+)
 from tapefit.layers.recurrent import GRU, LSTM, Bidirectional, SimpleRNN
 from tapefit.layers.reshaping import (
     Cropping1D,
@@ -81,6 +89,7 @@ __all__ = [
     "AvgPool2D",
     "BatchNormalization",
     "Bidirectional",
+    "CategoryEncoding",
     "Concatenate",
     "Conv1D",
     "Conv1DTranspose",
@@ -101,8 +110,10 @@ __all__ = [
     "GlobalAveragePooling2D",
     "GlobalMaxPooling1D",
     "GlobalMaxPooling2D",
+    "Hashing",
     "Input",
     "InputLayer",
+    "IntegerLookup",
     "LSTM",
     "Lambda",
     "Layer",
@@ -117,6 +128,7 @@ __all__ = [
     "Module",
     "MultiHeadAttention",
     "Multiply",
+    "Normalization",
     "Permute",
     "RepeatVector",
     "SeparableConv2D",
@@ -125,8 +137,10 @@ __all__ = [
     "SimpleRNN",
     "SpatialDropout1D",
     "SpatialDropout2D",
+    "StringLookup",
     "Subtract",
     "SymbolicTensor",
+    "TextVectorization",
     "UpSampling1D",
     "UpSampling2D",
     "ZeroPadding1D",

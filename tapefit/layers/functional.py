@@ -34,7 +34,7 @@ class InputLayer(Layer):
     def __init__(self, shape: Any = None, dtype: Any = "float32", name: str | None = None) -> None:
         super().__init__(name=name)
         self.shape = None if shape is None else tuple(shape)
-        self.input_dtype = _dt.as_dtype(dtype).name
+        self.input_dtype = _dt.input_dtype(dtype).name
         self._tensor: SymbolicTensor | None = None
 
     def call(self, inputs: Any) -> Any:
@@ -77,7 +77,8 @@ def Input(
     Args:
         shape: the shape of one sample, without the batch axis: ``(40,)``, ``(None, 8)``
             for sequences of any length.
-        dtype: the dtype of the values the model will be given (``"int32"`` for ids).
+        dtype: the dtype of the values the model will be given (``"int32"`` for ids, ``"string"``
+            for text that a preprocessing layer takes).
         name: the input's name (the key of a dict of inputs); default ``input_layer``,
             ``input_layer_1``, ...
         batch_size: Keras's fixed batch size; taken, but a model takes any batch size.
@@ -111,7 +112,7 @@ def Input(
     if name is not None and (not isinstance(name, str) or not name):
         raise ValueError(f"Input: name must be a non-empty string, got {shown(name)}")
     dims: tuple[int | None, ...] = tuple(None if n is None else int(n) for n in shape)
-    tensor = SymbolicTensor((None, *dims), _dt.as_dtype(dtype), name or unique_name("input_layer"))
+    tensor = SymbolicTensor((None, *dims), _dt.input_dtype(dtype), name or unique_name("input_layer"))
     input_layer(tensor)
     return tensor
 
@@ -386,9 +387,18 @@ class Model(Layer):
             )
         return [inputs]
 
-    def _checked(self, value: Any, spec: SymbolicTensor, position: int) -> Tensor:
-        """``value`` as a Tensor of the input's dtype, its shape checked against the input's."""
-        x = as_tensor(value)
+    def _checked(self, value: Any, spec: SymbolicTensor, position: int) -> Tensor | np.ndarray:
+        """``value`` as a Tensor of the input's dtype, its shape checked against the input's (a
+        string input's value stays a NumPy array of strings)."""
+        x: Tensor | np.ndarray
+        if spec.dtype.kind == "U":
+            x = np.asarray(value)
+            if x.dtype.kind not in "USO":
+                raise TypeError(
+                    f"Model '{self.name}': input {position} ('{spec.name}') takes strings, got dtype {x.dtype.name}"
+                )
+        else:
+            x = as_tensor(value)
         shape = tuple(x.shape)
         if len(shape) != len(spec.shape) or any(
             n is not None and n != m for n, m in zip(spec.shape[1:], shape[1:])
@@ -397,7 +407,7 @@ class Model(Layer):
                 f"Model '{self.name}': input {position} ('{spec.name}') expects shape "
                 f"{format_shape(spec.shape)}, got {shape}"
             )
-        if x.dtype != spec.dtype and x.dtype.kind == "f" and spec.dtype.kind == "f":
+        if isinstance(x, Tensor) and x.dtype != spec.dtype and x.dtype.kind == "f" and spec.dtype.kind == "f":
             x = cast(x, spec.dtype)
         return x
 
@@ -818,4 +828,5 @@ def _model_from_config(cls: type[Model], config: dict[str, Any]) -> Model:
 
 _INPUT_DTYPES = frozenset(
     ["bool", "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"]
+    + ["str"]  # string inputs, for the preprocessing layers
 )

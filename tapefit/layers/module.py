@@ -368,7 +368,9 @@ def _spec_of(value: Any) -> Any:
     lists, tuples and dicts of them; ``None`` for anything else (a model file rebuilds the
     model's variables by calling it on zeros of this spec)."""
     if isinstance(value, (Tensor, np.ndarray)) and value.ndim >= 1:
-        return ((None, *value.shape[1:]), value.dtype.name)
+        # strings of any length are one input dtype, "str" (a preprocessing layer's input)
+        name = _dt.string.name if value.dtype.kind in "US" else value.dtype.name
+        return ((None, *value.shape[1:]), name)
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
         return {k: _spec_of(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

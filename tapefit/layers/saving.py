@@ -154,6 +154,7 @@ MAX_JSON_DEPTH = 100
 """The deepest nesting of lists and dicts ``config.json`` may have."""
 _INPUT_DTYPES = frozenset(
     ["bool", "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"]
+    + ["str"]  # string inputs, for the preprocessing layers
 )
 MAX_LAYERS = 10_000
 """The most layers a model file may describe."""
@@ -248,6 +249,11 @@ def save_model(
         "weight_paths": list(state),
     }
     text = json.dumps(config, indent=1, allow_nan=False).encode("utf-8")
+    if len(text) > MAX_CONFIG_BYTES:  # load_model would refuse it: say so now (a huge vocabulary)
+        raise ValueError(
+            f"save: the model's config is {len(text)} bytes, more than the {MAX_CONFIG_BYTES} a model file "
+            "may hold (a preprocessing layer's vocabulary is part of it)"
+        )
     weights = {key: np.asarray(value, order="C") for key, value in state.items()}
     members = [(CONFIG_MEMBER, text), (WEIGHTS_MEMBER, _safetensors_bytes(weights, format="np"))]
     if (optimizer_entry is None) != (optimizer_state is None):

@@ -74,7 +74,7 @@ class SymbolicTensor:
         has_mask: bool = False,
     ) -> None:
         self.shape = tuple(shape)
-        self.dtype = _dt.as_dtype(dtype)
+        self.dtype = _dt.input_dtype(dtype)
         self.name = name
         self.node = node  # the call that made it (None for an input)
         self.index = index  # its position among that call's outputs

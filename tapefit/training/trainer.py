@@ -50,6 +50,7 @@ from tapefit.data.sources import as_source, split_batch
 from tapefit.distributed.data_parallel import DataParallel
 from tapefit.distributed.threads import limited, resolve_threads
 from tapefit.distributed.world import World
+from tapefit.layers.preprocessing.encoding import takes_strings
 from tapefit.plugins.manager import PluginManager, create_plugin
 from tapefit.training.boundary import STOP_SIGNALS, Boundary
 from tapefit.training.output_losses import resolve_losses
@@ -104,6 +105,8 @@ def _to_tensors(data: Any) -> Any:
         return {k: _to_tensors(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
         return type(data)(_to_tensors(v) for v in data)
+    if isinstance(data, np.ndarray) and data.dtype.kind in "US":
+        return data  # strings, for a model whose preprocessing layers take them
     return Tensor(data)
 
 
@@ -979,6 +982,7 @@ class Trainer:
                 sample_weight=sample_weight,
                 class_weight=class_weight,
                 targets="train_step" not in self._custom_steps and self.loss is not None,
+                strings=takes_strings(self.model),
                 validation_split=validation_split,
                 validation_data=validation_data,
                 steps_per_epoch=steps_per_epoch,

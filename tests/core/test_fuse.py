@@ -218,6 +218,7 @@ def test_a_division_by_zero_gives_inf_as_numpy_does():
 def test_the_gan_step_fuses_within_tolerance():
     sys.path.insert(0, str(ROOT))
     from examples.gan import GAN
+
     real = np.random.default_rng(0).standard_normal((16, 64)).astype(np.float32)
 
     def run(mode):

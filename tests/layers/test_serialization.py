@@ -29,6 +29,8 @@ def _functional() -> tp.Model:
 ARGUMENTS: dict[str, Any] = {
     "Rescaling": lambda: {"scale": 0.5, "offset": 1.0},
     "GaussianNoise": lambda: {"stddev": 0.1},
+    "CategoryEncoding": lambda: {"num_tokens": 4, "output_mode": "count"},
+    "Hashing": lambda: {"num_bins": 5, "salt": 3},
     "Activation": lambda: {"activation": "tanh"},
     "Bidirectional": lambda: {"layer": tp.layers.LSTM(3, return_sequences=True), "merge_mode": "sum"},
     "Conv1D": lambda: {"filters": 2, "kernel_size": 3, "strides": 2, "padding": "same"},
