@@ -43,6 +43,7 @@ from tapefit.layers.merging import (
 from tapefit.layers.module import Layer, Module
 from tapefit.layers.normalization import BatchNormalization, LayerNormalization
 from tapefit.layers.recurrent import GRU, LSTM, Bidirectional, SimpleRNN
+from tapefit.layers.recurrent_cells import RNN, GRUCell, LSTMCell, SimpleRNNCell, StackedRNNCells
 from tapefit.layers.reshaping import (
     Cropping1D,
     Cropping2D,
@@ -54,6 +55,7 @@ from tapefit.layers.reshaping import (
     ZeroPadding1D,
     ZeroPadding2D,
 )
+from tapefit.layers.sequence import Masking, TimeDistributed
 from tapefit.layers.serialization import deserialize_layer as deserialize
 from tapefit.layers.serialization import serialize_layer as serialize
 
@@ -107,6 +109,13 @@ __all__ = [
     "Reshape",
     "Sequential",
     "SimpleRNN",
+    "RNN",
+    "SimpleRNNCell",
+    "LSTMCell",
+    "GRUCell",
+    "StackedRNNCells",
+    "Masking",
+    "TimeDistributed",
     "Subtract",
     "SymbolicTensor",
     "UpSampling1D",
