@@ -468,3 +468,17 @@ def test_onnx_export_of_cells_matches_onnxruntime(tmp_path):
     stateful = tp.Model(stateful_inputs, L.RNN(L.LSTMCell(3), stateful=True, name="keeper")(stateful_inputs))
     with pytest.raises(Exception, match="layer 'keeper' changes variable 'rnn_state'"):
         to_onnx(stateful, tmp_path / "s.onnx")
+
+
+def test_a_loss_for_each_output_of_one_layer_counts_each():
+    # An RNN's output and states come from one layer and share its name; Keras 3 still sums
+    # the loss over all three.
+    inputs = tp.Input((5, 4))
+    model = tp.Model(inputs, L.RNN(L.LSTMCell(2), return_state=True, name="seq")(inputs))
+    model.compile(optimizer="sgd", loss="mse")
+    targets = [np.full((2, 2), 0.5, np.float32)] * 3
+    predicted = model.predict(X, verbose=0)
+    expected = sum(float(np.mean((p - t) ** 2)) for p, t in zip(predicted, targets))
+    logs = model.evaluate(X, targets, verbose=0, return_dict=True)
+    np.testing.assert_allclose(logs["loss"], expected, rtol=1e-6)
+    assert {"seq_loss", "seq_1_loss", "seq_2_loss"} <= set(logs)
