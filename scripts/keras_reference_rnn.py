@@ -5,9 +5,10 @@ CI has no Keras, so ``tests/layers/test_rnn_cells.py``, ``tests/layers/test_sequ
 and ``tests/layers/test_keras_guides_rnn.py`` compare tapefit with what this script computed
 once with Keras 3 and saved in ``tests/layers/data/keras_rnn.npz``. Weights are not stored:
 both sides fill every weight, in ``get_weights`` order, with ``weights(shapes, seed)`` below
-(uniform in [-0.3, 0.3) from NumPy's seeded generator), so the file holds only inputs and
-results. The guides' shapes are kept except where they are large (noted at each case). Only
-NumPy, TensorFlow and Keras are used, not tapefit.
+(uniform in [-0.3, 0.3) from NumPy's seeded generator), and the larger inputs with
+``uniform(shape, seed)``, so the file holds only small inputs and results. The guides' shapes
+are kept except where they are large (noted at each case). Only NumPy, TensorFlow and Keras
+are used, not tapefit.
 
 - ``cell/<kind>/...``: ``RNN(<Cell>(3), return_sequences=True, return_state=True)`` on ``x``
   with the mask ``mask``: outputs ``y/<i>``, and the gradients of ``sum(y0 * r)`` for the

@@ -45,6 +45,7 @@ LAYERS = [  # the layers tapefit has
     "UpSampling1D", "UpSampling2D", "Add", "Subtract", "Multiply", "Average", "Maximum",
     "Minimum", "Concatenate", "Dot", "ReLU", "LeakyReLU", "PReLU", "ELU", "Softmax", "Rescaling",
     "GaussianNoise",
+    "RNN", "SimpleRNNCell", "LSTMCell", "GRUCell", "StackedRNNCells", "Masking", "TimeDistributed",
 ]  # fmt: skip
 LISTS = {  # table heading: the module whose public names (in lowercase) are the list
     "activations": "activations",
