@@ -482,3 +482,16 @@ def test_a_loss_for_each_output_of_one_layer_counts_each():
     logs = model.evaluate(X, targets, verbose=0, return_dict=True)
     np.testing.assert_allclose(logs["loss"], expected, rtol=1e-6)
     assert {"seq_loss", "seq_1_loss", "seq_2_loss"} <= set(logs)
+
+
+def test_stateful_and_unroll_round_trip_through_configs():
+    for layer in (
+        L.SimpleRNN(2, stateful=True, unroll=True),
+        L.LSTM(2, stateful=True),
+        L.GRU(2, unroll=True),
+    ):
+        config = layer.get_config()
+        again = type(layer).from_config(json.loads(json.dumps(config)))
+        assert again.get_config() == config
+        assert (again.stateful, again.unroll) == (layer.stateful, layer.unroll)
+    assert L.Bidirectional(L.GRU(2, stateful=True)).backward_layer.stateful
