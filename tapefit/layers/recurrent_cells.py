@@ -546,6 +546,9 @@ def _initial_states_of(cell: Any, batch: int, dtype: Any) -> list[Any]:
 
 def _call_cell(cell: Any, inputs: Any, states: Any, training: Any) -> tuple[Any, list[Any]]:
     """``cell(inputs, states)`` (``training`` too, when its ``call`` takes it); new states as a list."""
+    if type(cell) in _BUILT_IN_CELLS and cell.built:
+        # tapefit's own cells, built: their call directly, without a module call's bookkeeping
+        return cell.call(inputs, states, training=training)
     kwargs: dict[str, Any] = {}
     if not isinstance(cell, Module) and "training" in inspect.signature(cell.call).parameters:
         kwargs["training"] = training
@@ -620,6 +623,9 @@ class StackedRNNCells(Layer):
             inputs, cell_new = _call_cell(cell, inputs, listed, training)
             new_states.append(cell_new)
         return inputs, new_states
+
+
+_BUILT_IN_CELLS = (SimpleRNNCell, LSTMCell, GRUCell, StackedRNNCells)
 
 
 # -- the RNN layer -----------------------------------------------------------------------------
