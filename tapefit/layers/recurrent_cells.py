@@ -300,9 +300,15 @@ class SimpleRNNCell(_Cell):
         units: the size of the state and of the output.
         activation: default ``"tanh"``.
         use_bias: whether to add ``bias``.
-        kernel_initializer, recurrent_initializer, bias_initializer: as ``SimpleRNN``.
-        kernel_regularizer, recurrent_regularizer, bias_regularizer: as ``SimpleRNN``.
-        kernel_constraint, recurrent_constraint, bias_constraint: as ``SimpleRNN``.
+        kernel_initializer: as ``SimpleRNN``'s.
+        recurrent_initializer: as ``SimpleRNN``'s.
+        bias_initializer: as ``SimpleRNN``'s.
+        kernel_regularizer: as ``SimpleRNN``'s.
+        recurrent_regularizer: as ``SimpleRNN``'s.
+        bias_regularizer: as ``SimpleRNN``'s.
+        kernel_constraint: as ``SimpleRNN``'s.
+        recurrent_constraint: as ``SimpleRNN``'s.
+        bias_constraint: as ``SimpleRNN``'s.
         dropout: in training, the rate of dropout on the inputs; the mask is drawn once and
             kept until ``reset_dropout_mask`` (``RNN`` resets it for every sequence).
         recurrent_dropout: likewise, on the state the recurrent kernel multiplies.
