@@ -750,13 +750,13 @@ class RNN(StatefulMixin, Layer):
         from tapefit.layers.symbolic import SymbolicTensor, symbolic_outputs
 
         flat = nest.flatten(inputs)
-        shapes = (
-            nest.pack_sequence_as(inputs, [tuple(x.shape) for x in flat])
-            if nest.is_nested(inputs)
-            else flat[0].shape
-        )
-        if not self.built:
-            self.build(shapes if not nest.is_nested(inputs) else [tuple(x.shape) for x in flat])
+        if any(x.ndim < 3 for x in flat):
+            raise ValueError(
+                f"RNN '{self.name}' needs inputs of shape (batch, time, features...), got shapes "
+                f"{[x.shape for x in flat]}"
+            )
+        if not self.built:  # nested inputs: the list of their shapes, as a first call builds
+            self.build([tuple(x.shape) for x in flat] if nest.is_nested(inputs) else tuple(flat[0].shape))
         batch, steps = flat[0].shape[0], flat[0].shape[1]
         step_flat = [SymbolicTensor((batch, *x.shape[2:]), x.dtype, "step") for x in flat]
         step = nest.pack_sequence_as(inputs, step_flat) if nest.is_nested(inputs) else step_flat[0]
