@@ -309,6 +309,8 @@ def test_bad_cells_and_inputs_are_named():
     layer = L.RNN(L.LSTMCell(3))
     with pytest.raises(ValueError, match=r"RNN 'rnn\w*' needs inputs of shape \(batch, time, features"):
         layer(X[:, 0])
+    with pytest.raises(ValueError, match=r"needs inputs of shape \(batch, time, features"):
+        L.RNN(L.LSTMCell(3))(tp.Input((4,)))
     layer(X)
     with pytest.raises(ValueError, match=r"mask must have shape \(2, 5\)"):
         layer(X, mask=MASK[:, :4])
