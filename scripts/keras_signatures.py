@@ -47,6 +47,7 @@ LAYERS = [  # the layers tapefit has
     "GaussianNoise", "Conv1DTranspose", "Conv2DTranspose", "MaxPooling1D", "AveragePooling1D",
     "DepthwiseConv2D", "SeparableConv2D", "GroupNormalization", "SpatialDropout1D", "SpatialDropout2D",
     "TextVectorization", "StringLookup", "IntegerLookup", "CategoryEncoding", "Hashing", "Normalization",
+    "RNN", "SimpleRNNCell", "LSTMCell", "GRUCell", "StackedRNNCells", "Masking", "TimeDistributed",
 ]  # fmt: skip
 LISTS = {  # table heading: the module whose public names (in lowercase) are the list
     "activations": "activations",

@@ -29,11 +29,12 @@ from tapefit.core.ops.recurrent import gru_cell, lstm_cell, rnn_cell
 from tapefit.core.tensor import Tensor, Variable, as_tensor
 from tapefit.layers import activations, constraints, initializers
 from tapefit.layers.module import Layer, known_size, rank_of
+from tapefit.layers.recurrent_cells import StatefulMixin
 
 __all__ = ["GRU", "LSTM", "Bidirectional", "SimpleRNN"]
 
 
-class _RNN(Layer):
+class _RNN(StatefulMixin, Layer):
     """What the three layers share: the time loop, masks, ``return_sequences``/``return_state``
     and ``go_backwards``. A subclass gives the number of gates, its states and ``_cell``."""
 
@@ -56,6 +57,8 @@ class _RNN(Layer):
         return_sequences: bool = False,
         return_state: bool = False,
         go_backwards: bool = False,
+        stateful: bool = False,
+        unroll: bool = False,
         name: str | None = None,
         dropout: float = 0.0,
         recurrent_dropout: float = 0.0,
@@ -83,6 +86,7 @@ class _RNN(Layer):
         self.bias_initializer = initializers.get(bias_initializer)
         self.return_sequences, self.return_state = bool(return_sequences), bool(return_state)
         self.go_backwards = bool(go_backwards)
+        self.stateful, self.unroll = bool(stateful), bool(unroll)
         self.zero_output_for_mask = bool(zero_output_for_mask)
         self._add_regularizer("kernel", kernel_regularizer)
         self._add_regularizer("recurrent_kernel", recurrent_regularizer)
@@ -100,6 +104,8 @@ class _RNN(Layer):
             "bias_initializer": bias_initializer,
             "return_sequences": return_sequences,
             "return_state": return_state,
+            "stateful": stateful,
+            "unroll": unroll,
             "dropout": dropout,
             "recurrent_dropout": recurrent_dropout,
             "zero_output_for_mask": zero_output_for_mask,
@@ -143,6 +149,7 @@ class _RNN(Layer):
             self.bias = self.add_weight(
                 self._bias_shape(), self._bias_initial, name="bias", constraint=self.bias_constraint
             )
+        self._note_batch(input_shape)
 
     def _input_projection(self, x: Tensor) -> list[Tensor]:
         """``x @ kernel + bias`` for every time step in one product, then one (batch,
@@ -216,7 +223,12 @@ class _RNN(Layer):
                     f"got {tuple(mask.shape)}"
                 )
             mask = mask if mask.dtype == bool else _math.cast(mask, bool)
-        states = self._initial_states(batch, initial_state, x.dtype)
+        if self.stateful and initial_state is None:
+            states = self._carried_states(batch, lambda b: self._initial_states(b, None, x.dtype))
+        else:
+            states = self._initial_states(batch, initial_state, x.dtype)
+            if self.stateful:  # the variables are made here when the first call gives the states
+                self._carried_states(batch, lambda b: self._initial_states(b, None, x.dtype))
         recurrent_keep = None
         if training and self.dropout:  # one mask per sequence, the same at every step (Keras)
             x = x * _nn.dropout(as_tensor(np.ones((batch, 1, x.shape[-1]), x.dtype)), self.dropout)
@@ -230,6 +242,7 @@ class _RNN(Layer):
             # the last output is the state, unless a mask made the last step repeat or zero it
             last = states[0] if mask is None else sequence[:, -1]
             result = sequence if self.return_sequences else last
+            self._keep_states(states)
             return [result, *states] if self.return_state else result
         keep = None if mask is None else _shape.split(mask, steps, axis=1)
         inputs_by_step = self._input_projection(x)
@@ -256,6 +269,7 @@ class _RNN(Layer):
             if self.return_sequences:
                 outputs.append(output)
         result = _shape.stack(outputs, axis=1) if self.return_sequences else last
+        self._keep_states(states)
         if self.return_state:
             return [result, *states]
         return result
@@ -291,6 +305,12 @@ class SimpleRNN(_RNN):
         return_sequences: return every step's output ``(batch, time, units)``, not the last.
         return_state: also return the final state: ``[output, state]``.
         go_backwards: run over the steps in reverse (outputs in that reversed order).
+        stateful: carry each call's last states into the next call (``states`` holds them,
+            ``reset_states()`` zeros them); the batch size must stay the same: the first
+            call's, or the one ``batch_size``/``batch_input_shape``/``Input(batch_shape=...)``
+            declared. The carried states are not weights, as in Keras: model files and
+            ``state_dict`` leave them out.
+        unroll: accepted for Keras's sake; the loop is a Python loop either way.
         dropout: in training, the rate of dropout on the inputs (one mask per sequence, the
             same at every step, as Keras), drawn from ``tp.random``'s generators.
         recurrent_dropout: likewise, on the state the recurrent kernel multiplies.
@@ -518,6 +538,15 @@ class Bidirectional(Layer):
                 "zero_output_for_mask": layer.return_sequences,
             }
         )
+
+    def reset_states(self) -> None:
+        """Zeros both directions' carried states (with ``stateful=True``)."""
+        self.forward_layer.reset_states()
+        self.backward_layer.reset_states()
+
+    def reset_state(self) -> None:
+        """Keras 3's name of ``reset_states``."""
+        self.reset_states()
 
     def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
         """Keras's rule: the steps' mask with ``return_sequences`` (one per output with

@@ -22,9 +22,20 @@ __all__ = ["OutputLoss", "OutputLosses", "resolve_losses"]
 
 
 def _output_names(model: Any) -> list[str] | None:
-    """The model's output names (a functional ``Model``'s), or ``None`` for other models."""
+    """The model's output names (a functional ``Model``'s), or ``None`` for other models. The
+    outputs of one layer (an RNN's output and states) share its name: the second and later
+    ones get ``_1``, ``_2``..., so that each output keeps its own loss."""
     names = getattr(model, "output_names", None)
-    return list(names) if isinstance(names, (list, tuple)) else None
+    if not isinstance(names, (list, tuple)):
+        return None
+    unique: list[str] = []
+    for name in names:
+        candidate, k = name, 0
+        while candidate in unique:
+            k += 1
+            candidate = f"{name}_{k}"
+        unique.append(candidate)
+    return unique
 
 
 def _pick(structure: Any, names: list[str], index: int, what: str) -> Any:
