@@ -4,6 +4,7 @@ passes a mask of the steps on."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -77,11 +78,31 @@ class LeakyReLU(_ValueWise):
         negative_slope: the slope below 0 (Keras 3's default, 0.3).
         name: the layer's name.
         dtype: inputs are cast to it (default float32).
+        alpha: Keras 2's name of ``negative_slope``, taken with a warning as Keras 3 takes it.
     """
 
-    def __init__(self, negative_slope: float = 0.3, name: str | None = None, dtype: Any = None) -> None:
+    def __init__(
+        self,
+        negative_slope: float = 0.3,
+        name: str | None = None,
+        dtype: Any = None,
+        *,
+        alpha: float | None = None,
+    ) -> None:
         super().__init__(name=name, dtype=dtype)
+        if alpha is not None:
+            warnings.warn(
+                "LeakyReLU: alpha is Keras 2's name; use negative_slope", DeprecationWarning, stacklevel=2
+            )
+            negative_slope = alpha
         self.negative_slope = _finite("LeakyReLU", "negative_slope", negative_slope, low=0.0)
+
+    def get_config(self) -> dict[str, Any]:
+        """The constructor's config, ``alpha`` given as ``negative_slope``."""
+        config = super().get_config()
+        config.pop("alpha", None)
+        config["negative_slope"] = self.negative_slope
+        return config
 
     def call(self, inputs: Any) -> Tensor:
         """Applies the leaky rectifier."""

@@ -105,3 +105,11 @@ def test_rescaling_and_gaussian_noise():
     for layer in (tp.layers.Rescaling(2.0, offset=1.0), tp.layers.GaussianNoise(0.1, seed=4)):
         assert type(layer).from_config(layer.get_config()).get_config() == layer.get_config()
         assert layer.compute_output_shape((None, 5)) == (None, 5)
+
+
+def test_leaky_relu_takes_keras_2s_alpha_with_a_warning():
+    with pytest.warns(DeprecationWarning, match="use negative_slope"):
+        layer = tp.layers.LeakyReLU(alpha=0.2)
+    assert layer.negative_slope == 0.2
+    np.testing.assert_allclose(layer(tp.constant([-1.0, 2.0])).numpy(), [-0.2, 2.0])
+    assert layer.get_config()["negative_slope"] == 0.2 and "alpha" not in layer.get_config()
