@@ -83,11 +83,14 @@ class OutputLoss(Metric):
         p = _pick(y_pred, self.names, self.index, "the model's outputs")
         return self.loss(y, p) if sample_weight is None else self.loss(y, p, sample_weight=sample_weight)
 
+    takes_sample_weight = True  # the batch's sample weights weigh it, as they weigh the loss
+
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
-        """Adds a batch's loss, weighted by its number of samples (as Keras's ``Mean``)."""
+        """Adds a batch's loss (weighted by ``sample_weight``, as the total loss is), counted by
+        its number of samples (as Keras's loss trackers)."""
         p = _pick(y_pred, self.names, self.index, "the model's outputs")
         n = float(np.shape(p)[0]) if np.ndim(p) else 1.0
-        self.total += float(self.value(y_true, y_pred)) * n
+        self.total += float(self.value(y_true, y_pred, sample_weight)) * n
         self.count += n
 
 
