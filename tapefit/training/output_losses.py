@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.core.ops import reduce_mean
 from tapefit.core.tensor import Tensor
 from tapefit.layers.metrics import Metric
 
@@ -81,7 +82,10 @@ class OutputLoss(Metric):
         """This output's loss in a batch (a scalar Tensor)."""
         y = _pick(y_true, self.names, self.index, "y")
         p = _pick(y_pred, self.names, self.index, "the model's outputs")
-        return self.loss(y, p) if sample_weight is None else self.loss(y, p, sample_weight=sample_weight)
+        value = self.loss(y, p) if sample_weight is None else self.loss(y, p, sample_weight=sample_weight)
+        if getattr(value, "ndim", 0):  # a loss function's per-sample values: their mean, as Keras's
+            value = reduce_mean(value)
+        return value
 
     takes_sample_weight = True  # the batch's sample weights weigh it, as they weigh the loss
 

@@ -31,7 +31,7 @@ from tapefit.checkpointing.validate import check_checkpoint, check_fits
 from tapefit.core import nest
 from tapefit.core import random as _random
 from tapefit.core.function import function, guard, host_call, tracing
-from tapefit.core.ops import add_n, reduce_sum
+from tapefit.core.ops import add_n, reduce_mean, reduce_sum
 from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor, Variable
 from tapefit.data.adapters import (
@@ -331,7 +331,8 @@ class Trainer:
         model: a ``tp.Module`` (or a callable with ``trainable_variables``); it gets
             ``training=True`` in ``fit`` and ``training=False`` in ``evaluate``/``predict``.
         optimizer: an optimizer object or name (``"adam"``, ``"sgd"``, ...).
-        loss: a loss object/callable ``(y_true, y_pred) -> scalar`` or name (``"mse"``,
+        loss: a loss object, a callable ``(y_true, y_pred)`` giving a scalar or per-sample
+            values (averaged, as Keras does), or a name (``"mse"``,
             ``"sparse_categorical_crossentropy"``, ...); for a model with several outputs,
             one loss for all of them, a list (one per output, ``None`` for none) or a dict
             keyed by output name (``Model.output_names``), as Keras's ``compile``: the
@@ -616,6 +617,8 @@ class Trainer:
                 if sample_weight is None
                 else self.loss(y, y_pred, sample_weight=sample_weight)
             )
+            if getattr(loss, "ndim", 0):  # a loss function's per-sample values: their mean, as Keras's
+                loss = reduce_mean(loss)
         if self._has_losses is not False:
             added = getattr(self.model, "losses", None)
             # Walking the model for its losses costs about 1% of an MLP step; a model without
