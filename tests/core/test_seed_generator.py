@@ -172,3 +172,20 @@ def test_a_resumed_fit_draws_what_an_uninterrupted_one_draws(tmp_path, compiled)
     for ours, theirs in zip(resumed_model.get_weights(), reference.get_weights()):
         np.testing.assert_array_equal(ours, theirs)
     np.testing.assert_array_equal(resumed_model.layers[0].seed_generator.state.numpy(), [1337, 12])
+
+
+@pytest.mark.parametrize(
+    "make", [lambda g: tp.layers.Dropout(0.5, seed=g), lambda g: tp.layers.GaussianNoise(0.5, seed=g)]
+)
+def test_layers_take_it_as_their_seed_and_model_files_keep_it(tmp_path, make):
+    gen = tp.random.SeedGenerator(3)
+    model = tp.layers.Sequential([tp.Input((4,)), make(gen), tp.layers.Dense(2)])
+    x = np.ones((3, 4), np.float32)
+    first, second = model(x, training=True).numpy(), model(x, training=True).numpy()
+    assert not np.array_equal(first, second)
+    np.testing.assert_array_equal(gen.state.numpy(), [3, 2])
+    model.save(tmp_path / "seeded.tapefit")
+    loaded = tp.models.load_model(tmp_path / "seeded.tapefit")
+    assert loaded.layers[0].seed.get_config() == {"seed": 3, "name": "seed_generator"}
+    np.testing.assert_array_equal(loaded.layers[0].seed.state.numpy(), [3, 2])
+    np.testing.assert_array_equal(loaded(x, training=True).numpy(), model(x, training=True).numpy())
