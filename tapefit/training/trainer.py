@@ -946,7 +946,8 @@ class Trainer:
                 validation: the last ones, before any shuffling (Keras's rule), with their
                 ``sample_weight`` weighing the validation loss.
             steps_per_epoch: with a stream, end each epoch after this many batches (else
-                when the stream is exhausted).
+                when the stream is exhausted); the next epoch goes on with the stream where
+                the last one stopped, and starts it over once it ran out, as in Keras.
             validation_steps: with a stream as validation data, evaluate this many batches.
             validation_batch_size: samples per batch of validation arrays (``None``:
                 ``batch_size``).
