@@ -237,6 +237,36 @@ def py_dataset(keras: Any, tf: Any, rng: np.random.Generator) -> dict[str, np.nd
     return {**out, **_data(data)}
 
 
+def datasets(keras: Any, tf: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """tf.data Datasets (unshuffled here) to fit and evaluate, with steps_per_epoch, as
+    validation data, and with validation_steps; each fit from the same starting weights."""
+    data = _digits(rng, N + 64 + 64)
+    x_train, y_train = data["x"][:N], data["y"][:N]
+    x_val, y_val = data["x"][N : N + 64], data["y"][N : N + 64]
+    x_test, y_test = data["x"][N + 64 :], data["y"][N + 64 :]
+    model = get_compiled_model(keras)
+    out = _weights("w0", model)
+    start = model.get_weights()
+    train_dataset = tf.data.Dataset.from_tensor_slices((x_train, y_train)).batch(32)
+    test_dataset = tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(32)
+    val_dataset = tf.data.Dataset.from_tensor_slices((x_val, y_val)).batch(32)
+    out.update(_logs("fit", model.fit(train_dataset, epochs=3, verbose=0).history))
+    out.update(_logs("evaluate", model.evaluate(test_dataset, verbose=0, return_dict=True)))
+    model = get_compiled_model(keras)
+    model.set_weights(start)
+    out.update(_logs("steps", model.fit(train_dataset, epochs=3, steps_per_epoch=2, verbose=0).history))
+    model = get_compiled_model(keras)
+    model.set_weights(start)
+    out.update(
+        _logs("val", model.fit(train_dataset, epochs=1, validation_data=val_dataset, verbose=0).history)
+    )
+    model = get_compiled_model(keras)
+    model.set_weights(start)
+    history = model.fit(train_dataset, epochs=1, validation_data=val_dataset, validation_steps=1, verbose=0)
+    out.update(_logs("val_steps", history.history))
+    return {**out, **_data(data)}
+
+
 def class_weight(keras: Any, tf: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """class_weight: class 5 counts twice."""
     weights = {i: 1.0 for i in range(10)}
@@ -680,6 +710,7 @@ CASES: dict[str, Callable[..., dict[str, np.ndarray]]] = {
     "custom_metric": custom_metric,
     "validation_split": validation_split,
     "py_dataset": py_dataset,
+    "datasets": datasets,
     "class_weight": class_weight,
     "sample_weight": sample_weight,
     "weighted_metrics": weighted_metrics,

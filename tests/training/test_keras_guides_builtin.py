@@ -271,6 +271,56 @@ def test_training_and_evaluation_with_a_py_dataset():
     assert_weights(case, "w1", model)
 
 
+class Batched:
+    """``tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)``'s place: a re-iterable
+    stream of its batches, in order (not a list, which ``validation_data`` would take for
+    ``(x_val, y_val)``)."""
+
+    def __init__(self, x, y, batch_size):
+        self.batches = [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(x), batch_size)]
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __iter__(self):
+        return iter(self.batches)
+
+
+def batched(x, y, batch_size):
+    return Batched(x, y, batch_size)
+
+
+def test_training_and_evaluation_with_datasets():
+    case = "datasets"
+    d = data(case)
+    x_train, y_train = d["x"][:96], d["y"][:96]
+    x_val, y_val = d["x"][96:160], d["y"][96:160]
+    x_test, y_test = d["x"][160:], d["y"][160:]
+    # the guide shuffles with .shuffle(buffer_size=1024); both sides leave it out here
+    train_dataset = batched(x_train, y_train, 32)
+    test_dataset = batched(x_test, y_test, 32)
+    val_dataset = batched(x_val, y_val, 32)
+    model = get_compiled_model()
+    set_weights(case, model)
+    assert_logs(case, "fit", model.fit(train_dataset, epochs=3, verbose=0).history)
+    assert_logs(case, "evaluate", model.evaluate(test_dataset, verbose=0))
+
+    model = get_compiled_model()
+    set_weights(case, model)
+    history = model.fit(train_dataset, epochs=3, steps_per_epoch=2, verbose=0)
+    assert_logs(case, "steps", history.history)
+
+    model = get_compiled_model()
+    set_weights(case, model)
+    history = model.fit(train_dataset, epochs=1, validation_data=val_dataset, verbose=0)
+    assert_logs(case, "val", history.history)
+
+    model = get_compiled_model()
+    set_weights(case, model)
+    history = model.fit(train_dataset, epochs=1, validation_data=val_dataset, validation_steps=1, verbose=0)
+    assert_logs(case, "val_steps", history.history)
+
+
 def test_class_weights():
     case = "class_weight"
     d = data(case)
