@@ -321,6 +321,35 @@ def test_training_and_evaluation_with_datasets():
     assert_logs(case, "val_steps", history.history)
 
 
+def test_training_and_evaluation_with_pytorch_dataloaders():
+    torch = pytest.importorskip("torch")
+    case = "datasets"  # the same batches, in order, as the data set section's validated fit
+    d = data(case)
+
+    class ExampleTorchDataset(torch.utils.data.Dataset):
+        def __init__(self, x, y):
+            self.x = x
+            self.y = y
+
+        def __len__(self):
+            return len(self.x)
+
+        def __getitem__(self, idx):
+            return self.x[idx], self.y[idx]
+
+    train_torch_dataset = ExampleTorchDataset(d["x"][:96], d["y"][:96])
+    val_torch_dataset = ExampleTorchDataset(d["x"][96:160], d["y"][96:160])
+    # the guide shuffles (shuffle=True); in order here, to meet Keras's numbers
+    train_dataloader = torch.utils.data.DataLoader(train_torch_dataset, batch_size=32, shuffle=False)
+    val_dataloader = torch.utils.data.DataLoader(val_torch_dataset, batch_size=32, shuffle=False)
+    model = get_compiled_model()
+    set_weights(case, model)
+    history = model.fit(train_dataloader, batch_size=64, validation_data=val_dataloader, epochs=1, verbose=0)
+    assert_logs(case, "val", history.history)
+    logs = model.evaluate(val_dataloader, verbose=0)
+    assert logs["loss"] == pytest.approx(float(REFERENCE[f"{case}/val/val_loss"][0]), rel=RTOL)
+
+
 def test_class_weights():
     case = "class_weight"
     d = data(case)
