@@ -3,8 +3,9 @@
 ``resolve_losses`` turns the trainer's ``loss`` and ``loss_weights`` arguments into one
 callable ``loss(y_true, y_pred)``: for a model with one output and no weights, the loss
 itself; otherwise an ``OutputLosses`` that sums each output's loss times its weight, with one
-``OutputLoss`` metric per output that logs that output's unweighted loss as
-``<output name>_loss`` (a mean over the epoch's samples), as Keras 3 logs it.
+``OutputLoss`` metric per output that logs that output's loss without its loss weight (with
+the sample weights) as ``<output name>_loss`` (a mean over the epoch's samples), as Keras 3
+logs it.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def _pick(structure: Any, names: list[str], index: int, what: str) -> Any:
 
 
 class OutputLoss(Metric):
-    """The unweighted loss of one output, averaged over the samples (logged as ``<name>_loss``).
+    """The loss of one output without its loss weight, averaged over the samples (logged as
+    ``<name>_loss``).
 
     Args:
         output: the output's name.

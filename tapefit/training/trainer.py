@@ -336,8 +336,8 @@ class Trainer:
             ``"sparse_categorical_crossentropy"``, ...); for a model with several outputs,
             one loss for all of them, a list (one per output, ``None`` for none) or a dict
             keyed by output name (``Model.output_names``), as Keras's ``compile``: the
-            logs then hold ``loss`` (the weighted total) and each output's unweighted
-            ``<name>_loss``. The model's regularization
+            logs then hold ``loss`` (the weighted total) and each output's
+            ``<name>_loss`` (without its loss weight). The model's regularization
             losses (``model.losses``) are added to it, read at every step; when they are
             empty at the first step of a fit they are not read again in that fit
             (tapefit's regularizers are fixed when a layer is made).
