@@ -36,6 +36,7 @@ CALLABLES = {
     "LearningRateScheduler": "callbacks.LearningRateScheduler",
     "LambdaCallback": "callbacks.LambdaCallback",
     "ProgbarLogger": "callbacks.ProgbarLogger",
+    "SeedGenerator": "random.SeedGenerator",
 }
 LAYERS = [  # the layers tapefit has
     "Dense", "Conv1D", "Conv2D", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalMaxPooling1D",

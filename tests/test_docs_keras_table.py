@@ -62,6 +62,8 @@ def twin(heading: str):
         return trainer[heading]
     if heading in plugins:
         return getattr(tp.plugins, plugins[heading])
+    if heading == "SeedGenerator":
+        return tp.random.SeedGenerator
     return getattr(tp.layers, heading)
 
 

@@ -1,7 +1,9 @@
 """Seeded random numbers: ``tp.random.set_seed`` makes a program repeat itself exactly.
 
 One global NumPy generator serves ops without a ``seed``; an op-level ``seed`` gets
-its own generator derived from (global seed, op seed), as in TensorFlow.
+its own generator derived from (global seed, op seed), as in TensorFlow. A ``seed`` may also
+be a ``SeedGenerator`` (Keras 3's): its state is a Variable, so a model that holds one keeps
+it in its weights, its checkpoints and its model files.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy.typing as npt
 from tapefit.core import dtypes as _dt
 from tapefit.core.function import draw as _draw
 from tapefit.core.ops.creation import checked_shape
-from tapefit.core.tensor import Tensor, _wrap
+from tapefit.core.tensor import Tensor, Variable, _wrap
 
 _DEFAULT_GLOBAL_SEED = 87654321  # used for op seeds when no global seed was set, as TF does
 
@@ -26,9 +28,11 @@ class _Generators:
         self.main = np.random.default_rng()
         self.by_op_seed: dict[int, np.random.Generator] = {}
 
-    def get(self, seed: int | None) -> np.random.Generator:
+    def get(self, seed: Any) -> np.random.Generator:
         if seed is None:
             return self.main
+        if isinstance(seed, SeedGenerator):
+            return seed._next_generator()
         seed = _seed(seed, "seed")
         generator = self.by_op_seed.get(seed)
         if generator is None:
@@ -38,6 +42,81 @@ class _Generators:
 
 
 _generators = _Generators()
+
+_INT64 = np.iinfo(np.int64)
+
+
+class SeedGenerator:
+    """A seed that moves on with every draw (Keras 3's ``keras.random.SeedGenerator``).
+
+    Pass it as the ``seed`` of ``tp.random.normal``, ``uniform``, ``tp.nn.dropout`` (or of a
+    layer that takes a seed): each draw uses the state and advances it, so draws differ from
+    call to call and repeat from the seed. The state is ``state``, a non-trainable int64
+    Variable ``[seed, draws so far]``; a layer or model that holds the generator as an
+    attribute holds that Variable as one of its weights, so checkpoints and model files keep
+    it and restore it exactly. Inside a ``tp.function`` every call draws afresh.
+
+    Args:
+        seed: an int; ``None`` draws one from the global generator (``tp.random.set_seed``
+            makes it repeat).
+        name: the generator's name (default ``"seed_generator"``).
+
+    Example::
+
+        gen = tp.random.SeedGenerator(seed=42)
+        a = tp.random.normal((2, 3), seed=gen)
+        b = tp.random.normal((2, 3), seed=gen)   # other numbers than a
+    """
+
+    def __init__(self, seed: int | None = None, name: str | None = None) -> None:
+        self._initial_seed = seed
+        if seed is None:
+            value = int(_generators.main.integers(1, 10**9))
+        else:
+            if isinstance(seed, bool):
+                raise TypeError(f"SeedGenerator: seed must be an int or None, got {seed!r}")
+            try:
+                value = operator.index(seed)
+            except TypeError:
+                raise TypeError(f"SeedGenerator: seed must be an int or None, got {seed!r}") from None
+            if not _INT64.min <= value <= _INT64.max:
+                raise ValueError(f"SeedGenerator: seed must fit in int64, got {value}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"SeedGenerator: name must be a string, got {name!r}")
+        self.name = name or "seed_generator"
+        self.state = Variable(
+            np.array([value, 0], dtype=np.int64), trainable=False, name="seed_generator_state"
+        )
+
+    def _next_generator(self) -> np.random.Generator:
+        """A NumPy generator for the current state; advances the state (outside any trace: a
+        ``tp.function`` replay calls the draw again, which comes here again)."""
+        seed, count = (int(v) for v in self.state._value)
+        # a new array rather than a write into it: a tape or a caller may hold the old one
+        self.state._value = np.array([seed, count + 1], dtype=np.int64)
+        return np.random.default_rng([seed % 2**64, count % 2**64])
+
+    def next(self) -> Tensor:
+        """The state before this call (``[seed, draws so far]``, int64); advances it, as a draw does."""
+        before = np.array(self.state._value)
+        self._next_generator()
+        return Tensor(before)
+
+    def _tracked_items(self) -> list[tuple[str, Any]]:
+        """What a module that holds this generator tracks: its state Variable."""
+        return [("state", self.state)]
+
+    def get_config(self) -> dict[str, Any]:
+        """``seed`` as given (``None`` stays ``None``) and ``name``, as Keras's."""
+        return {"seed": self._initial_seed, "name": self.name}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> SeedGenerator:
+        return cls(**config)
+
+    def __repr__(self) -> str:
+        seed, count = (int(v) for v in self.state._value)
+        return f"<SeedGenerator {self.name!r} seed={seed} draws={count}>"
 
 
 def _seed(seed: Any, what: str) -> int:
@@ -71,8 +150,8 @@ def get_global_generator() -> np.random.Generator:
     return _generators.main
 
 
-def generator(seed: int | None = None) -> np.random.Generator:
-    """The generator an op with this ``seed`` draws from."""
+def generator(seed: Any = None) -> np.random.Generator:
+    """The generator an op with this ``seed`` draws from (a ``SeedGenerator`` advances)."""
     return _generators.get(seed)
 
 
@@ -125,9 +204,16 @@ def _float_dtype(dtype: Any, name: str) -> np.dtype:
 
 
 def normal(
-    shape: Any, mean: float = 0.0, stddev: float = 1.0, dtype: Any = _dt.float32, seed: int | None = None
+    shape: Any,
+    mean: float = 0.0,
+    stddev: float = 1.0,
+    dtype: Any = _dt.float32,
+    seed: int | SeedGenerator | None = None,
 ) -> Tensor:
-    """Samples from a normal distribution."""
+    """Samples from a normal distribution.
+
+    ``seed``: ``None`` (the global generator), an op seed (an int), or a ``SeedGenerator``.
+    """
     dtype = _float_dtype(dtype, "normal")
     shape = checked_shape(shape, "random.normal")
     work = np.float64 if dtype == _dt.float64 else np.float32
@@ -152,11 +238,12 @@ def uniform(
     minval: float = 0.0,
     maxval: float | None = None,
     dtype: Any = _dt.float32,
-    seed: int | None = None,
+    seed: int | SeedGenerator | None = None,
 ) -> Tensor:
     """Samples uniformly from ``[minval, maxval)``.
 
     ``maxval`` defaults to 1 for floating dtypes; integer dtypes need it (and ``minval < maxval``).
+    ``seed``: ``None`` (the global generator), an op seed (an int), or a ``SeedGenerator``.
     """
     dtype = _dt.float32 if dtype is None else _dt.as_dtype(dtype)
     shape = checked_shape(shape, "random.uniform")
@@ -189,7 +276,16 @@ def uniform(
     return _wrap(_draw(sample))
 
 
-__all__ = ["generator", "get_global_generator", "get_state", "normal", "set_seed", "set_state", "uniform"]
+__all__ = [
+    "SeedGenerator",
+    "generator",
+    "get_global_generator",
+    "get_state",
+    "normal",
+    "set_seed",
+    "set_state",
+    "uniform",
+]
 
 
 def __dir__() -> list[str]:

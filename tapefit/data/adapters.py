@@ -190,11 +190,16 @@ def sample_weights(
         return None
     from tapefit.layers.losses import Loss
 
-    if not by_step and not isinstance(loss, Loss):
+    # a loss per output passes the weights on to each output's tp.losses.Loss
+    outputs = [o.loss for o in getattr(loss, "outputs", [])] if hasattr(loss, "weights") else []
+    weighs = isinstance(loss, Loss) or (bool(outputs) and all(isinstance(o, Loss) for o in outputs))
+    if not by_step and not weighs:
         raise TypeError(
             f"sample_weight and class_weight need a tp.losses.Loss (it weights the per-sample losses), "
             f"got the loss {loss!r}"
         )
+    if class_weight is None and isinstance(y, (list, tuple, dict)) and y:
+        y = next(iter(y.values())) if isinstance(y, dict) else y[0]  # one weight per sample, every output
     if not isinstance(y, (np.ndarray, Tensor)):
         raise TypeError("sample_weight and class_weight need y as one array of targets")
     labels = np.asarray(y)
@@ -300,8 +305,8 @@ class Batches:
             x, y, weights = batch, None, None
         else:
             (x, y), weights = batch, None
-        if self._weighted:  # arrays with fit's sample_weight or class_weight: (y, weights)
-            y, weights = y
+        if self._weighted:  # arrays with fit's sample_weight or class_weight: {"y": y, "w": weights}
+            y, weights = y["y"], y["w"]
         return x, y, weights
 
     def first_batch(self) -> tuple[Any, Any, Any]:
@@ -313,7 +318,7 @@ class Batches:
         if self.source.y is None:
             return batch, None, None
         x, y = batch
-        return (x, *y) if self._weighted else (x, y, None)
+        return (x, y["y"], y["w"]) if self._weighted else (x, y, None)
 
     def first_inputs(self) -> Any:
         """The inputs of a first batch, to build a model with, leaving the source where it was."""
@@ -407,7 +412,12 @@ def adapt(
         weights = sample_weights(y, sample_weight, class_weight, loss, by_step=not targets)
         loader = BatchLoader(
             float32_inputs(x),
-            None if y is None else float32_inputs(y) if weights is None else (float32_inputs(y), weights),
+            # a dict keeps targets of several outputs a structure beside the weights
+            None
+            if y is None
+            else float32_inputs(y)
+            if weights is None
+            else {"y": float32_inputs(y), "w": weights},
             batch_size=batch_size,
             shuffle=shuffle,
             drop_last=drop_last,

@@ -117,7 +117,10 @@ class IterableSource:
 
     Each epoch takes ``iter(iterable)`` afresh: a re-iterable (a list, a data set object)
     starts over, a generator goes on where the last epoch left it, as in Keras. An epoch ends
-    when the stream is exhausted or after ``steps_per_epoch`` batches.
+    when the stream is exhausted or after ``steps_per_epoch`` batches. With
+    ``steps_per_epoch``, as Keras does, the next epoch goes on where the last one stopped
+    while the stream lasts (a list of 3 batches with ``steps_per_epoch=2``: batches 0, 1, then
+    2, then 0, 1 again), and starts it over once an epoch has run it out.
     """
 
     checkpointable = False
@@ -126,16 +129,21 @@ class IterableSource:
         self.iterable = iterable
         length = getattr(iterable, "__len__", None)
         self.num_batches = steps_per_epoch if steps_per_epoch is not None else (length() if length else None)
+        self._steps = steps_per_epoch
         self._iterator: Iterator[Any] | None = None
         self._pending: list[Any] = []  # a batch peek() read and next_batch() has not given yet
+        self._exhausted = False  # the iterator ran out: the next epoch takes a new one
         self.position = 0
 
     def start_epoch(self) -> None:
+        self.position = 0
+        if self._steps is not None and self._iterator is not None and not self._exhausted:
+            return  # Keras's steps_per_epoch: the epoch goes on with the stream where it stopped
         iterator = iter(self.iterable)  # a generator is its own iterator: it goes on
         if iterator is not self._iterator:
             self._pending = []
         self._iterator = iterator
-        self.position = 0
+        self._exhausted = False
 
     def peek(self) -> Any:
         """The next batch, left to be given again by ``next_batch``."""
@@ -150,7 +158,11 @@ class IterableSource:
             self.start_epoch()
         if self.num_batches is not None and self.position >= self.num_batches:
             raise StopIteration
-        batch = self._pending.pop() if self._pending else next(self._iterator)  # type: ignore[arg-type]
+        try:
+            batch = self._pending.pop() if self._pending else next(self._iterator)  # type: ignore[arg-type]
+        except StopIteration:
+            self._exhausted = True
+            raise
         self.position += 1
         return batch
 
@@ -159,6 +171,7 @@ class IterableSource:
 
     def set_state(self, state: dict[str, Any]) -> None:
         # A Python iterable has no state to go back to: the epoch's stream restarts.
+        self._iterator = None
         self.start_epoch()
 
 

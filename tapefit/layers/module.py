@@ -379,12 +379,14 @@ def _spec_of(value: Any) -> Any:
 
 
 def _container_items(value: Any) -> Iterator[tuple[Any, Any]] | None:
-    """The (key, item) pairs of a dict, list or tuple (keys as they are: paths format them)."""
+    """The (key, item) pairs of a dict, list or tuple (keys as they are: paths format them), or
+    of an object that names what it holds with ``_tracked_items()`` (a ``SeedGenerator``)."""
     if isinstance(value, dict):
         return iter(value.items())
     if isinstance(value, (list, tuple)):
         return enumerate(value)
-    return None
+    tracked = getattr(type(value), "_tracked_items", None)  # tp.random.SeedGenerator's state
+    return iter(tracked(value)) if tracked is not None else None
 
 
 # Attribute values that hold nothing to track: the walk skips them with one set lookup.

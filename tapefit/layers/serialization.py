@@ -163,6 +163,7 @@ def _namespace(cls: type) -> str | None:
         ("tapefit.optimizers.schedules", "tapefit.optimizers.schedules"),
         ("tapefit.optimizers", "tapefit.optimizers"),
         ("tapefit.layers", "tapefit.layers"),
+        ("tapefit.core.random", "tapefit.random"),
     ):
         if module == prefix or module.startswith(prefix + "."):
             return space
@@ -172,6 +173,7 @@ def _namespace(cls: type) -> str | None:
 def layer_tables() -> dict[str, dict[str, type]]:
     """The built-in classes that layers' configs may name: ``{namespace: {class name: class}}``."""
     from tapefit import layers
+    from tapefit.core import random
     from tapefit.layers import constraints, initializers, losses, metrics, regularizers
     from tapefit.layers.module import Module
 
@@ -196,6 +198,8 @@ def layer_tables() -> dict[str, dict[str, type]]:
         "tapefit.initializers": classes(initializers, initializers.Initializer, initializers.__all__),
         "tapefit.regularizers": classes(regularizers, regularizers.Regularizer, regularizers.__all__),
         "tapefit.constraints": classes(constraints, constraints.Constraint, constraints.__all__),
+        # a layer's seed may be a SeedGenerator; its state comes back with the weights
+        "tapefit.random": {"SeedGenerator": random.SeedGenerator},
     }
 
 

@@ -185,6 +185,7 @@ class TrainingMethods:
         loss: Any = None,
         loss_weights: Any = None,
         metrics: Any = None,
+        weighted_metrics: Any = None,
         *,
         jit_compile: bool = False,
         **kwargs: Any,
@@ -197,14 +198,22 @@ class TrainingMethods:
                 none, when the step uses optimizers the model holds itself (a GAN's two).
             loss: as ``tp.Trainer`` takes it; ``None`` when ``add_loss`` or the step gives the loss.
             loss_weights: each output's weight in the total loss, as ``tp.Trainer`` takes them.
-            metrics: as ``tp.Trainer`` takes them.
+            metrics: as ``tp.Trainer`` takes them (updated without sample weights).
+            weighted_metrics: as ``tp.Trainer`` takes them (updated with the sample weights).
             jit_compile: run the training step as a ``tp.function`` (``Trainer(compile=True)``).
             **kwargs: the other arguments of ``tp.Trainer`` (``plugins``, ``output_dir``, ...).
         """
         from tapefit.training import Trainer  # the training package stands above the layers
 
         self.__dict__["_compiled"] = Trainer(
-            self, optimizer, loss, metrics, loss_weights=loss_weights, compile=jit_compile, **kwargs
+            self,
+            optimizer,
+            loss,
+            metrics,
+            loss_weights=loss_weights,
+            weighted_metrics=weighted_metrics,
+            compile=jit_compile,
+            **kwargs,
         )
 
     def _compiled_trainer(self, what: str) -> Any:

@@ -43,7 +43,7 @@ __all__ = [
     "save_model",
 ]
 
-_COMPILE_KEYS = ("loss", "metrics", "loss_weights")
+_COMPILE_KEYS = ("loss", "metrics", "loss_weights", "weighted_metrics")
 
 
 def _tables() -> dict[str, dict[str, type]]:
@@ -85,6 +85,7 @@ def save_model(
     loss: Any = None,
     metrics: Any = None,
     loss_weights: Any = None,
+    weighted_metrics: Any = None,
 ) -> None:
     """Writes ``model`` (and optionally what a trainer trains it with) to one ``.tapefit`` file.
 
@@ -101,18 +102,22 @@ def save_model(
             or a list or dict of them, one per output).
         metrics: the metrics as given to ``Trainer`` (names, metric objects).
         loss_weights: the loss weights as given to ``Trainer``.
+        weighted_metrics: the weighted metrics as given to ``Trainer``.
 
     Raises:
         ValueError: something in the model or the compile state that a file cannot describe
             (an unregistered class or function, a plain callable learning rate), named.
     """
     compile_config = None
-    if optimizer is not None or loss is not None or metrics is not None or loss_weights is not None:
+    given = (optimizer, loss, metrics, loss_weights, weighted_metrics)
+    if any(value is not None for value in given):
         compile_config = {
             "loss": serialization.to_plain(loss, "loss"),
             "metrics": serialization.to_plain(metrics, "metrics"),
             "loss_weights": serialization.to_plain(loss_weights, "loss_weights"),
         }
+        if weighted_metrics is not None:  # files without it read as before
+            compile_config["weighted_metrics"] = serialization.to_plain(weighted_metrics, "weighted_metrics")
     saving.save_model(
         model,
         path,
@@ -132,6 +137,7 @@ class CompiledModel:
         loss: the loss as the trainer was given it (names stay names).
         metrics: the metrics as the trainer was given them.
         loss_weights: the loss weights as the trainer was given them.
+        weighted_metrics: the weighted metrics as the trainer was given them.
     """
 
     model: Module
@@ -139,6 +145,7 @@ class CompiledModel:
     loss: Any
     metrics: Any
     loss_weights: Any
+    weighted_metrics: Any = None
 
 
 def load_compiled(
@@ -190,7 +197,14 @@ def _load_compiled(contents: saving.ModelFile, tables: dict[str, dict[str, type]
         )
     compiled = {k: serialization.from_plain(compile_config.get(k), tables, k) for k in _COMPILE_KEYS}
     _check_compiled(compiled)
-    return CompiledModel(model, optimizer, compiled["loss"], compiled["metrics"], compiled["loss_weights"])
+    return CompiledModel(
+        model,
+        optimizer,
+        compiled["loss"],
+        compiled["metrics"],
+        compiled["loss_weights"],
+        compiled["weighted_metrics"],
+    )
 
 
 def load_model(path: str | os.PathLike[str], custom_objects: Mapping[str, Any] | None = None) -> Module:
@@ -412,9 +426,10 @@ def _check_compiled(compiled: dict[str, Any]) -> None:
 
     for value, where in each(compiled["loss"], "loss"):
         check(value, where, losses.Loss, losses.get)
-    for value, where in each(compiled["metrics"], "metrics"):
-        for metric, at in each(value, where) if isinstance(value, (list, dict)) else [(value, where)]:
-            check(metric, at, metrics.Metric, metrics.get)
+    for key in ("metrics", "weighted_metrics"):
+        for value, where in each(compiled[key], key):
+            for metric, at in each(value, where) if isinstance(value, (list, dict)) else [(value, where)]:
+                check(metric, at, metrics.Metric, metrics.get)
     for value, where in each(compiled["loss_weights"], "loss_weights"):
         if value is not None and not (
             isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

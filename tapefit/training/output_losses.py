@@ -3,8 +3,9 @@
 ``resolve_losses`` turns the trainer's ``loss`` and ``loss_weights`` arguments into one
 callable ``loss(y_true, y_pred)``: for a model with one output and no weights, the loss
 itself; otherwise an ``OutputLosses`` that sums each output's loss times its weight, with one
-``OutputLoss`` metric per output that logs that output's unweighted loss as
-``<output name>_loss`` (a mean over the epoch's samples), as Keras 3 logs it.
+``OutputLoss`` metric per output that logs that output's loss without its loss weight (with
+the sample weights) as ``<output name>_loss`` (a mean over the epoch's samples), as Keras 3
+logs it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from tapefit.core.ops import reduce_mean
 from tapefit.core.tensor import Tensor
 from tapefit.layers.metrics import Metric
 
@@ -61,7 +63,8 @@ def _pick(structure: Any, names: list[str], index: int, what: str) -> Any:
 
 
 class OutputLoss(Metric):
-    """The unweighted loss of one output, averaged over the samples (logged as ``<name>_loss``).
+    """The loss of one output without its loss weight, averaged over the samples (logged as
+    ``<name>_loss``).
 
     Args:
         output: the output's name.
@@ -81,13 +84,19 @@ class OutputLoss(Metric):
         """This output's loss in a batch (a scalar Tensor)."""
         y = _pick(y_true, self.names, self.index, "y")
         p = _pick(y_pred, self.names, self.index, "the model's outputs")
-        return self.loss(y, p) if sample_weight is None else self.loss(y, p, sample_weight=sample_weight)
+        value = self.loss(y, p) if sample_weight is None else self.loss(y, p, sample_weight=sample_weight)
+        if getattr(value, "ndim", 0):  # a loss function's per-sample values: their mean, as Keras's
+            value = reduce_mean(value)
+        return value
+
+    takes_sample_weight = True  # the batch's sample weights weigh it, as they weigh the loss
 
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
-        """Adds a batch's loss, weighted by its number of samples (as Keras's ``Mean``)."""
+        """Adds a batch's loss (weighted by ``sample_weight``, as the total loss is), counted by
+        its number of samples (as Keras's loss trackers)."""
         p = _pick(y_pred, self.names, self.index, "the model's outputs")
         n = float(np.shape(p)[0]) if np.ndim(p) else 1.0
-        self.total += float(self.value(y_true, y_pred)) * n
+        self.total += float(self.value(y_true, y_pred, sample_weight)) * n
         self.count += n
 
 

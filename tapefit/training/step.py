@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tapefit.layers.metrics import Mean
+from tapefit.training.compiled_metrics import update_metrics
 from tapefit.training.state import TrainState
 
 __all__ = [
@@ -149,9 +150,10 @@ def metric_results(metrics: list[Any]) -> dict[str, Any]:
 
 class CompiledMetrics:
     """The trainer's compiled metrics as one entry of ``model.metrics`` (Keras's
-    ``compile_metrics``): ``update_state(y, y_pred, sample_weight)`` updates each of them,
-    unweighted (they are ``metrics``, not ``weighted_metrics``), and ``result()`` is
-    ``{name: result}`` of each. Their states are checkpointed one by one, not through it.
+    ``compile_metrics``): ``update_state(y, y_pred, sample_weight)`` updates each of them
+    (``weighted_metrics`` with ``sample_weight``, ``metrics`` without it), and ``result()`` is
+    ``{name: result}`` of each, by the names they log. Their states are checkpointed one by
+    one, not through it.
     """
 
     name = "compile_metrics"
@@ -160,8 +162,7 @@ class CompiledMetrics:
         self.metrics = metrics
 
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
-        for metric in self.metrics:
-            metric.update_state(y_true, y_pred)
+        update_metrics(self.metrics, y_true, y_pred, sample_weight)
 
     def result(self) -> dict[str, Any]:
         return {metric.name: metric.result() for metric in self.metrics}

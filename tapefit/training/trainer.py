@@ -31,7 +31,7 @@ from tapefit.checkpointing.validate import check_checkpoint, check_fits
 from tapefit.core import nest
 from tapefit.core import random as _random
 from tapefit.core.function import function, guard, host_call, tracing
-from tapefit.core.ops import add_n, reduce_sum
+from tapefit.core.ops import add_n, reduce_mean, reduce_sum
 from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor, Variable
 from tapefit.data.adapters import (
@@ -53,6 +53,7 @@ from tapefit.distributed.world import World
 from tapefit.layers.preprocessing.encoding import takes_strings
 from tapefit.plugins.manager import PluginManager, create_plugin
 from tapefit.training.boundary import STOP_SIGNALS, Boundary
+from tapefit.training.compiled_metrics import resolve_metrics, update_metrics
 from tapefit.training.output_losses import resolve_losses
 from tapefit.training.state import TrainState
 from tapefit.training.step import (
@@ -165,28 +166,16 @@ def _resolve_optimizer(optimizer: Any) -> Any:
     return optimizer
 
 
-def _resolve_metrics(metrics: Any, loss: Any) -> list[Any]:
-    if metrics is None:
-        return []
-    if isinstance(metrics, (str, dict)) or not isinstance(metrics, (list, tuple)):
-        metrics = [metrics]
-    resolved = []
-    for metric in metrics:
-        _not_a_class(metric, "metrics", "a metric")
-        if isinstance(metric, str):
-            from tapefit.layers import metrics as metrics_module
+def _resolve_metric(metric: Any, loss: Any) -> Any:
+    """One metric object from a name (``"accuracy"`` resolves against ``loss``) or an object."""
+    _not_a_class(metric, "metrics", "a metric")
+    if isinstance(metric, str):
+        from tapefit.layers import metrics as metrics_module
 
-            metric = metrics_module.get(metric, loss=loss)
-        if not (hasattr(metric, "update_state") and hasattr(metric, "result")):
-            raise TypeError(
-                f"a metric must be a name (such as 'accuracy') or a metric object, got {metric!r}"
-            )
-        resolved.append(metric)
-    names = [m.name for m in resolved]
-    duplicates = sorted({n for n in names if names.count(n) > 1} | ({"loss"} & set(names)))
-    if duplicates:
-        raise ValueError(f"metric names must be unique and not 'loss'; clashing: {duplicates}")
-    return resolved
+        metric = metrics_module.get(metric, loss=loss)
+    if not (hasattr(metric, "update_state") and hasattr(metric, "result")):
+        raise TypeError(f"a metric must be a name (such as 'accuracy') or a metric object, got {metric!r}")
+    return metric
 
 
 def _metric_state(metric: Any) -> dict[str, Any]:
@@ -342,16 +331,20 @@ class Trainer:
         model: a ``tp.Module`` (or a callable with ``trainable_variables``); it gets
             ``training=True`` in ``fit`` and ``training=False`` in ``evaluate``/``predict``.
         optimizer: an optimizer object or name (``"adam"``, ``"sgd"``, ...).
-        loss: a loss object/callable ``(y_true, y_pred) -> scalar`` or name (``"mse"``,
+        loss: a loss object, a callable ``(y_true, y_pred)`` giving a scalar or per-sample
+            values (averaged, as Keras does), or a name (``"mse"``,
             ``"sparse_categorical_crossentropy"``, ...); for a model with several outputs,
             one loss for all of them, a list (one per output, ``None`` for none) or a dict
             keyed by output name (``Model.output_names``), as Keras's ``compile``: the
-            logs then hold ``loss`` (the weighted total) and each output's unweighted
-            ``<name>_loss``. The model's regularization
+            logs then hold ``loss`` (the weighted total) and each output's
+            ``<name>_loss`` (without its loss weight). The model's regularization
             losses (``model.losses``) are added to it, read at every step; when they are
             empty at the first step of a fit they are not read again in that fit
             (tapefit's regularizers are fixed when a layer is made).
-        metrics: metric objects or names (``"accuracy"`` resolves against the loss).
+        metrics: metric objects or names (``"accuracy"`` resolves against the loss), updated
+            without sample weights; for a model with several outputs, a list with one entry
+            (a metric, a list of them or ``None``) per output or a dict keyed by output name,
+            each logged as ``<output>_<metric>``, as Keras's ``compile``.
         plugins: plugin objects or modules, built-in short names, or config dicts
             ``{"type": name, ...}``; their hooks run in this order.
         output_dir: where plugins put their files by default (``tensorboard/``,
@@ -375,6 +368,10 @@ class Trainer:
         loss_weights: the weight of each output's loss in the total (Keras's ``compile``
             argument): a list in the order of the outputs, a dict keyed by output name, or
             a number for a model with one output; default 1 each.
+        weighted_metrics: metrics updated with the batch's sample weights (``sample_weight``,
+            and the weights ``class_weight`` gives), in the forms ``metrics`` takes (Keras's
+            ``compile`` argument). One whose log name an unweighted metric already has logs
+            as ``weighted_<name>``.
 
     Attributes a plugin may read: ``model``, ``optimizer``, ``loss``, ``metrics``,
     ``plugins`` (the ``PluginManager``), ``output_dir``, ``config``, ``epoch`` (index of
@@ -404,13 +401,20 @@ class Trainer:
         compile: bool | str = False,
         threads: int | str | None = None,
         loss_weights: Any = None,
+        weighted_metrics: Any = None,
     ) -> None:
         self.model = model
         self.optimizer = _resolve_optimizer(optimizer)
         # As given (names stay names), for save: a model file rebuilds them the same way.
-        self._compile_args = {"loss": loss, "metrics": metrics, "loss_weights": loss_weights}
+        self._compile_args = {
+            "loss": loss,
+            "metrics": metrics,
+            "loss_weights": loss_weights,
+            "weighted_metrics": weighted_metrics,
+        }
         self.loss, output_losses = resolve_losses(loss, loss_weights, model, _resolve_loss)
-        self.metrics = _resolve_metrics(metrics, loss) + output_losses
+        compiled = resolve_metrics(metrics, weighted_metrics, loss, model, _resolve_metric)
+        self.metrics = compiled + output_losses
         self.plugins = PluginManager()
         if plugins is not None and not isinstance(plugins, (list, tuple)):
             plugins = [plugins]  # one plugin, name or config dict given on its own
@@ -518,6 +522,7 @@ class Trainer:
             compiled.loss,
             compiled.metrics,
             loss_weights=compiled.loss_weights,
+            weighted_metrics=compiled.weighted_metrics,
             **kwargs,
         )
 
@@ -612,6 +617,8 @@ class Trainer:
                 if sample_weight is None
                 else self.loss(y, y_pred, sample_weight=sample_weight)
             )
+            if getattr(loss, "ndim", 0):  # a loss function's per-sample values: their mean, as Keras's
+                loss = reduce_mean(loss)
         if self._has_losses is not False:
             added = getattr(self.model, "losses", None)
             # Walking the model for its losses costs about 1% of an MLP step; a model without
@@ -638,9 +645,9 @@ class Trainer:
         return metric_results(metrics)
 
     def update_compiled_metrics(self, y: Any, y_pred: Any, sample_weight: Any = None) -> None:
-        """Updates the compiled metrics with a batch (unweighted, as Keras's ``metrics``)."""
-        for metric in self.metrics:
-            metric.update_state(y, y_pred)
+        """Updates the compiled metrics with a batch: ``weighted_metrics`` with ``sample_weight``,
+        ``metrics`` without it, as Keras."""
+        update_metrics(self.metrics, y, y_pred, sample_weight)
 
     def _epoch_metrics(self) -> list[Any]:
         """The metrics an epoch resets and a checkpoint saves: the compiled ones, then those the
@@ -796,8 +803,7 @@ class Trainer:
         else:
             self.apply(zip(grads, variables), logs=logs)
         self._loss_tracker.add(loss_value, batch_len(y if y is not None else x))
-        for metric in self.metrics:
-            metric.update_state(y, y_pred)
+        update_metrics(self.metrics, y, y_pred, weights)
         # As Keras: a batch's logs hold the epoch's running values, the loss's included, and
         # every metric of the model's (a layer's own too); under MPI, this process's.
         logs["loss"] = self.state.running_loss
@@ -812,8 +818,7 @@ class Trainer:
         n = batch_len(y if y is not None else x)
         loss = self._total_loss(y, y_pred, weights)
         self._loss_tracker.add(float(loss), n)
-        for metric in self.metrics:
-            metric.update_state(y, y_pred)
+        update_metrics(self.metrics, y, y_pred, weights)
         logs = {"loss": self.state.running_loss}
         for metric in self._logged_metrics:
             logs[metric.name] = float(metric.result())
@@ -930,8 +935,9 @@ class Trainer:
                 not configured (the loggers are ``tapefit.plugins.<name>``).
             sample_weight: one non-negative weight per training sample; each sample's loss is
                 multiplied by it, and a batch's loss is the weighted sum over the batch size
-                (Keras's ``sum_over_batch_size``). Metrics stay unweighted, as Keras's
-                ``metrics`` (not ``weighted_metrics``). Needs a ``tp.losses.Loss`` loss.
+                (Keras's ``sum_over_batch_size``). ``weighted_metrics`` are weighted by it (and
+                by ``class_weight``), ``metrics`` are not, as in Keras. Needs a
+                ``tp.losses.Loss`` loss.
             class_weight: ``{class index: weight}``, multiplying the weight of each sample by
                 its class's (class indices, or one-hot labels by their argmax); a class it does
                 not list weighs 1, as in Keras. Unlike Keras 3, it may be given with
@@ -940,7 +946,8 @@ class Trainer:
                 validation: the last ones, before any shuffling (Keras's rule), with their
                 ``sample_weight`` weighing the validation loss.
             steps_per_epoch: with a stream, end each epoch after this many batches (else
-                when the stream is exhausted).
+                when the stream is exhausted); the next epoch goes on with the stream where
+                the last one stopped, and starts it over once it ran out, as in Keras.
             validation_steps: with a stream as validation data, evaluate this many batches.
             validation_batch_size: samples per batch of validation arrays (``None``:
                 ``batch_size``).
@@ -1267,7 +1274,8 @@ class Trainer:
             return
         if steps is not None:
             raise ValueError("steps is for data sets and generators; with arrays every sample is used")
-        targets_of = float32_inputs(y) if weights is None else (float32_inputs(y), weights)
+        # a dict keeps targets of several outputs a structure beside the weights
+        targets_of = float32_inputs(y) if weights is None else {"y": float32_inputs(y), "w": weights}
         loader = BatchLoader(
             float32_inputs(x), targets_of if targets else None, batch_size=batch_size, shuffle=False
         )
@@ -1277,7 +1285,7 @@ class Trainer:
                 yield batch
             else:
                 xb, yb = batch
-                yield (xb, *yb) if weights is not None else (xb, yb, None)
+                yield (xb, yb["y"], yb["w"]) if weights is not None else (xb, yb, None)
 
     def evaluate(
         self,
@@ -1295,7 +1303,7 @@ class Trainer:
 
         ``x`` may be arrays with targets ``y``, or a stream of ``(x, y)`` batches as ``fit``
         takes (``steps``: evaluate at most this many of its batches). ``sample_weight`` (with
-        arrays) weighs each sample's loss as in ``fit``; metrics stay unweighted. The metrics'
+        arrays) weighs each sample's loss and the ``weighted_metrics`` as in ``fit``. The metrics'
         running training state is kept, so this can be called in the middle of a fit.
 
         ``steps`` and ``sample_weight`` are keyword-only (Keras's fourth positional argument

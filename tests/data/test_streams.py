@@ -565,3 +565,22 @@ def test_a_pydataset_style_object_is_read_by_index_and_resumes_exactly(tmp_path)
     assert again.history == history.history
     for a, b in zip(resumed.model.get_weights(), reference.model.get_weights()):
         np.testing.assert_array_equal(a, b)
+
+
+def test_steps_per_epoch_goes_on_with_the_stream_where_the_last_epoch_stopped():
+    # Keras's rule: a stream of 3 batches with steps_per_epoch=2 gives 0, 1 | 2 | 0, 1 | 2
+    batches = [(X[i : i + 1], Y[i : i + 1]) for i in range(3)]
+    seen = []
+
+    class Recorded:
+        def __iter__(self):
+            for batch in batches:
+                seen.append(int(np.flatnonzero((X == batch[0]).all(axis=1))[0]))
+                yield batch
+
+    trainer = build()
+    history = trainer.fit(Recorded(), epochs=4, steps_per_epoch=2, verbose=0)
+    assert seen == [0, 1, 2, 0, 1, 2] and trainer.step == 6 and history.epoch == [0, 1, 2, 3]
+    seen.clear()
+    build().fit(Recorded(), epochs=2, verbose=0)  # without steps_per_epoch every epoch starts over
+    assert seen == [0, 1, 2, 0, 1, 2]

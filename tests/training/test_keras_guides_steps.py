@@ -274,7 +274,7 @@ def test_gan_with_its_own_compile_and_two_optimizers(monkeypatch):
             self.latent_dim = latent_dim
             self.d_loss_tracker = tp.metrics.Mean(name="d_loss")
             self.g_loss_tracker = tp.metrics.Mean(name="g_loss")
-            self.seed_generator = 1337  # no keras.random.SeedGenerator: tapefit's op seeds are ints
+            self.seed_generator = tp.random.SeedGenerator(1337)
 
         @property
         def metrics(self):

@@ -66,12 +66,14 @@ _NOT_TRAINER_KEYS = (
     "loss",
     "loss_weights",
     "metrics",
+    "weighted_metrics",
     "plugins",
     "config",
     "callbacks",
 )
 """``fit``'s and ``Trainer``'s arguments that other sections or the command itself give (or,
-as ``loss_weights`` for a model with several outputs, that a config's one loss has no use for)."""
+as ``loss_weights`` for a model with several outputs, that a config's one loss has no use for,
+and ``weighted_metrics``, which a config's data, without sample weights, has no use for)."""
 
 
 def trainer_params() -> dict[str, Param]:
