@@ -97,8 +97,8 @@ def _kernel(
 
 class Fused:
     """The forward of a fused run: a kernel over the output's (rows, cols), its inputs reshaped
-    by kind. Called like any forward (by ``fold``, or an unplanned replay); a planned replay
-    writes the call out in its source."""
+    by kind. A planned replay writes its call out in its source; called, it computes the run
+    as any op's forward does."""
 
     def __init__(
         self, kernel: Callable[..., Any], kinds: tuple[str, ...], shape: tuple[int, ...], dtype: np.dtype
@@ -191,7 +191,7 @@ class _Fuser:
             ins[4] not in self.escaped and self.last.get(ins[4], -1) <= end for _, ins in self.run[:-1]
         )
 
-    def compiled(self, update: Variable | None, sign: str, start: int) -> tuple[Fused, list[int]]:
+    def compiled(self, update: Variable | None = None, sign: str = "") -> tuple[Fused, list[int]]:
         """The run's forward and its input slots (an update's kernel reads the variable's array
         as its output, ``x0``)."""
         made = {ins[4] for _, ins in self.run}
@@ -205,9 +205,7 @@ class _Fuser:
                 read = self.reads_of.get(slot)
                 if slot in made:
                     args.append(f"t{slot}")
-                elif (
-                    update is not None and read is not None and read[0] is update and self._still(read, start)
-                ):
+                elif update is not None and read is not None and read[0] is update and self._still(read):
                     args.append("x0")  # the variable's array as it is now: read, and unchanged since
                 else:
                     if slot not in names:
@@ -227,8 +225,9 @@ class _Fuser:
         assert layout is not None  # fusible ops have one
         return layout
 
-    def _still(self, read: tuple[Variable, int], start: int) -> bool:
-        """Whether a variable read at ``read[1]`` holds the same array at the run's ``start``."""
+    def _still(self, read: tuple[Variable, int]) -> bool:
+        """Whether a variable read at ``read[1]`` holds the same array now (a run holds no
+        assignment, so now is also when the run's update writes it)."""
         return max(self.touched.get(id(read[0]), -1), self.barrier) < read[1]
 
     def frees(self, extra: tuple[int, ...] = ()) -> tuple[int, ...]:
@@ -241,7 +240,7 @@ class _Fuser:
         # One NumPy ufunc is one pass already; a run, or a forward of several passes, is fused.
         several = len(run) > 1 or not isinstance(run[0][1][1], np.ufunc)
         if several and self.sound(run[-1][0]):
-            forward, inputs = self.compiled(None, "", run[0][0])
+            forward, inputs = self.compiled()
             self.result.append((OP, forward, tuple(inputs), None, run[-1][1][4], self.frees()))
         else:
             self.result.extend(ins for _, ins in run)
@@ -259,11 +258,10 @@ class _Fuser:
         shape, dtype = self._layout(out)
         if variable._value.shape != shape or variable._value.dtype != dtype:
             return False
-        forward, inputs = self.compiled(variable, "-" if method == "assign_sub" else "+", self.run[0][0])
-        kept = tuple(s for s in inputs if s != -1)
+        forward, inputs = self.compiled(variable, "-" if method == "assign_sub" else "+")
         frees = self.frees(tuple(s for s in free if s != value))
         self.result.append(
-            (UPDATE, variable, (forward, method), kept, None, tuple(s for s in frees if s != out))
+            (UPDATE, variable, (forward, method), tuple(inputs), None, tuple(s for s in frees if s != out))
         )
         self.run.clear()
         return True

@@ -247,3 +247,23 @@ def test_jit_compile_without_numba_says_how_to_install_it(monkeypatch):
     with pytest.raises(ImportError, match=r"pip install 'tapefit\[jit\]'"):
         tp.function(lambda x: x, jit_compile=True)
     assert tp.function(lambda x: x * 2.0)(tp.constant(1.0)).numpy() == 2.0  # the default needs none
+
+
+@needs_numba
+def test_a_fused_forward_called_directly_computes_its_run():
+    from tapefit.core.capture import OP
+    from tapefit.core.emit import Source
+    from tapefit.core.fuse import Fused
+
+    b = tp.Variable(np.linspace(-1, 1, 4, dtype=np.float32))
+    fused = tp.function(lambda x: tp.nn.relu(x + b) * 2.0, jit_compile=True)
+    x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    for _ in range(3):
+        fused(tp.constant(x))
+    (program,) = fused._programs.values()
+    (forward,) = [ins[1] for ins in Source(program, True).code if ins[0] == OP and isinstance(ins[1], Fused)]
+    expected = np.maximum(x + b.numpy(), 0) * np.float32(2.0)
+    constants = [np.float32(2.0)]  # the kernel's inputs: x, the bias row, the scalar
+    np.testing.assert_allclose(forward(x, b.numpy(), *constants), expected, rtol=RTOL)
+    out = np.empty_like(x)
+    assert forward(x, b.numpy(), *constants, out=out) is out
