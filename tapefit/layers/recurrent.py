@@ -26,24 +26,19 @@ from tapefit.core.ops.gru_sequence import gru_sequence
 from tapefit.core.ops.linalg import matmul
 from tapefit.core.ops.lstm_sequence import lstm_sequence
 from tapefit.core.ops.recurrent import gru_cell, lstm_cell, rnn_cell
-from tapefit.core.tensor import Tensor, Variable, as_tensor
+from tapefit.core.tensor import Tensor, as_tensor
 from tapefit.layers import activations, constraints, initializers
 from tapefit.layers.module import Layer, known_size, rank_of
-from tapefit.layers.recurrent_cells import StatefulMixin
+from tapefit.layers.recurrent_cells import ForgetBias, RecurrentWeights, ResetAfterBias, StatefulMixin
 
 __all__ = ["GRU", "LSTM", "Bidirectional", "SimpleRNN"]
 
 
-class _RNN(StatefulMixin, Layer):
+class _RNN(RecurrentWeights, StatefulMixin, Layer):
     """What the three layers share: the time loop, masks, ``return_sequences``/``return_state``
     and ``go_backwards``. A subclass gives the number of gates, its states and ``_cell``."""
 
-    _gates = 1
     _state_count = 1
-
-    kernel: Variable | None  # None until build
-    recurrent_kernel: Variable | None  # None until build
-    bias: Variable | None  # None until build, and without use_bias
 
     def __init__(
         self,
@@ -119,12 +114,6 @@ class _RNN(StatefulMixin, Layer):
         }
         self.kernel = self.recurrent_kernel = self.bias = None
 
-    def _bias_shape(self) -> tuple[int, ...]:
-        return (self._gates * self.units,)
-
-    def _bias_initial(self, shape: tuple[int, ...], dtype: Any) -> Any:
-        return self.bias_initializer(shape, dtype)
-
     def build(self, input_shape: Any) -> None:
         """Creates ``kernel`` (features, gates*units), ``recurrent_kernel`` (units, gates*units), ``bias``."""
         if not isinstance(input_shape, tuple) or len(input_shape) != 3:
@@ -132,23 +121,7 @@ class _RNN(StatefulMixin, Layer):
                 f"{type(self).__name__} '{self.name}' needs inputs of shape (batch, time, features), "
                 f"got shape {input_shape}"
             )
-        width = self._gates * self.units
-        self.kernel = self.add_weight(
-            (known_size(self, input_shape, -1, "the features"), width),
-            self.kernel_initializer,
-            name="kernel",
-            constraint=self.kernel_constraint,
-        )
-        self.recurrent_kernel = self.add_weight(
-            (self.units, width),
-            self.recurrent_initializer,
-            name="recurrent_kernel",
-            constraint=self.recurrent_constraint,
-        )
-        if self.use_bias:
-            self.bias = self.add_weight(
-                self._bias_shape(), self._bias_initial, name="bias", constraint=self.bias_constraint
-            )
+        self._add_recurrent_weights(known_size(self, input_shape, -1, "the features"))
         self._note_batch(input_shape)
 
     def _input_projection(self, x: Tensor) -> list[Tensor]:
@@ -366,7 +339,7 @@ _TANH = (activations.tanh, _math.tanh)
 _SIGMOID = (activations.sigmoid, _math.sigmoid)
 
 
-class LSTM(_GatedRNN):
+class LSTM(ForgetBias, _GatedRNN):
     """Keras's ``LSTM``: gates ``i, f, c, o`` in that order along the last axis of ``kernel``
     (features, 4*units), ``recurrent_kernel`` (units, 4*units) and ``bias`` (4*units,).
 
@@ -391,12 +364,6 @@ class LSTM(_GatedRNN):
         super().__init__(units, activation, recurrent_activation, **kwargs)
         self.unit_forget_bias = bool(unit_forget_bias)
         self._arguments.update(unit_forget_bias=unit_forget_bias)
-
-    def _bias_initial(self, shape: tuple[int, ...], dtype: Any) -> Any:
-        value = np.array(as_tensor(self.bias_initializer(shape, dtype)).numpy(), dtype=np.float32)
-        if self.unit_forget_bias:
-            value[self.units : 2 * self.units] = 1.0
-        return value
 
     def _sequence(
         self, x: Tensor, states: list[Tensor], keep: Tensor | None
@@ -427,7 +394,7 @@ class LSTM(_GatedRNN):
         return h, [h, c]
 
 
-class GRU(_GatedRNN):
+class GRU(ResetAfterBias, _GatedRNN):
     """Keras's ``GRU``: gates ``z, r, h`` in that order along the last axis of ``kernel``
     (features, 3*units) and ``recurrent_kernel`` (units, 3*units).
 
@@ -454,9 +421,6 @@ class GRU(_GatedRNN):
         super().__init__(units, activation, recurrent_activation, **kwargs)
         self.reset_after = bool(reset_after)
         self._arguments.update(reset_after=reset_after)
-
-    def _bias_shape(self) -> tuple[int, ...]:
-        return (2, 3 * self.units) if self.reset_after else (3 * self.units,)
 
     def _input_bias(self) -> Any:
         assert self.bias is not None  # called only with use_bias

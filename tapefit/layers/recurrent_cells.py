@@ -141,14 +141,72 @@ def _batch_of(shape: Any) -> int | None:
 # -- cells -----------------------------------------------------------------------------------
 
 
-class _Cell(Layer):
-    """What the built-in cells share: units, the weights' initializers, regularizers and
-    constraints, dropout masks drawn once per sequence."""
+class RecurrentWeights:
+    """The weights a recurrent layer and its cell make alike: ``kernel`` (features,
+    gates*units), ``recurrent_kernel`` (units, gates*units) and ``bias`` (Keras's names, shapes
+    and order). ``ForgetBias`` and ``ResetAfterBias`` give LSTM's and GRU's bias."""
 
     _gates = 1
-    kernel: Variable | None
-    recurrent_kernel: Variable | None
-    bias: Variable | None
+    units: int
+    use_bias: bool
+    kernel_initializer: Any
+    recurrent_initializer: Any
+    bias_initializer: Any
+    kernel_constraint: Any
+    recurrent_constraint: Any
+    bias_constraint: Any
+    kernel: Variable | None  # None until build
+    recurrent_kernel: Variable | None  # None until build
+    bias: Variable | None  # None until build, and without use_bias
+    add_weight: Callable[..., Variable]
+
+    def _bias_shape(self) -> tuple[int, ...]:
+        return (self._gates * self.units,)
+
+    def _bias_initial(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        return self.bias_initializer(shape, dtype)
+
+    def _add_recurrent_weights(self, features: int) -> None:
+        width = self._gates * self.units
+        self.kernel = self.add_weight(
+            (features, width), self.kernel_initializer, name="kernel", constraint=self.kernel_constraint
+        )
+        self.recurrent_kernel = self.add_weight(
+            (self.units, width),
+            self.recurrent_initializer,
+            name="recurrent_kernel",
+            constraint=self.recurrent_constraint,
+        )
+        if self.use_bias:
+            self.bias = self.add_weight(
+                self._bias_shape(), self._bias_initial, name="bias", constraint=self.bias_constraint
+            )
+
+
+class ForgetBias(RecurrentWeights):
+    """LSTM's bias: the forget gate's part starts at 1 with ``unit_forget_bias``."""
+
+    unit_forget_bias: bool
+
+    def _bias_initial(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        value = np.array(as_tensor(self.bias_initializer(shape, dtype)).numpy(), dtype=dtype)
+        if self.unit_forget_bias:
+            value[self.units : 2 * self.units] = 1.0
+        return value
+
+
+class ResetAfterBias(RecurrentWeights):
+    """GRU's bias: an input and a recurrent row with ``reset_after`` (Keras 3's default)."""
+
+    reset_after: bool
+
+    def _bias_shape(self) -> tuple[int, ...]:
+        return (2, 3 * self.units) if self.reset_after else (3 * self.units,)
+
+
+class _Cell(RecurrentWeights, Layer):
+    """What the built-in cells share: units, the weights' initializers, regularizers and
+    constraints, dropout masks drawn once per sequence."""
 
     def __init__(
         self,
@@ -201,12 +259,6 @@ class _Cell(Layer):
         """The size of each step's output: ``units``."""
         return self.units
 
-    def _bias_shape(self) -> tuple[int, ...]:
-        return (self._gates * self.units,)
-
-    def _bias_initial(self, shape: tuple[int, ...], dtype: Any) -> Any:
-        return self.bias_initializer(shape, dtype)
-
     def build(self, input_shape: Any) -> None:
         """Creates ``kernel`` (features, gates*units), ``recurrent_kernel`` (units, gates*units)
         and ``bias``, for step inputs of ``input_shape`` (batch, features)."""
@@ -215,23 +267,7 @@ class _Cell(Layer):
                 f"{type(self).__name__} '{self.name}' needs step inputs of shape (batch, features), "
                 f"got shape {input_shape}"
             )
-        width = self._gates * self.units
-        self.kernel = self.add_weight(
-            (known_size(self, input_shape, -1, "the features"), width),
-            self.kernel_initializer,
-            name="kernel",
-            constraint=self.kernel_constraint,
-        )
-        self.recurrent_kernel = self.add_weight(
-            (self.units, width),
-            self.recurrent_initializer,
-            name="recurrent_kernel",
-            constraint=self.recurrent_constraint,
-        )
-        if self.use_bias:
-            self.bias = self.add_weight(
-                self._bias_shape(), self._bias_initial, name="bias", constraint=self.bias_constraint
-            )
+        self._add_recurrent_weights(known_size(self, input_shape, -1, "the features"))
 
     def get_initial_state(self, batch_size: int | None = None) -> list[Tensor]:
         """Zeros, one (batch_size, units) Tensor per state."""
@@ -360,7 +396,7 @@ class SimpleRNNCell(_Cell):
         return out, [out]
 
 
-class LSTMCell(_Cell):
+class LSTMCell(ForgetBias, _Cell):
     """Keras's ``LSTMCell``: one step of ``LSTM``, gates ``i, f, c, o`` in that order along the
     last axis of ``kernel`` (features, 4*units), ``recurrent_kernel`` (units, 4*units) and
     ``bias`` (4*units,).
@@ -407,12 +443,6 @@ class LSTMCell(_Cell):
         self.unit_forget_bias = bool(unit_forget_bias)
         self.state_size = [self.units, self.units]
 
-    def _bias_initial(self, shape: tuple[int, ...], dtype: Any) -> Any:
-        value = np.array(as_tensor(self.bias_initializer(shape, dtype)).numpy(), dtype=dtype)
-        if self.unit_forget_bias:
-            value[self.units : 2 * self.units] = 1.0
-        return value
-
     def call(self, inputs: Any, states: Any, training: Any = None) -> tuple[Tensor, list[Tensor]]:
         """One step: ``(h, [h, c])``."""
         h, c = self._states_list(states, 2, f"LSTMCell '{self.name}'")
@@ -429,7 +459,7 @@ class LSTMCell(_Cell):
         return h, [h, c]
 
 
-class GRUCell(_Cell):
+class GRUCell(ResetAfterBias, _Cell):
     """Keras's ``GRUCell``: one step of ``GRU``, gates ``z, r, h`` in that order along the last
     axis of ``kernel`` (features, 3*units) and ``recurrent_kernel`` (units, 3*units).
 
@@ -476,9 +506,6 @@ class GRUCell(_Cell):
         self.recurrent_activation = activations.get(recurrent_activation)
         self.reset_after = bool(reset_after)
         self.state_size = self.units
-
-    def _bias_shape(self) -> tuple[int, ...]:
-        return (2, 3 * self.units) if self.reset_after else (3 * self.units,)
 
     def call(self, inputs: Any, states: Any, training: Any = None) -> tuple[Tensor, list[Tensor]]:
         """One step: ``(h, [h])``."""
