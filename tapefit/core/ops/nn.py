@@ -915,33 +915,44 @@ def _backprop_filter(x: Tensor, dy: Tensor, filter_shape: tuple[int, ...], win: 
     return execute(_CONV2D_BACKPROP_FILTER, (x, dy), {"filter_shape": filter_shape, "win": win})
 
 
-# conv2d is bilinear in (x, w); the two backprop ops are its adjoints, so the gradient of each
-# of the three ops is made of the other two.
-@register_gradient("Conv2D")
-def _conv2d_grad(op: Op, dy: Tensor) -> tuple[Any, Any]:
-    x, w = op.inputs
-    win = op.attrs["win"]
-    dx = _backprop_input(w, dy, op.input_shapes[0], win) if op.needs_grad[0] else None
-    dw = _backprop_filter(x, dy, op.input_shapes[1], win) if op.needs_grad[1] else None
-    return dx, dw
+def _register_bilinear(
+    forward: OpDef,
+    names: tuple[str, str, str],
+    into_input: Callable[[Tensor, Tensor, tuple[int, ...], _Window], Tensor],
+    into_filter: Callable[[Tensor, Tensor, tuple[int, ...], _Window], Tensor],
+) -> None:
+    """Registers the gradients of an op bilinear in (x, w), ``forward``, and of its two
+    adjoints (named ``names``: the op, its backprop to the input, its backprop to the filter):
+    the gradient of each of the three is made of the other two, so every order differentiates."""
+
+    @register_gradient(names[0])
+    def forward_grad(op: Op, dy: Tensor) -> tuple[Any, Any]:
+        x, w = op.inputs
+        win = op.attrs["win"]
+        dx = into_input(w, dy, op.input_shapes[0], win) if op.needs_grad[0] else None
+        dw = into_filter(x, dy, op.input_shapes[1], win) if op.needs_grad[1] else None
+        return dx, dw
+
+    @register_gradient(names[1])
+    def input_grad(op: Op, ddx: Tensor) -> tuple[Any, Any]:
+        w, dy = op.inputs
+        win = op.attrs["win"]
+        dw = into_filter(ddx, dy, op.input_shapes[0], win) if op.needs_grad[0] else None
+        ddy = execute(forward, (ddx, w), {"win": win}) if op.needs_grad[1] else None
+        return dw, ddy
+
+    @register_gradient(names[2])
+    def filter_grad(op: Op, ddw: Tensor) -> tuple[Any, Any]:
+        x, dy = op.inputs
+        win = op.attrs["win"]
+        dx = into_input(ddw, dy, op.input_shapes[0], win) if op.needs_grad[0] else None
+        ddy = execute(forward, (x, ddw), {"win": win}) if op.needs_grad[1] else None
+        return dx, ddy
 
 
-@register_gradient("Conv2DBackpropInput")
-def _conv2d_backprop_input_grad(op: Op, ddx: Tensor) -> tuple[Any, Any]:
-    w, dy = op.inputs
-    win = op.attrs["win"]
-    dw = _backprop_filter(ddx, dy, op.input_shapes[0], win) if op.needs_grad[0] else None
-    ddy = execute(_CONV2D, (ddx, w), {"win": win}) if op.needs_grad[1] else None
-    return dw, ddy
-
-
-@register_gradient("Conv2DBackpropFilter")
-def _conv2d_backprop_filter_grad(op: Op, ddw: Tensor) -> tuple[Any, Any]:
-    x, dy = op.inputs
-    win = op.attrs["win"]
-    dx = _backprop_input(ddw, dy, op.input_shapes[0], win) if op.needs_grad[0] else None
-    ddy = execute(_CONV2D, (x, ddw), {"win": win}) if op.needs_grad[1] else None
-    return dx, ddy
+_register_bilinear(
+    _CONV2D, ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"), _backprop_input, _backprop_filter
+)
 
 
 def conv2d_transpose(
@@ -1143,32 +1154,12 @@ def _depthwise_filter(x: Tensor, dy: Tensor, filter_shape: tuple[int, ...], win:
     return execute(_DEPTHWISE_BACKPROP_FILTER, (x, dy), {"filter_shape": filter_shape, "win": win})
 
 
-# Bilinear in (x, w) as conv2d: the gradient of each of the three ops is made of the other two.
-@register_gradient("DepthwiseConv2dNative")
-def _depthwise_grad(op: Op, dy: Tensor) -> tuple[Any, Any]:
-    x, w = op.inputs
-    win = op.attrs["win"]
-    dx = _depthwise_input(w, dy, op.input_shapes[0], win) if op.needs_grad[0] else None
-    dw = _depthwise_filter(x, dy, op.input_shapes[1], win) if op.needs_grad[1] else None
-    return dx, dw
-
-
-@register_gradient("DepthwiseConv2dNativeBackpropInput")
-def _depthwise_input_grad(op: Op, ddx: Tensor) -> tuple[Any, Any]:
-    w, dy = op.inputs
-    win = op.attrs["win"]
-    dw = _depthwise_filter(ddx, dy, op.input_shapes[0], win) if op.needs_grad[0] else None
-    ddy = execute(_DEPTHWISE, (ddx, w), {"win": win}) if op.needs_grad[1] else None
-    return dw, ddy
-
-
-@register_gradient("DepthwiseConv2dNativeBackpropFilter")
-def _depthwise_filter_grad(op: Op, ddw: Tensor) -> tuple[Any, Any]:
-    x, dy = op.inputs
-    win = op.attrs["win"]
-    dx = _depthwise_input(ddw, dy, op.input_shapes[0], win) if op.needs_grad[0] else None
-    ddy = execute(_DEPTHWISE, (x, ddw), {"win": win}) if op.needs_grad[1] else None
-    return dx, ddy
+_register_bilinear(
+    _DEPTHWISE,
+    ("DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter"),
+    _depthwise_input,
+    _depthwise_filter,
+)
 
 
 # -- pooling -----------------------------------------------------------------
