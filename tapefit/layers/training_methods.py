@@ -187,7 +187,7 @@ class TrainingMethods:
         metrics: Any = None,
         weighted_metrics: Any = None,
         *,
-        jit_compile: bool = False,
+        jit_compile: bool | str = False,
         **kwargs: Any,
     ) -> None:
         """Makes the trainer ``fit``, ``evaluate`` and ``predict`` use (Keras's ``compile``, with
@@ -200,7 +200,8 @@ class TrainingMethods:
             loss_weights: each output's weight in the total loss, as ``tp.Trainer`` takes them.
             metrics: as ``tp.Trainer`` takes them (updated without sample weights).
             weighted_metrics: as ``tp.Trainer`` takes them (updated with the sample weights).
-            jit_compile: run the training step as a ``tp.function`` (``Trainer(compile=True)``).
+            jit_compile: run the training step as a ``tp.function`` (``Trainer(compile=True)``);
+                ``"jit"``: with fused kernels too (``Trainer(compile="jit")``, needs Numba).
             **kwargs: the other arguments of ``tp.Trainer`` (``plugins``, ``output_dir``, ...).
         """
         from tapefit.training import Trainer  # the training package stands above the layers
