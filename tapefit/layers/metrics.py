@@ -1,8 +1,9 @@
 """Streaming metrics (``tp.metrics``), as in Keras: ``update_state``, ``result``, ``reset_state``.
 
-A mean-like metric accumulates a weighted sum and a weight total in float64 NumPy (metrics
-are never differentiated, so nothing is recorded on a tape); ``result()`` is their ratio as
-a float32 scalar Tensor (0 before any update). A metric may also keep state variables made
+A mean-like metric accumulates a weighted sum and a weight total in float64 (metrics are never
+differentiated, so nothing is recorded on a tape); ``result()`` is their ratio as a float32
+scalar Tensor (0 before any update). ``Mean`` keeps them in Variables that tapefit ops update,
+so a compiled step runs it in its replay; the others run as Python on every replay. A metric may also keep state variables made
 with ``add_variable`` (Keras 3's way: ``assign_add`` in ``update_state``, ``result()`` from
 them); the confusion-matrix metrics (``AUC``, ``Precision``, ``Recall``) and the F-scores
 keep their counts that way. Every state variable is part of ``get_state``, so checkpoints
@@ -21,7 +22,10 @@ from tapefit.core import dtypes as _dt
 from tapefit.core.function import host_call, tracing
 from tapefit.core.messages import shown
 from tapefit.core.naming import Registry
-from tapefit.core.tensor import Tensor, Variable, _wrap
+from tapefit.core.ops import math as _math
+from tapefit.core.ops import reduce as _reduce
+from tapefit.core.ops import shape as _shape
+from tapefit.core.tensor import Tensor, Variable, _wrap, as_tensor
 from tapefit.layers import losses as _losses
 
 
@@ -227,14 +231,90 @@ class Metric:
         return f"<{type(self).__name__} name={self.name!r} result={float(self.result()):.6g}>"
 
 
+def _in_replay(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Marks a metric method made of tapefit ops and assignments alone: a ``tp.function`` traces
+    it into its replay instead of calling it as Python on every call (see ``_hosted``)."""
+    method._tapefit_hosted = True  # type: ignore[attr-defined]
+    return method
+
+
 class Mean(Metric):
-    """The (weighted) mean of every value given to ``update_state(values, sample_weight=None)``."""
+    """The (weighted) mean of every value given to ``update_state(values, sample_weight=None)``.
+
+    Its sums are float64 Variables updated by tapefit ops, so a compiled step (a custom
+    ``train_step``'s loss trackers) updates and reads it inside its replay; ``total`` and
+    ``count`` read and set them as Python floats.
+    """
 
     default_name = "mean"
 
+    def __init__(self, name: str | None = None, dtype: Any = None) -> None:
+        self._sums = (
+            Variable(np.float64(0.0), trainable=False, name="total"),
+            Variable(np.float64(0.0), trainable=False, name="count"),
+        )
+        super().__init__(name, dtype)
+
+    @property
+    def total(self) -> float:
+        """The weighted sum of the values so far."""
+        return float(self._sums[0]._value)
+
+    @total.setter
+    def total(self, value: float) -> None:
+        self._sums[0].assign(np.float64(value))
+
+    @property
+    def count(self) -> float:
+        """The sum of the weights so far (the number of values, unweighted)."""
+        return float(self._sums[1]._value)
+
+    @count.setter
+    def count(self, value: float) -> None:
+        self._sums[1].assign(np.float64(value))
+
+    @_in_replay
     def update_state(self, values: Any, sample_weight: Any = None) -> None:
-        """Adds ``values``."""
-        self._accumulate(_array(values, "values", self.name), sample_weight)
+        """Adds ``values``, weighted by ``sample_weight`` (broadcast to them) when given."""
+        try:
+            values = _math.cast(as_tensor(values), _dt.float64)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"{self.name}: cannot read values as an array ({error})") from None
+        total, count = self._sums
+        if sample_weight is None:
+            total.assign_add(_reduce.reduce_sum(values))
+            count.assign_add(np.float64(values._value.size))
+            return
+        weights = _math.cast(as_tensor(sample_weight), _dt.float64)
+        shape = tuple(weights.shape)
+        while len(shape) > len(values.shape) and shape[-1] == 1:
+            shape = shape[:-1]
+        shape += (1,) * (len(values.shape) - len(shape))
+        try:
+            fits = np.broadcast_shapes(shape, tuple(values.shape)) == tuple(values.shape)
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(
+                f"{self.name}: sample_weight of shape {tuple(weights.shape)} does not fit values of shape "
+                f"{tuple(values.shape)}"
+            )
+        weights = _shape.broadcast_to(_shape.reshape(weights, shape), tuple(values.shape))
+        total.assign_add(_reduce.reduce_sum(values * weights))
+        count.assign_add(_reduce.reduce_sum(weights))
+
+    @_in_replay
+    def result(self) -> Tensor:
+        """The weighted mean so far, as a float32 scalar Tensor (0 when nothing was added)."""
+        total, count = self._sums
+        added = _math.not_equal(count, 0.0)
+        return _math.cast(_math.where(added, total / _math.where(added, count, 1.0), 0.0), _dt.float32)
+
+    @_in_replay
+    def reset_state(self) -> None:
+        """Forgets every batch."""
+        for variable in (*self._sums, *self.variables):
+            variable.assign(np.zeros(variable.shape, variable.dtype))
 
 
 class MeanMetricWrapper(Metric):

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tapefit.layers.metrics import Mean
+from tapefit.layers.metrics import Mean, Metric
 from tapefit.training.compiled_metrics import update_metrics
 from tapefit.training.state import TrainState
 
@@ -186,6 +186,15 @@ class LossTracker(Mean):
     def __init__(self, state: Callable[[], TrainState]) -> None:
         self._state = state
         super().__init__(name="loss")
+
+    # Its sums are the train state's Python numbers, not Mean's Variables: a compiled custom
+    # step updates and reads it as Python on every replay, as other metrics.
+    def update_state(self, values: Any, sample_weight: Any = None) -> None:
+        """Adds ``values`` (a custom step's loss), weighted by ``sample_weight`` when given."""
+        self._accumulate(np.asarray(values), sample_weight)
+
+    result = Metric.result
+    reset_state = Metric.reset_state
 
     def add(self, loss: float, samples: int) -> None:
         """Adds a batch of ``samples`` samples whose mean loss was ``loss`` (the default steps)."""

@@ -240,3 +240,41 @@ def test_new_metrics_update_inside_a_compiled_step():
     assert sorted(eager) == ["auc", "binary_crossentropy", "loss", "precision", "recall"]
     assert eager == compiled
     assert all(0.0 <= v <= 1.0 for v in eager["auc"] + eager["precision"] + eager["recall"])
+
+
+def test_a_mean_in_a_compiled_step_updates_inside_the_replay_as_eager_does():
+    from tapefit.layers.metrics import _call_method
+
+    rng = np.random.default_rng(0)
+    batches = [
+        (rng.standard_normal((4, 3)).astype(np.float32), rng.random((4, 1)).astype(np.float32))
+        for _ in range(5)
+    ]
+    eager, compiled_mean = metrics.Mean(), metrics.Mean()
+
+    def step(mean, values, weights):
+        mean.update_state(values, sample_weight=weights)
+        return mean.result()
+
+    compiled = tp.function(step)
+    for values, weights in batches:
+        expected = step(eager, tp.constant(values), tp.constant(weights))
+        assert float(compiled(compiled_mean, tp.constant(values), tp.constant(weights))) == float(expected)
+    assert (compiled_mean.total, compiled_mean.count) == (eager.total, eager.count)
+    values = np.concatenate([v for v, _ in batches]).astype(np.float64)
+    weights = np.concatenate([w for _, w in batches]).astype(np.float64)
+    np.testing.assert_allclose(eager.total, (values * weights).sum(), rtol=1e-12)
+    np.testing.assert_allclose(eager.count, np.broadcast_to(weights, values.shape).sum(), rtol=1e-12)
+    (program,) = compiled._programs.values()
+    assert all(value is not _call_method for value in program._replay.__globals__.values())
+    compiled_mean.reset_state()
+    assert (compiled_mean.total, compiled_mean.count, _value(compiled_mean)) == (0.0, 0.0, 0.0)
+
+
+def test_a_mean_refuses_weights_that_do_not_fit_and_values_that_are_not_numbers():
+    with pytest.raises(
+        ValueError, match=r"sample_weight of shape \(2, 2\) does not fit values of shape \(2, 3\)"
+    ):
+        metrics.Mean().update_state(np.ones((2, 3)), sample_weight=np.ones((2, 2)))
+    with pytest.raises(TypeError, match="mean: cannot read values as an array"):
+        metrics.Mean().update_state(["a", object()])

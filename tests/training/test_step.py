@@ -15,6 +15,7 @@ import tapefit as tp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from examples.gan import GAN
+from tapefit.layers.metrics import _call_method
 from tapefit.training.step import pack_x_y_sample_weight, unpack_x_y_sample_weight
 
 
@@ -283,9 +284,13 @@ def test_a_compiled_step_traces_its_updates_unless_a_hook_transforms_gradients(c
         np.testing.assert_array_equal(a, b)
     source = _replay_source(compiled)
     # Traced: each Adam update is ops on the variables (their assign_add/assign_sub in place);
-    # with clipping, the hooks and both updates are host calls of the trainer's apply.
+    # with clipping, the hooks and both updates are host calls of the trainer's apply. The two
+    # loss trackers (Mean) add to their total and count in the replay either way.
     in_place = source.count("(_w, _v, out=_w)")
-    assert in_place == (0 if clipped else 2 * (4 * 3 + 1))  # 4 variables x 3 updates, iterations
+    assert in_place == (0 if clipped else 2 * (4 * 3 + 1)) + 2 * 2  # 4 variables x 3 updates, iterations
+    (program,) = compiled._custom_steps["train_step"]._programs.values()
+    # No metric method runs as a host call.
+    assert all(value is not _call_method for value in program._replay.__globals__.values())
 
 
 def test_a_transforming_plugin_added_after_tracing_makes_the_step_trace_again():
