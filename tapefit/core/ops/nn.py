@@ -862,6 +862,32 @@ _CONV2D_BACKPROP_INPUT = OpDef("Conv2DBackpropInput", _conv2d_backprop_input, sa
 _CONV2D_BACKPROP_FILTER = OpDef("Conv2DBackpropFilter", _conv2d_backprop_filter, save="x y")
 
 
+def _images_and_filters(
+    op: str, input: Any, filters: Any, arg: str, layout: str, in_axis: int, data_format: str
+) -> tuple[Tensor, Tensor]:
+    """``input`` (NHWC images) and ``filters`` (``arg``, laid out as ``layout`` with the input
+    channels on ``in_axis``) of a 2-D convolution op, as float Tensors of one dtype whose
+    channels agree; else the error that names the mismatch."""
+    x = _float_tensor(input, op, "input")
+    w = _float_tensor(filters, op, arg)
+    if data_format != "NHWC":
+        raise ValueError(f"{op}: only data_format='NHWC' is supported, got {data_format!r}")
+    if x.ndim != 4 or w.ndim != 4:
+        raise ValueError(
+            f"{op}: input must be (batch, height, width, channels) and {arg} {layout}, "
+            f"got shapes {x.shape} and {w.shape}"
+        )
+    if x.dtype != w.dtype:
+        raise _dt.mix_error(op, [x.dtype, w.dtype])
+    if w.shape[in_axis] != x.shape[3]:
+        verb = "expects" if arg == "filter" else "expect"
+        raise ValueError(
+            f"{op}: {arg} {w.shape} {verb} {w.shape[in_axis]} input channels, the input {x.shape} "
+            f"has {x.shape[3]}"
+        )
+    return x, w
+
+
 def conv2d(
     input: Any,
     filters: Any,
@@ -884,21 +910,9 @@ def conv2d(
     Returns:
         Shape (batch, out_height, out_width, out_channels).
     """
-    x = _float_tensor(input, "conv2d", "input")
-    w = _float_tensor(filters, "conv2d", "filters")
-    if data_format != "NHWC":
-        raise ValueError(f"conv2d: only data_format='NHWC' is supported, got {data_format!r}")
-    if x.ndim != 4 or w.ndim != 4:
-        raise ValueError(
-            f"conv2d: input must be (batch, height, width, channels) and filters (height, width, in, out), "
-            f"got shapes {x.shape} and {w.shape}"
-        )
-    if x.dtype != w.dtype:
-        raise _dt.mix_error("conv2d", [x.dtype, w.dtype])
-    if w.shape[2] != x.shape[3]:
-        raise ValueError(
-            f"conv2d: filters {w.shape} expect {w.shape[2]} input channels, the input {x.shape} has {x.shape[3]}"
-        )
+    x, w = _images_and_filters(
+        "conv2d", input, filters, "filters", "(height, width, in, out)", 2, data_format
+    )
     if 0 in w.shape[:2] or 0 in x.shape[1:3]:
         raise ValueError(f"conv2d: empty spatial dimensions in input {x.shape} or filters {w.shape}")
     win = _window(
@@ -985,22 +999,9 @@ def conv2d_transpose(
     Raises:
         ValueError: ``conv2d`` of ``output_shape`` would not give ``input``'s height and width.
     """
-    x = _float_tensor(input, "conv2d_transpose", "input")
-    w = _float_tensor(filters, "conv2d_transpose", "filters")
-    if data_format != "NHWC":
-        raise ValueError(f"conv2d_transpose: only data_format='NHWC' is supported, got {data_format!r}")
-    if x.ndim != 4 or w.ndim != 4:
-        raise ValueError(
-            "conv2d_transpose: input must be (batch, height, width, channels) and filters "
-            f"(height, width, out, in), got shapes {x.shape} and {w.shape}"
-        )
-    if x.dtype != w.dtype:
-        raise _dt.mix_error("conv2d_transpose", [x.dtype, w.dtype])
-    if w.shape[3] != x.shape[3]:
-        raise ValueError(
-            f"conv2d_transpose: filters {w.shape} expect {w.shape[3]} input channels, the input {x.shape} "
-            f"has {x.shape[3]}"
-        )
+    x, w = _images_and_filters(
+        "conv2d_transpose", input, filters, "filters", "(height, width, out, in)", 3, data_format
+    )
     given = output_shape.numpy().tolist() if isinstance(output_shape, Tensor) else output_shape
     try:
         shape = tuple(operator.index(n) for n in given)
@@ -1122,22 +1123,9 @@ def depthwise_conv2d(
         Shape (batch, out_height, out_width, in_channels * channel_multiplier); output channel
         ``c * channel_multiplier + m`` is input channel ``c`` under filter ``[:, :, c, m]``.
     """
-    x = _float_tensor(input, "depthwise_conv2d", "input")
-    w = _float_tensor(filter, "depthwise_conv2d", "filter")
-    if data_format != "NHWC":
-        raise ValueError(f"depthwise_conv2d: only data_format='NHWC' is supported, got {data_format!r}")
-    if x.ndim != 4 or w.ndim != 4:
-        raise ValueError(
-            "depthwise_conv2d: input must be (batch, height, width, channels) and filter "
-            f"(height, width, in, multiplier), got shapes {x.shape} and {w.shape}"
-        )
-    if x.dtype != w.dtype:
-        raise _dt.mix_error("depthwise_conv2d", [x.dtype, w.dtype])
-    if w.shape[2] != x.shape[3]:
-        raise ValueError(
-            f"depthwise_conv2d: filter {w.shape} expects {w.shape[2]} input channels, the input {x.shape} "
-            f"has {x.shape[3]}"
-        )
+    x, w = _images_and_filters(
+        "depthwise_conv2d", input, filter, "filter", "(height, width, in, multiplier)", 2, data_format
+    )
     if 0 in w.shape or 0 in x.shape[1:3]:
         raise ValueError(f"depthwise_conv2d: empty dimensions in input {x.shape} or filter {w.shape}")
     win = _window(
