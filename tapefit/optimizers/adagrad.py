@@ -65,7 +65,7 @@ class Adagrad(Optimizer):
 
     def _inline_form(self) -> Any:
         """Adagrad traces as ops unless ``update_step`` is replaced (see ``SGD._inline_form``)."""
-        return ("adagrad", self.epsilon) if self._owns_update_step(Adagrad) else None
+        return "adagrad" if self._owns_update_step(Adagrad) else None
 
     def _inline_attributes(self) -> tuple[str, ...]:
         """``epsilon`` and ``update_step``."""

@@ -100,8 +100,7 @@ class Adam(Optimizer):
 
     def _inline_form(self) -> Any:
         """Adam traces as ops unless ``update_step`` is replaced (see ``SGD._inline_form``)."""
-        own = self._owns_update_step(Adam)
-        return ("adam", self.beta_1, self.beta_2, self.epsilon, self.amsgrad) if own else None
+        return "adam" if self._owns_update_step(Adam) else None
 
     def _inline_attributes(self) -> tuple[str, ...]:
         """The hyperparameters and ``update_step``."""

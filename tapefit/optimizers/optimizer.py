@@ -302,12 +302,13 @@ class Optimizer:
     # -- updates as traced ops ---------------------------------------------------
 
     def _inline_form(self) -> Any:
-        """What ``_inline_update`` will trace, as a comparable value, or ``None`` when this
-        optimizer's update must run as a host call (the default: ``update_step`` is Python)."""
+        """The name of the update ``_inline_update`` traces, or ``None`` when this optimizer's
+        update must run as a host call (the default: ``update_step`` is Python)."""
         return None
 
     def _inline_attributes(self) -> tuple[str, ...]:
-        """The names of the attributes ``_inline_form`` reads (a trace's guard watches them)."""
+        """The names of the attributes ``_inline_form`` and ``_inline_update`` read (a trace's
+        guard watches them: a change traces again)."""
         return ()
 
     def _inline_update(self, grads: list[Tensor], variables: list[Variable], rate: Tensor) -> None:

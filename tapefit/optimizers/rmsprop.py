@@ -95,8 +95,7 @@ class RMSprop(Optimizer):
 
     def _inline_form(self) -> Any:
         """RMSprop traces as ops unless ``update_step`` is replaced (see ``SGD._inline_form``)."""
-        own = self._owns_update_step(RMSprop)
-        return ("rmsprop", self.rho, self.momentum, self.epsilon, self.centered) if own else None
+        return "rmsprop" if self._owns_update_step(RMSprop) else None
 
     def _inline_attributes(self) -> tuple[str, ...]:
         """The hyperparameters and ``update_step``."""

@@ -72,10 +72,10 @@ class SGD(Optimizer):
     def _inline_form(self) -> Any:
         """SGD traces as ops, unless a subclass or the instance replaces ``update_step``
         (eager steps call the instance's)."""
-        return ("sgd", self.momentum, self.nesterov) if self._owns_update_step(SGD) else None
+        return "sgd" if self._owns_update_step(SGD) else None
 
     def _inline_attributes(self) -> tuple[str, ...]:
-        """``_inline_form`` reads ``momentum``, ``nesterov`` and ``update_step``."""
+        """``momentum``, ``nesterov`` and ``update_step``."""
         return ("momentum", "nesterov", "update_step")
 
     def _inline_update(self, grads: list[Tensor], variables: list[Variable], rate: Tensor) -> None:
