@@ -189,7 +189,6 @@ def _emit_host(src: Source, index: int, ins: tuple[Any, ...]) -> None:
     lent = src.lent.get(index, [])
     _host_call_lines(src, fn, out, lent, src.dying.get(index) if scratch else None, traced)
     src.frees(tuple(i for i in free if i == out))
-    src.swapped.extend([k for k, _count in lent])
     src.hosted = True
 
 
@@ -202,9 +201,7 @@ def _emit_update(src: Source, index: int, ins: tuple[Any, ...]) -> None:
     args = [src.slot(i) for i in reads]
     src.body(f"    _w = {v}._value")
     src.frees(tuple(s for s in free if s not in reads))  # e.g. the variable's own read, first
-    sole = "False" if _SOLE_LOCAL_REFS is None else f"_refcount(_w) <= {_SOLE_LOCAL_REFS}"
-    in_place = f"{sole} and _w.base is None and _w.flags.writeable and _w.flags.c_contiguous"
-    src.body(f"    if {in_place}: {kernel}({forward.arguments('_w', args)})")
+    src.body(f"    if {_SOLE_HOLDER} and _w.flags.c_contiguous: {kernel}({forward.arguments('_w', args)})")
     src.body(f"    else: _n = _w.copy(); {kernel}({forward.arguments('_n', args)}); {v}._value = _n; del _n")
     src.body("    del _w")
     src.frees(tuple(s for s in free if s in reads))
@@ -235,7 +232,6 @@ def _emit_end(src: Source, index: int, ins: tuple[Any, ...]) -> None:
     src.body(f"    _a = {_result(args[0], src.const, src.slot)}")
     src.frees(dropped)
     _host_call_lines(src, fallback, None, src.lent.get(at, []))
-    src.swapped.extend([k for k, _count in src.lent.get(at, [])])
     src.pad = ""
 
 
@@ -286,7 +282,7 @@ def _assign_lines(
     f = const(ufunc)
     return [
         f"_w = {variable}._value",
-        f"if _refcount(_w) <= {_SOLE_LOCAL_REFS} and _w.base is None and _w.flags.writeable: {f}(_w, _v, out=_w)",
+        f"if {_SOLE_HOLDER}: {f}(_w, _v, out=_w)",
         f"else: {variable}._value = {f}(_w, _v)",
         "del _v, _w",
     ]
@@ -300,6 +296,14 @@ def _local_refs(variable: Variable) -> int:
 # What a replay's ``_refcount(_w)`` sees for a variable's array held by the variable alone
 # and the local ``_w`` (measured, as tensor.py measures its count); None: no refcounts.
 _SOLE_LOCAL_REFS = _local_refs(Variable(0.0)) if _tensor._refcount is not None else None
+
+# The condition a replay tests before writing into a variable's array ``_w`` in place, as
+# ``assign*`` would: nothing else holds it, it is its own memory, and writable.
+_SOLE_HOLDER = (
+    "False"
+    if _SOLE_LOCAL_REFS is None
+    else f"_refcount(_w) <= {_SOLE_LOCAL_REFS} and _w.base is None and _w.flags.writeable"
+)
 
 
 def _locals(inputs: list[int], code: list[tuple[Any, ...]]) -> set[int]:
@@ -361,6 +365,7 @@ def _host_call_lines(
     body("    del _h")
     for k, count in checks:
         body(f"    if _refcount(b{k}) > _c{k} - {count}: b{k} = _empty_like(b{k})")
+    src.swapped.extend([k for k, _count in checks])  # rebound: globals of the replay
 
 
 def _result(structure: Any, const: Callable[[Any], str], slot: Callable[[int], str] = "s{}".format) -> str:
