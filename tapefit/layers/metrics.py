@@ -49,6 +49,23 @@ def _same_rank(y_true: Any, y_pred: Any, metric: str) -> tuple[np.ndarray, np.nd
     return y_true, y_pred
 
 
+def _weights_shape(weights: tuple[int, ...], values: tuple[int, ...], metric: str) -> tuple[int, ...]:
+    """The shape that sample weights of shape ``weights`` take to broadcast over values of
+    shape ``values``: trailing size-1 axes beyond the values' rank dropped, then size-1 axes
+    added after the given ones (weights per sample cover all of a sample's values)."""
+    shape = tuple(weights)
+    while len(shape) > len(values) and shape[-1] == 1:
+        shape = shape[:-1]
+    shape += (1,) * (len(values) - len(shape))
+    try:
+        fits = np.broadcast_shapes(shape, values) == tuple(values)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{metric}: sample_weight of shape {weights} does not fit values of shape {values}")
+    return shape
+
+
 def _call_method(method: Callable[..., Any], metric: Metric, args: Any, kwargs: Any) -> Any:
     return method(metric, *args, **kwargs)
 
@@ -166,16 +183,8 @@ class Metric:
             self.count += float(values.size)
             return
         weights = np.asarray(sample_weight, dtype=np.float64)
-        while weights.ndim > values.ndim and weights.shape[-1] == 1:
-            weights = weights[..., 0]
-        try:
-            weights = np.broadcast_to(
-                weights.reshape(weights.shape + (1,) * (values.ndim - weights.ndim)), values.shape
-            )
-        except ValueError:
-            raise ValueError(
-                f"{self.name}: sample_weight of shape {np.shape(sample_weight)} does not fit values of shape {values.shape}"
-            ) from None
+        shape = _weights_shape(weights.shape, values.shape, self.name)
+        weights = np.broadcast_to(weights.reshape(shape), values.shape)
         self.total += float((values * weights).sum())
         self.count += float(weights.sum())
 
@@ -286,19 +295,7 @@ class Mean(Metric):
             count.assign_add(np.float64(values._value.size))
             return
         weights = _math.cast(as_tensor(sample_weight), _dt.float64)
-        shape = tuple(weights.shape)
-        while len(shape) > len(values.shape) and shape[-1] == 1:
-            shape = shape[:-1]
-        shape += (1,) * (len(values.shape) - len(shape))
-        try:
-            fits = np.broadcast_shapes(shape, tuple(values.shape)) == tuple(values.shape)
-        except ValueError:
-            fits = False
-        if not fits:
-            raise ValueError(
-                f"{self.name}: sample_weight of shape {tuple(weights.shape)} does not fit values of shape "
-                f"{tuple(values.shape)}"
-            )
+        shape = _weights_shape(tuple(weights.shape), tuple(values.shape), self.name)
         weights = _shape.broadcast_to(_shape.reshape(weights, shape), tuple(values.shape))
         total.assign_add(_reduce.reduce_sum(values * weights))
         count.assign_add(_reduce.reduce_sum(weights))
