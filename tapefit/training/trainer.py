@@ -690,7 +690,7 @@ class Trainer:
         pairs = list(grads_and_vars)
         if not tracing():
             return self._apply_now(pairs, optimizer, logs)
-        if self._probing or self._transforms():
+        if self._probing or not self._no_transforms():
             # A compiled step: the hooks and the update run on every replay's values.
             return host_call(self._apply_now, pairs, optimizer, logs)
         # No hook transforms gradients: the update itself is traced (an optimizer writes it as
@@ -701,10 +701,8 @@ class Trainer:
         host_call(self._updating)
         return update(pairs)
 
-    def _transforms(self) -> bool:
-        return bool(self.plugins.hook.transform_gradients.get_hookimpls())
-
     def _no_transforms(self) -> bool:
+        """Whether no plugin implements ``transform_gradients`` (a compiled step's guard)."""
         return not self.plugins.hook.transform_gradients.get_hookimpls()
 
     def _updating(self) -> None:
