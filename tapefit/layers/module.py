@@ -389,8 +389,26 @@ def _container_items(value: Any) -> Iterator[tuple[Any, Any]] | None:
     return iter(tracked(value)) if tracked is not None else None
 
 
-# Attribute values that hold nothing to track: the walk skips them with one set lookup.
-_PLAIN = frozenset([int, float, bool, str, bytes, type(None), types.FunctionType, types.BuiltinFunctionType])
+# What the walk does with an attribute value, by its type: skip it, take it as a variable, go
+# into it as a module, or go into it as a container. Known per type after its first value, so
+# an initializer or a dtype costs the walk one dict lookup.
+_SKIP, _VARIABLE, _MODULE, _CONTAINER = "skip", "variable", "module", "container"
+_KINDS: dict[type, str] = dict.fromkeys(
+    [int, float, bool, str, bytes, type(None), types.FunctionType, types.BuiltinFunctionType], _SKIP
+)
+
+
+def _kind_of(cls: type) -> str:
+    if issubclass(cls, Variable):
+        kind = _VARIABLE
+    elif issubclass(cls, Module):
+        kind = _MODULE
+    elif issubclass(cls, (dict, list, tuple)) or getattr(cls, "_tracked_items", None) is not None:
+        kind = _CONTAINER
+    else:
+        kind = _SKIP
+    _KINDS[cls] = kind
+    return kind
 
 
 class _Entry:
@@ -588,14 +606,17 @@ class Module(TrainingMethods):
             # Going down into a module or container leaves this loop by `break`; the frame's
             # iterator resumes where it stopped once the child's frame is done.
             for key, value in items:
-                if value.__class__ in _PLAIN:
+                kind = _KINDS.get(value.__class__)
+                if kind is None:
+                    kind = _kind_of(value.__class__)
+                if kind is _SKIP:
                     continue
-                if isinstance(value, Variable):
+                if kind is _VARIABLE:
                     if id(value) not in seen:
                         seen.add(id(value))
                         path = f"{module_path}/{prefix}{key}" if paths else ""
                         entries.append(_Entry(path, value, trainable))
-                elif isinstance(value, Module):
+                elif kind is _MODULE:
                     if id(value) not in seen:
                         seen.add(id(value))
                         modules.append(value)
