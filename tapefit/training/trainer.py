@@ -437,9 +437,7 @@ class Trainer:
         self._jit = compile == "jit"
         self.threads = resolve_threads(threads)
         self._threads_setting = threads
-        self._compiled_gradients = (
-            function(self._loss_and_gradients, jit_compile=self._jit) if self.compile else None
-        )
+        self._compiled_step = function(self._default_update, jit_compile=self._jit) if self.compile else None
         self._pass_training = _accepts_training(model)
         self._has_losses: bool | None = None  # None: not known yet (see _total_loss)
         self._loader: Batches | None = None
@@ -786,28 +784,40 @@ class Trainer:
     def _default_train(
         self, x: Any, y: Any, weights: Any, variables: tuple[Variable, ...]
     ) -> dict[str, float]:
-        if self._compiled_gradients is not None:
+        logs: dict[str, float] = {}
+        self._step_extra = logs  # transform_gradients hooks get the batch's own loss, and add theirs
+        if self._compiled_step is not None:
             # The variables before the call are part of the signature: a model that builds
             # in its first call, or a layer made (non-)trainable, traces again.
-            loss, y_pred, grads, variables = self._compiled_gradients(x, y, weights, variables)
+            self._compiled_step(x, y, weights, variables)
         else:
-            loss, y_pred, grads, variables = self._loss_and_gradients(x, y, weights)
-        loss_value = float(loss)
-        logs = {"loss": loss_value}  # transform_gradients gets the batch's own loss
-        optimizer = self.optimizer
-        if getattr(optimizer, "_through", None) is not None:
-            self._step_extra = logs
-            optimizer.apply_gradients(zip(grads, variables))  # reaches apply, as a custom step's does
-        else:
-            self.apply(zip(grads, variables), logs=logs)
-        self._loss_tracker.add(loss_value, batch_len(y if y is not None else x))
-        update_metrics(self.metrics, y, y_pred, weights)
+            self._default_update(x, y, weights, variables)
         # As Keras: a batch's logs hold the epoch's running values, the loss's included, and
         # every metric of the model's (a layer's own too); under MPI, this process's.
         logs["loss"] = self.state.running_loss
         for metric in self._logged_metrics:
             logs[metric.name] = float(metric.result())
         return logs
+
+    def _default_update(self, x: Any, y: Any, weights: Any, variables: tuple[Variable, ...]) -> None:
+        """The default step but its logs: the forward and backward pass, the update, the loss
+        tracker and the compiled metrics. With ``compile=True`` it is one ``tp.function``, whose
+        replay runs the update as array code when no plugin transforms gradients."""
+        loss, y_pred, grads, variables = self._loss_and_gradients(x, y, weights)
+        host_call(self._batch_loss, loss)
+        optimizer = self.optimizer
+        if getattr(optimizer, "_through", None) is not None:
+            optimizer.apply_gradients(zip(grads, variables))  # reaches apply, as a custom step's does
+        else:
+            self.apply(zip(grads, variables))
+        host_call(self._count_batch_loss, batch_len(y if y is not None else x))
+        update_metrics(self.metrics, y, y_pred, weights)
+
+    def _batch_loss(self, loss: Any) -> None:
+        self._step_extra["loss"] = float(loss)
+
+    def _count_batch_loss(self, samples: int) -> None:
+        self._loss_tracker.add(self._step_extra["loss"], samples)
 
     def default_test_step(self, data: Any) -> dict[str, float]:
         """The default evaluation step on ``data`` (``tp.Module.test_step`` runs it)."""

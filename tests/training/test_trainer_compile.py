@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import tapefit as tp
 from tapefit.cli import app as cli
@@ -89,7 +90,7 @@ def test_compiled_fit_equals_eager_fit_with_clipping_bit_for_bit():
     for key in o_eager:
         np.testing.assert_array_equal(o_eager[key], o_compiled[key], err_msg=key)
     # The step was replayed: one program per batch shape (5 and the last batch of 2).
-    assert trainer._compiled_gradients.experimental_get_tracing_count() == 2
+    assert trainer._compiled_step.experimental_get_tracing_count() == 2
 
 
 def test_a_compiled_fit_interrupted_mid_epoch_resumes_exactly_in_a_fresh_process(tmp_path):
@@ -162,4 +163,36 @@ def test_freezing_a_layer_between_fits_traces_again_and_stays_equal_to_eager():
         np.testing.assert_array_equal(a, b)
     # Replayed programs: batches of 5 before and after freezing, batches of 2 after it (the one
     # batch of 2 before freezing was traced once, never confirmed by a second trace).
-    assert trainer._compiled_gradients.experimental_get_tracing_count() == 3
+    assert trainer._compiled_step.experimental_get_tracing_count() == 3
+
+
+def _hosted_functions(trainer):
+    """The functions each replay of the compiled default step calls as Python."""
+    return [
+        {
+            getattr(value, "__func__", value)
+            for value in program._replay.__globals__.values()
+            if callable(value)
+        }
+        for program in trainer._compiled_step._programs.values()
+        if program._replay is not None  # traced once, not replayed yet
+    ]
+
+
+@pytest.mark.parametrize("clipped", [False, True], ids=["no-transform", "clipping"])
+def test_the_default_compiled_step_traces_its_update_unless_a_hook_transforms_gradients(clipped):
+    plugins = [ClipGradients(global_norm=0.5)] if clipped else []
+    runs = []
+    for compile in (False, True):
+        trainer = build(compile, plugins)
+        history = fit(trainer, 2)
+        runs.append((history.history, _weights(trainer)))
+    assert runs[0][0] == runs[1][0]
+    for a, b in zip(runs[0][1], runs[1][1]):
+        np.testing.assert_array_equal(a, b)
+    hosted_by_program = _hosted_functions(trainer)
+    assert hosted_by_program
+    for hosted in hosted_by_program:
+        # Traced: Adam's update is array code in the replay; a transforming hook (clipping) runs
+        # with the update as Python on every replay's values.
+        assert (tp.Trainer._apply_now in hosted) is clipped
