@@ -352,10 +352,10 @@ class Trainer:
         config: the run's resolved config, saved in checkpoints and logged as
             TensorBoard hyperparameters.
         compile: run each training step as a ``tp.function`` (traced once per batch shape,
-            then replayed; bit for bit the eager results): the forward and backward pass of the
-            default step, or the whole of a model's own ``train_step``. The
-            ``transform_gradients`` hooks and the optimizer updates stay Python, so plugins see
-            and change the gradients as in eager mode. ``"jit"``: the same with fused kernels
+            then replayed; bit for bit the eager results): the default step or a model's own
+            ``train_step``, updates and metrics included. A plugin that transforms gradients
+            still sees and changes them on every replay: the hooks and the update then run as
+            Python, as in eager mode. ``"jit"``: the same with fused kernels
             (``tp.function(jit_compile=True)``, needs Numba), within 1e-6 relative of eager per
             step instead of bit for bit. Default eager.
         threads: the BLAS threads during ``fit``, ``evaluate`` and ``predict``: ``None``
