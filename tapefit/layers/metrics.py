@@ -791,27 +791,31 @@ def _confusion_counts(
     y_true: Tensor,
     y_pred: Tensor,
     thresholds: np.ndarray,
-    weights: Tensor,
+    weights: Tensor | None,
     evenly: bool,
     multi_label: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``(tp, fp, tn, fn)`` of a batch at each threshold (a prediction is positive when it is
     greater than the threshold; a label is positive when it is not 0), weighted (float64); per
-    label (shape ``(thresholds, labels)``) with ``multi_label``, else over every element.
+    label (shape ``(thresholds, labels)``) with ``multi_label``, else over every element;
+    ``weights`` of ``y_pred``'s shape, or ``None`` for ones.
 
     With evenly spaced thresholds, the predictions are clipped to ``[0, 1]`` and counted by
     bucket, as Keras does (the outer thresholds ``-1e-7`` and ``1 + 1e-7`` taking every
     prediction in ``[0, 1]`` and none)."""
     positive = _math.cast(_math.not_equal(y_true, 0.0), _dt.float64)
     shape = (-1,) if not multi_label else (-1, y_pred.shape[-1])
-    positive, y_pred, weights = (_shape.reshape(a, shape) for a in (positive, y_pred, weights))
-    true_w = positive * weights
-    false_w = (1.0 - positive) * weights
+    positive, y_pred = _shape.reshape(positive, shape), _shape.reshape(y_pred, shape)
+    true_w, false_w = positive, 1.0 - positive
+    if weights is not None:
+        weights = _shape.reshape(weights, shape)
+        true_w, false_w = true_w * weights, false_w * weights
     n = len(thresholds)
     if evenly:
         with_epsilon = thresholds[0] < 0.0 or thresholds[-1] > 1.0
         y_pred = _math.clip_by_value(y_pred, 0.0, 1.0)
-        raw = -_math.floor(-(y_pred * np.float32(n - 1))) - 1  # ceil, minus 1
+        # ceil(y * (n - 1)) - 1, as -1 - floor(y * -(n - 1)): the same bits in fewer ops
+        raw = -1.0 - _math.floor(y_pred * np.float32(1 - n))
         buckets = _math.cast(_math.maximum(raw, 0.0) if with_epsilon else raw, _dt.int64)
         tp, fp = _bucket_counts(buckets, true_w, n), _bucket_counts(buckets, false_w, n)
     else:
@@ -822,11 +826,11 @@ def _confusion_counts(
     return tp, fp, _reduce.reduce_sum(false_w, axis=0) - fp, _reduce.reduce_sum(true_w, axis=0) - tp
 
 
-def _weights_of(sample_weight: Any, y_pred: Tensor, metric: str) -> Tensor:
+def _weights_of(sample_weight: Any, y_pred: Tensor, metric: str) -> Tensor | None:
     """``sample_weight`` (one per sample, or of ``y_pred``'s rank) broadcast to ``y_pred``'s
-    shape, as float64; ones without it."""
+    shape, as float64; ``None`` without it."""
     if sample_weight is None:
-        return Tensor(np.ones(y_pred.shape))
+        return None
     weights = _math.cast(_tensor(sample_weight, "sample_weight", metric), _dt.float64)
     shape = tuple(weights.shape)
     while len(shape) > y_pred.ndim and shape[-1] == 1:
@@ -897,7 +901,8 @@ class _Confusion(Metric):
                     f"{self.name}: class_id needs y_pred of shape (samples, classes), got {y_pred.shape}"
                 )
             index = (..., slice(self.class_id, self.class_id + 1))
-            y_true, y_pred, weights = y_true[index], y_pred[index], weights[index]
+            y_true, y_pred = y_true[index], y_pred[index]
+            weights = None if weights is None else weights[index]
         tp, fp, _, fn = _confusion_counts(
             y_true, y_pred, np.asarray(self._thresholds), weights, self._evenly, multi_label=False
         )
@@ -1056,7 +1061,8 @@ class AUC(Metric):
             y_pred = _math.cast(1.0 / (1.0 + _math.exp(-_math.cast(y_pred, _dt.float64))), _dt.float32)
         weights = _weights_of(sample_weight, y_pred, self.name)
         if self.label_weights is not None and not self.multi_label:
-            weights = weights * np.broadcast_to(np.asarray(self.label_weights), y_pred.shape)
+            label_weights = np.broadcast_to(np.asarray(self.label_weights), y_pred.shape)
+            weights = Tensor(label_weights.copy()) if weights is None else weights * label_weights
         counts = _confusion_counts(
             y_true, y_pred, self._all_thresholds, weights, self._evenly, self.multi_label
         )
