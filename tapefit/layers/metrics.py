@@ -128,7 +128,8 @@ class Metric:
     """Base class of streaming metrics.
 
     ``total`` and ``count`` (the weighted sum and the weight total of a mean-like metric) are
-    float64 Variables that ``_accumulate`` updates with tapefit ops; ``result`` is their ratio.
+    float64 Variables, which the built-in metrics update with tapefit ops; ``result`` is their
+    ratio.
     The built-in metrics update and read their state inside a ``tp.function``'s replay. A
     subclass's own ``update_state``, ``result`` and ``reset_state`` run as host calls there
     (they may compute in NumPy): a compiled training step updates its metrics on every call.
@@ -236,9 +237,9 @@ class Metric:
 
         return serialization.from_constructor_config(cls, config)
 
-    def _accumulate(self, values: Tensor, sample_weight: Any) -> None:
+    def _accumulate(self, values: Any, sample_weight: Any) -> None:
         """Adds ``values`` (one or more per sample), weighted by ``sample_weight`` (broadcast)."""
-        values = _math.cast(values, _dt.float64)
+        values = _math.cast(_tensor(values, "the values", self.name), _dt.float64)
         total, count = self._sums
         if sample_weight is None:
             total.assign_add(_reduce.reduce_sum(values))
@@ -1201,7 +1202,7 @@ class FBetaScore(Metric):
         weights = None
         if sample_weight is not None:
             weights = _math.cast(_tensor(sample_weight, "sample_weight", self.name), _dt.float64)
-            if weights.size != y_pred.shape[0]:
+            if weights.size not in (1, y_pred.shape[0]):
                 raise ValueError(
                     f"{self.name}: sample_weight of shape {weights.shape} does not fit y_pred of shape "
                     f"{y_pred.shape} (one weight per sample)"
