@@ -338,3 +338,23 @@ def test_bad_weights_and_values_name_the_metric_when_traced_too():
         function(metrics.F1Score(), y, y, tp.constant(np.ones(3)))
     with pytest.raises(TypeError, match="mean: cannot read values as an array"):
         tp.function(lambda m: m.update_state(["a", "b"]))(metrics.Mean())
+
+
+def test_a_compiled_fit_updates_its_metrics_in_the_replay_as_eager_does():
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(48, 5)).astype(np.float32)
+    y = (x[:, :1] + 0.3 * x[:, 1:2] > 0).astype(np.float32)
+    names = ["accuracy", "AUC", "precision", "recall", "mse", "binary_crossentropy"]
+
+    def fit(compile):
+        tp.random.set_seed(0)
+        model = tp.layers.Sequential([tp.layers.Dense(1, activation="sigmoid")])
+        trainer = tp.Trainer(model, "sgd", "binary_crossentropy", metrics=names, compile=compile)
+        return trainer, trainer.fit(x, y, epochs=2, batch_size=16, verbose=0).history
+
+    (_, eager), (trainer, compiled) = fit(False), fit(True)
+    assert compiled == eager
+    replays = [p._replay for p in trainer._compiled_step._programs.values() if p._replay is not None]
+    assert replays and all(
+        value is not _call_method for replay in replays for value in replay.__globals__.values()
+    )
