@@ -1,49 +1,68 @@
 """Streaming metrics (``tp.metrics``), as in Keras: ``update_state``, ``result``, ``reset_state``.
 
-A mean-like metric accumulates a weighted sum and a weight total in float64 (metrics are never
-differentiated, so nothing is recorded on a tape); ``result()`` is their ratio as a float32
-scalar Tensor (0 before any update). ``Mean`` keeps them in Variables that tapefit ops update,
-so a compiled step runs it in its replay; the others run as Python on every replay. A metric may also keep state variables made
-with ``add_variable`` (Keras 3's way: ``assign_add`` in ``update_state``, ``result()`` from
-them); the confusion-matrix metrics (``AUC``, ``Precision``, ``Recall``) and the F-scores
-keep their counts that way. Every state variable is part of ``get_state``, so checkpoints
-resume it.
+A mean-like metric accumulates a weighted sum and a weight total in two float64 Variables
+(``total`` and ``count``; metrics are never differentiated, so nothing is recorded on a tape);
+``result()`` is their ratio as a float32 scalar Tensor (0 before any update). A metric may also
+keep state variables made with ``add_variable`` (Keras 3's way: ``assign_add`` in
+``update_state``, ``result()`` from them); the confusion-matrix metrics (``AUC``,
+``Precision``, ``Recall``) and the F-scores keep their counts that way. Every state variable is
+part of ``get_state``, so checkpoints resume it.
+
+The built-in metrics compute with tapefit ops and ``assign*`` alone, so a ``tp.function`` (a
+compiled training step) traces their updates and results into its replay. A subclass's own
+``update_state``, ``result`` and ``reset_state``, which may compute in NumPy, run as host calls
+instead: Python again on every replay, with that call's values.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from tapefit.core import dtypes as _dt
-from tapefit.core.function import host_call, tracing
+from tapefit.core.function import guard, host_call, tracing, unchanged
 from tapefit.core.messages import shown
 from tapefit.core.naming import Registry
 from tapefit.core.ops import math as _math
 from tapefit.core.ops import reduce as _reduce
 from tapefit.core.ops import shape as _shape
-from tapefit.core.tensor import Tensor, Variable, _wrap, as_tensor
+from tapefit.core.tensor import Tensor, Variable
 from tapefit.layers import losses as _losses
 
 
-def _array(value: Any, what: str, metric: str) -> np.ndarray:
+def _tensor(value: Any, what: str, metric: str) -> Tensor:
+    """``value`` as a Tensor: a Tensor as it is, anything else read by ``np.asarray`` (so Python
+    floats stay float64)."""
+    if isinstance(value, Tensor):
+        return value
     try:
-        return np.asarray(value)
+        return Tensor(np.asarray(value))
     except (TypeError, ValueError) as error:
         raise TypeError(f"{metric}: cannot read {what} as an array ({error})") from None
 
 
-def _same_rank(y_true: Any, y_pred: Any, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    """The arrays of ``y_true`` and ``y_pred``, with a trailing size-1 axis dropped from the one of
+def _common(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """``a`` and ``b`` cast to the dtype NumPy would compare them in."""
+    dtype = np.result_type(a.dtype, b.dtype)
+    return _math.cast(a, dtype), _math.cast(b, dtype)
+
+
+def _drop_last(t: Tensor) -> Tensor:
+    return _shape.reshape(t, t.shape[:-1])
+
+
+def _same_rank(y_true: Any, y_pred: Any, metric: str) -> tuple[Tensor, Tensor]:
+    """``y_true`` and ``y_pred`` as Tensors, with a trailing size-1 axis dropped from the one of
     higher rank (Keras's rule); then checks the shapes."""
-    y_true, y_pred = _array(y_true, "y_true", metric), _array(y_pred, "y_pred", metric)
+    y_true, y_pred = _tensor(y_true, "y_true", metric), _tensor(y_pred, "y_pred", metric)
     if y_true.ndim == y_pred.ndim + 1 and y_true.shape[-1] == 1:
-        y_true = y_true[..., 0]
+        y_true = _drop_last(y_true)
     elif y_pred.ndim == y_true.ndim + 1 and y_pred.shape[-1] == 1:
-        y_pred = y_pred[..., 0]
+        y_pred = _drop_last(y_pred)
     if y_true.shape != y_pred.shape:
         raise ValueError(f"{metric}: y_true has shape {y_true.shape} but y_pred has shape {y_pred.shape}")
     return y_true, y_pred
@@ -66,14 +85,21 @@ def _weights_shape(weights: tuple[int, ...], values: tuple[int, ...], metric: st
     return shape
 
 
+def _weights_like(sample_weight: Any, values: Tensor, metric: str) -> Tensor:
+    """``sample_weight`` as float64, broadcast to ``values``'s shape (see ``_weights_shape``)."""
+    weights = _math.cast(_tensor(sample_weight, "sample_weight", metric), _dt.float64)
+    shape = _weights_shape(tuple(weights.shape), tuple(values.shape), metric)
+    return _shape.broadcast_to(_shape.reshape(weights, shape), tuple(values.shape))
+
+
 def _call_method(method: Callable[..., Any], metric: Metric, args: Any, kwargs: Any) -> Any:
     return method(metric, *args, **kwargs)
 
 
 def _hosted(method: Callable[..., Any]) -> Callable[..., Any]:
     """``method`` as a ``tp.function`` trace records it: a host call, run on every replay with
-    that call's values (a metric's state is Python numbers, which a trace cannot follow)."""
-    if getattr(method, "_tapefit_hosted", False):
+    that call's values (it may compute in NumPy, which a trace cannot follow)."""
+    if getattr(method, "_tapefit_in_replay", False) or getattr(method, "_tapefit_hosted", False):
         return method
 
     @functools.wraps(method)
@@ -86,11 +112,27 @@ def _hosted(method: Callable[..., Any]) -> Callable[..., Any]:
     return hosted
 
 
+def _in_replay(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Marks a metric method made of tapefit ops and assignments alone: a ``tp.function`` traces
+    it into its replay instead of calling it as Python on every call (see ``_hosted``)."""
+    method._tapefit_in_replay = True  # type: ignore[attr-defined]
+    return method
+
+
+def _zeros(variables: list[Variable]) -> None:
+    for variable in variables:
+        variable.assign(np.zeros(variable.shape, variable.dtype))
+
+
 class Metric:
     """Base class of streaming metrics.
 
-    ``update_state``, ``result`` and ``reset_state`` (a subclass's too) run as host calls inside
-    a ``tp.function``: a compiled training step updates its metrics on every call.
+    ``total`` and ``count`` (the weighted sum and the weight total of a mean-like metric) are
+    float64 Variables, which the built-in metrics update with tapefit ops; ``result`` is their
+    ratio.
+    The built-in metrics update and read their state inside a ``tp.function``'s replay. A
+    subclass's own ``update_state``, ``result`` and ``reset_state`` run as host calls there
+    (they may compute in NumPy): a compiled training step updates its metrics on every call.
 
     A subclass may keep its state in variables made with ``add_variable`` (zeros by
     default); the base ``reset_state`` sets them back to zero, and ``get_state`` holds them.
@@ -111,8 +153,28 @@ class Metric:
     def __init__(self, name: str | None = None, dtype: Any = None) -> None:
         self.name = name or self.default_name
         self.dtype = None if dtype is None else _dt.as_dtype(dtype).name
-        self.total = 0.0
-        self.count = 0.0
+        self._sums = (
+            Variable(np.float64(0.0), trainable=False, name="total"),
+            Variable(np.float64(0.0), trainable=False, name="count"),
+        )
+
+    @property
+    def total(self) -> float:
+        """The weighted sum of the values so far."""
+        return float(self._sums[0]._value)
+
+    @total.setter
+    def total(self, value: float) -> None:
+        self._sums[0].assign(np.float64(value))
+
+    @property
+    def count(self) -> float:
+        """The sum of the weights so far (the number of values, unweighted)."""
+        return float(self._sums[1]._value)
+
+    @count.setter
+    def count(self, value: float) -> None:
+        self._sums[1].assign(np.float64(value))
 
     @property
     def variables(self) -> list[Variable]:
@@ -175,31 +237,36 @@ class Metric:
 
         return serialization.from_constructor_config(cls, config)
 
-    def _accumulate(self, values: np.ndarray, sample_weight: Any) -> None:
+    def _accumulate(self, values: Any, sample_weight: Any) -> None:
         """Adds ``values`` (one or more per sample), weighted by ``sample_weight`` (broadcast)."""
-        values = np.asarray(values, dtype=np.float64)
+        values = _math.cast(_tensor(values, "the values", self.name), _dt.float64)
+        total, count = self._sums
         if sample_weight is None:
-            self.total += float(values.sum())
-            self.count += float(values.size)
+            total.assign_add(_reduce.reduce_sum(values))
+            count.assign_add(np.float64(values.size))
             return
-        weights = np.asarray(sample_weight, dtype=np.float64)
-        shape = _weights_shape(weights.shape, values.shape, self.name)
-        weights = np.broadcast_to(weights.reshape(shape), values.shape)
-        self.total += float((values * weights).sum())
-        self.count += float(weights.sum())
+        weights = _weights_like(sample_weight, values, self.name)
+        total.assign_add(_reduce.reduce_sum(values * weights))
+        count.assign_add(_reduce.reduce_sum(weights))
 
-    @_hosted
+    def _mean(self) -> Tensor:
+        """``total / count`` in float64 (0 when nothing was added)."""
+        total, count = self._sums
+        added = _math.not_equal(count, 0.0)
+        return _math.where(added, total / _math.where(added, count, 1.0), 0.0)
+
+    @_in_replay
     def result(self) -> Tensor:
         """The weighted mean so far, as a float32 scalar Tensor (0 when nothing was added)."""
-        return _wrap(np.asarray(self.total / self.count if self.count else 0.0, dtype=np.float32))
+        return _math.cast(self._mean(), _dt.float32)
 
-    @_hosted
+    @_in_replay
     def reset_state(self) -> None:
         """Forgets every batch: ``total`` and ``count``, and each state variable set to zero."""
-        self.total = 0.0
-        self.count = 0.0
-        for variable in self.variables:
-            variable.assign(np.zeros(variable.shape, variable.dtype))
+        variables = self.variables
+        # A replay resets the variables the metric had when traced: trace again when it has others.
+        guard(lambda: len(self.__dict__.get("_state_variables", ())) == len(variables))
+        _zeros([*self._sums, *variables])
 
     def get_state(self) -> dict[str, Any]:
         """The running state: the weighted ``total`` and the weight ``count`` (sums, so the
@@ -240,82 +307,36 @@ class Metric:
         return f"<{type(self).__name__} name={self.name!r} result={float(self.result()):.6g}>"
 
 
-def _in_replay(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Marks a metric method made of tapefit ops and assignments alone: a ``tp.function`` traces
-    it into its replay instead of calling it as Python on every call (see ``_hosted``)."""
-    method._tapefit_hosted = True  # type: ignore[attr-defined]
-    return method
-
-
 class Mean(Metric):
-    """The (weighted) mean of every value given to ``update_state(values, sample_weight=None)``.
-
-    Its sums are float64 Variables updated by tapefit ops, so a compiled step (a custom
-    ``train_step``'s loss trackers) updates and reads it inside its replay; ``total`` and
-    ``count`` read and set them as Python floats.
-    """
+    """The (weighted) mean of every value given to ``update_state(values, sample_weight=None)``."""
 
     default_name = "mean"
-
-    def __init__(self, name: str | None = None, dtype: Any = None) -> None:
-        self._sums = (
-            Variable(np.float64(0.0), trainable=False, name="total"),
-            Variable(np.float64(0.0), trainable=False, name="count"),
-        )
-        super().__init__(name, dtype)
-
-    @property
-    def total(self) -> float:
-        """The weighted sum of the values so far."""
-        return float(self._sums[0]._value)
-
-    @total.setter
-    def total(self, value: float) -> None:
-        self._sums[0].assign(np.float64(value))
-
-    @property
-    def count(self) -> float:
-        """The sum of the weights so far (the number of values, unweighted)."""
-        return float(self._sums[1]._value)
-
-    @count.setter
-    def count(self, value: float) -> None:
-        self._sums[1].assign(np.float64(value))
 
     @_in_replay
     def update_state(self, values: Any, sample_weight: Any = None) -> None:
         """Adds ``values``, weighted by ``sample_weight`` (broadcast to them) when given."""
-        try:
-            values = _math.cast(as_tensor(values), _dt.float64)
-        except (TypeError, ValueError) as error:
-            raise TypeError(f"{self.name}: cannot read values as an array ({error})") from None
-        total, count = self._sums
-        if sample_weight is None:
-            total.assign_add(_reduce.reduce_sum(values))
-            count.assign_add(np.float64(values._value.size))
-            return
-        weights = _math.cast(as_tensor(sample_weight), _dt.float64)
-        shape = _weights_shape(tuple(weights.shape), tuple(values.shape), self.name)
-        weights = _shape.broadcast_to(_shape.reshape(weights, shape), tuple(values.shape))
-        total.assign_add(_reduce.reduce_sum(values * weights))
-        count.assign_add(_reduce.reduce_sum(weights))
+        self._accumulate(_tensor(values, "values", self.name), sample_weight)
 
-    @_in_replay
-    def result(self) -> Tensor:
-        """The weighted mean so far, as a float32 scalar Tensor (0 when nothing was added)."""
-        total, count = self._sums
-        added = _math.not_equal(count, 0.0)
-        return _math.cast(_math.where(added, total / _math.where(added, count, 1.0), 0.0), _dt.float32)
 
-    @_in_replay
-    def reset_state(self) -> None:
-        """Forgets every batch."""
-        for variable in (*self._sums, *self.variables):
-            variable.assign(np.zeros(variable.shape, variable.dtype))
+def _replay_safe(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` computes with tapefit ops alone, so a trace may follow it: a tapefit
+    ``Loss`` or loss function. Anything else may compute in NumPy."""
+    if isinstance(fn, _losses.Loss):
+        return type(fn).__module__ == _losses.__name__
+    return inspect.isfunction(fn) and fn.__module__ == _losses.__name__ and fn.__name__ in _losses.__all__
+
+
+def _fn_values(fn: Callable[..., Any], y_true: Any, y_pred: Any, metric: str) -> Tensor:
+    """``fn(y_true, y_pred)`` as a Tensor (a host call: ``fn`` may compute in NumPy)."""
+    return _tensor(fn(y_true, y_pred), "the values", metric)
 
 
 class MeanMetricWrapper(Metric):
     """The mean of ``fn(y_true, y_pred)`` over every sample seen.
+
+    A tapefit loss (``tp.losses.MeanSquaredError(reduction="none")``, ``tp.losses.mean_squared_error``)
+    runs in a compiled step's replay; any other ``fn`` runs as Python on every call (it may use
+    NumPy), and only the averaging in the replay.
 
     Args:
         fn: ``fn(y_true, y_pred)`` returning per-sample (or per-element) values.
@@ -326,9 +347,14 @@ class MeanMetricWrapper(Metric):
         super().__init__(name or getattr(fn, "__name__", None))
         self.fn = fn
 
+    @_in_replay
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch of targets and predictions."""
-        self._accumulate(_array(self.fn(y_true, y_pred), "the values", self.name), sample_weight)
+        if _replay_safe(self.fn):
+            values = _tensor(self.fn(y_true, y_pred), "the values", self.name)
+        else:
+            values = host_call(_fn_values, self.fn, y_true, y_pred, self.name)
+        self._accumulate(values, sample_weight)
 
 
 class Accuracy(Metric):
@@ -336,10 +362,16 @@ class Accuracy(Metric):
 
     default_name = "accuracy"
 
+    @_in_replay
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch."""
         y_true, y_pred = _same_rank(y_true, y_pred, self.name)
-        self._accumulate(y_true == y_pred, sample_weight)
+        self._accumulate(_math.equal(*_common(y_true, y_pred)), sample_weight)
+
+
+def _floating(t: Tensor) -> Tensor:
+    """``t``, or ``t`` as float64 when it is not floating (as NumPy compares it with a float)."""
+    return t if t.dtype.kind == "f" else _math.cast(t, _dt.float64)
 
 
 class BinaryAccuracy(Metric):
@@ -356,10 +388,41 @@ class BinaryAccuracy(Metric):
         super().__init__(name)
         self.threshold = float(threshold)
 
+    @_in_replay
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch."""
         y_true, y_pred = _same_rank(y_true, y_pred, self.name)
-        self._accumulate(y_true.astype(np.float64) == (y_pred > self.threshold), sample_weight)
+        predicted = _math.cast(_math.greater(_floating(y_pred), self.threshold), _dt.float64)
+        self._accumulate(_math.equal(_math.cast(y_true, _dt.float64), predicted), sample_weight)
+
+
+def _class_axis(y_pred: Tensor, metric: str) -> None:
+    if y_pred.ndim == 0:
+        raise ValueError(f"{metric}: y_pred needs a class axis, got a scalar")
+
+
+def _sparse_labels(y_true: Any, y_pred: Tensor, metric: str, hint: str) -> Tensor:
+    """Integer labels of ``y_pred.shape[:-1]`` (a trailing axis of size 1 dropped), shapes checked."""
+    y_true = _tensor(y_true, "y_true", metric)
+    _class_axis(y_pred, metric)
+    if y_true.ndim == y_pred.ndim and y_true.shape[-1] == 1:
+        y_true = _drop_last(y_true)
+    if y_true.shape != y_pred.shape[:-1]:
+        raise ValueError(
+            f"{metric}: y_true of shape {y_true.shape} does not fit y_pred of shape {y_pred.shape}; expected "
+            f"integer labels of shape {y_pred.shape[:-1]}{hint}"
+        )
+    return y_true
+
+
+def _one_hot_targets(y_true: Any, y_pred: Any, metric: str, sparse: str) -> tuple[Tensor, Tensor]:
+    y_true, y_pred = _tensor(y_true, "y_true", metric), _tensor(y_pred, "y_pred", metric)
+    if y_true.shape != y_pred.shape or y_pred.ndim == 0:
+        raise ValueError(
+            f"{metric}: y_true of shape {y_true.shape} does not match y_pred of shape {y_pred.shape} "
+            f"(for integer labels use {sparse})"
+        )
+    return y_true, y_pred
 
 
 class CategoricalAccuracy(Metric):
@@ -367,15 +430,12 @@ class CategoricalAccuracy(Metric):
 
     default_name = "categorical_accuracy"
 
+    @_in_replay
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch."""
-        y_true, y_pred = _array(y_true, "y_true", self.name), _array(y_pred, "y_pred", self.name)
-        if y_true.shape != y_pred.shape or y_pred.ndim == 0:
-            raise ValueError(
-                f"{self.name}: y_true of shape {y_true.shape} does not match y_pred of shape {y_pred.shape} "
-                "(for integer labels use SparseCategoricalAccuracy)"
-            )
-        self._accumulate(np.argmax(y_true, -1) == np.argmax(y_pred, -1), sample_weight)
+        y_true, y_pred = _one_hot_targets(y_true, y_pred, self.name, "SparseCategoricalAccuracy")
+        hits = _math.equal(_reduce.argmax(y_true, -1), _reduce.argmax(y_pred, -1))
+        self._accumulate(hits, sample_weight)
 
 
 class SparseCategoricalAccuracy(Metric):
@@ -383,19 +443,22 @@ class SparseCategoricalAccuracy(Metric):
 
     default_name = "sparse_categorical_accuracy"
 
+    @_in_replay
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch."""
-        y_true, y_pred = _array(y_true, "y_true", self.name), _array(y_pred, "y_pred", self.name)
-        if y_pred.ndim == 0:
-            raise ValueError(f"{self.name}: y_pred needs a class axis, got a scalar")
-        if y_true.ndim == y_pred.ndim and y_true.shape[-1] == 1:
-            y_true = y_true[..., 0]
-        if y_true.shape != y_pred.shape[:-1]:
-            raise ValueError(
-                f"{self.name}: y_true of shape {y_true.shape} does not fit y_pred of shape {y_pred.shape}; expected "
-                f"integer labels of shape {y_pred.shape[:-1]} (for one-hot targets use CategoricalAccuracy)"
-            )
-        self._accumulate(y_true == np.argmax(y_pred, -1), sample_weight)
+        y_pred = _tensor(y_pred, "y_pred", self.name)
+        labels = _sparse_labels(y_true, y_pred, self.name, " (for one-hot targets use CategoricalAccuracy)")
+        self._accumulate(_math.equal(*_common(labels, _reduce.argmax(y_pred, -1))), sample_weight)
+
+
+def _per_sample(values: Tensor) -> Tensor:
+    return _reduce.reduce_mean(values, axis=-1) if values.ndim >= 2 else values
+
+
+def _error(y_true: Any, y_pred: Any, metric: str) -> Tensor:
+    """``y_pred - y_true`` in float64, of the shapes ``_same_rank`` made one."""
+    y_true, y_pred = _same_rank(y_true, y_pred, metric)
+    return _math.cast(y_pred, _dt.float64) - _math.cast(y_true, _dt.float64)
 
 
 class MeanSquaredError(Metric):
@@ -403,10 +466,10 @@ class MeanSquaredError(Metric):
 
     default_name = "mean_squared_error"
 
+    @_in_replay
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch."""
-        y_true, y_pred = _same_rank(y_true, y_pred, self.name)
-        self._accumulate(_per_sample(np.square(y_pred.astype(np.float64) - y_true)), sample_weight)
+        self._accumulate(_per_sample(_math.square(_error(y_true, y_pred, self.name))), sample_weight)
 
 
 class MeanAbsoluteError(Metric):
@@ -414,14 +477,10 @@ class MeanAbsoluteError(Metric):
 
     default_name = "mean_absolute_error"
 
+    @_in_replay
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch."""
-        y_true, y_pred = _same_rank(y_true, y_pred, self.name)
-        self._accumulate(_per_sample(np.abs(y_pred.astype(np.float64) - y_true)), sample_weight)
-
-
-def _per_sample(values: np.ndarray) -> np.ndarray:
-    return values.mean(axis=-1) if values.ndim >= 2 else values
+        self._accumulate(_per_sample(_math.abs(_error(y_true, y_pred, self.name))), sample_weight)
 
 
 class _Accuracy(Metric):
@@ -437,24 +496,35 @@ class _Accuracy(Metric):
         super().__init__(name)
         self.chosen: Metric | None = None
 
+    def _keep_choice(self) -> None:
+        # A replay works on the kind chosen when traced: trace again when set_state changes it.
+        guard(unchanged((self, "chosen")))
+
+    @_in_replay
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch."""
         if self.chosen is None:
-            t, p = np.shape(y_true), np.shape(y_pred)
+            t = _tensor(y_true, "y_true", self.name).shape
+            p = _tensor(y_pred, "y_pred", self.name).shape
             if p and p[-1] == 1:
                 self.chosen = BinaryAccuracy(self.name)
             elif len(t) < len(p) or (t and t[-1] == 1 and p and p[-1] > 1):
                 self.chosen = SparseCategoricalAccuracy(self.name)
             else:
                 self.chosen = CategoricalAccuracy(self.name)
+        self._keep_choice()
         self.chosen.update_state(y_true, y_pred, sample_weight)
 
+    @_in_replay
     def result(self) -> Tensor:
         """The accuracy so far."""
+        self._keep_choice()
         return super().result() if self.chosen is None else self.chosen.result()
 
+    @_in_replay
     def reset_state(self) -> None:
         """Forgets every batch (the chosen kind is kept)."""
+        self._keep_choice()
         if self.chosen is not None:
             self.chosen.reset_state()
 
@@ -492,14 +562,15 @@ class RootMeanSquaredError(Metric):
 
     default_name = "root_mean_squared_error"
 
+    @_in_replay
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch."""
-        y_true, y_pred = _same_rank(y_true, y_pred, self.name)
-        self._accumulate(np.square(y_pred.astype(np.float64) - y_true), sample_weight)
+        self._accumulate(_math.square(_error(y_true, y_pred, self.name)), sample_weight)
 
+    @_in_replay
     def result(self) -> Tensor:
         """The root of the mean so far (0 when nothing was added)."""
-        return _wrap(np.asarray(np.sqrt(self.total / self.count) if self.count else 0.0, dtype=np.float32))
+        return _math.cast(_math.sqrt(self._mean()), _dt.float32)
 
 
 class MeanAbsolutePercentageError(Metric):
@@ -512,11 +583,12 @@ class MeanAbsolutePercentageError(Metric):
 
     default_name = "mean_absolute_percentage_error"
 
+    @_in_replay
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch."""
         y_true, y_pred = _same_rank(y_true, y_pred, self.name)
-        y_true = y_true.astype(np.float64)
-        error = np.abs((y_true - y_pred) / np.maximum(np.abs(y_true), _losses.EPSILON))
+        y_true, y_pred = _math.cast(y_true, _dt.float64), _math.cast(y_pred, _dt.float64)
+        error = _math.abs((y_true - y_pred) / _math.maximum(_math.abs(y_true), _losses.EPSILON))
         self._accumulate(100.0 * _per_sample(error), sample_weight)
 
 
@@ -528,10 +600,11 @@ class _LossMetric(Metric):
     def _loss(self) -> _losses.Loss:
         raise NotImplementedError
 
+    @_in_replay
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch."""
-        values = self._loss()(y_true, np.asarray(y_pred, dtype=np.float32))
-        self._accumulate(values.numpy(), sample_weight)
+        y_pred = _math.cast(_tensor(y_pred, "y_pred", self.name), _dt.float32)
+        self._accumulate(self._loss()(y_true, y_pred), sample_weight)
 
 
 class BinaryCrossentropy(_LossMetric):
@@ -593,11 +666,12 @@ class CategoricalCrossentropy(_LossMetric):
         )
 
 
-def _in_top_k(scores: np.ndarray, targets: np.ndarray, k: int) -> np.ndarray:
+def _in_top_k(scores: Tensor, targets: Tensor, k: int) -> Tensor:
     """Whether each target class is among the ``k`` highest scores of its row: fewer than ``k``
     classes score strictly higher (ties at the boundary count as in, as TensorFlow's ``in_top_k``)."""
-    target_scores = np.take_along_axis(scores, targets[..., None], axis=-1)
-    return (scores > target_scores).sum(axis=-1) < k
+    index = _shape.reshape(targets, (*targets.shape, 1))
+    target_scores = _shape.gather(scores, index, axis=-1, batch_dims=targets.ndim)
+    return _math.less(_reduce.reduce_sum(_math.greater(scores, target_scores), axis=-1), k)
 
 
 class TopKCategoricalAccuracy(Metric):
@@ -615,15 +689,12 @@ class TopKCategoricalAccuracy(Metric):
         super().__init__(name, dtype)
         self.k = int(k)
 
+    @_in_replay
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch."""
-        y_true, y_pred = _array(y_true, "y_true", self.name), _array(y_pred, "y_pred", self.name)
-        if y_true.shape != y_pred.shape or y_pred.ndim == 0:
-            raise ValueError(
-                f"{self.name}: y_true of shape {y_true.shape} does not match y_pred of shape {y_pred.shape} "
-                "(for integer labels use SparseTopKCategoricalAccuracy)"
-            )
-        self._accumulate(_in_top_k(y_pred.astype(np.float32), np.argmax(y_true, -1), self.k), sample_weight)
+        y_true, y_pred = _one_hot_targets(y_true, y_pred, self.name, "SparseTopKCategoricalAccuracy")
+        scores = _math.cast(y_pred, _dt.float32)
+        self._accumulate(_in_top_k(scores, _reduce.argmax(y_true, -1), self.k), sample_weight)
 
 
 class SparseTopKCategoricalAccuracy(Metric):
@@ -645,23 +716,16 @@ class SparseTopKCategoricalAccuracy(Metric):
         self.k = int(k)
         self.from_sorted_ids = bool(from_sorted_ids)
 
+    @_in_replay
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch."""
-        y_true, y_pred = _array(y_true, "y_true", self.name), _array(y_pred, "y_pred", self.name)
-        if y_pred.ndim == 0:
-            raise ValueError(f"{self.name}: y_pred needs a class axis, got a scalar")
-        if y_true.ndim == y_pred.ndim and y_true.shape[-1] == 1:
-            y_true = y_true[..., 0]
-        if y_true.shape != y_pred.shape[:-1]:
-            raise ValueError(
-                f"{self.name}: y_true of shape {y_true.shape} does not fit y_pred of shape {y_pred.shape}; "
-                f"expected integer labels of shape {y_pred.shape[:-1]}"
-            )
-        labels = y_true.astype(np.int64)
+        y_pred = _tensor(y_pred, "y_pred", self.name)
+        labels = _math.cast(_sparse_labels(y_true, y_pred, self.name, ""), _dt.int64)
         if self.from_sorted_ids:
-            hits = (y_pred[..., : self.k].astype(np.int64) == labels[..., None]).any(axis=-1)
+            top = _math.cast(y_pred[..., : self.k], _dt.int64)
+            hits = _reduce.reduce_any(_math.equal(top, _shape.reshape(labels, (*labels.shape, 1))), axis=-1)
         else:
-            hits = _in_top_k(y_pred.astype(np.float32), labels, self.k)
+            hits = _in_top_k(_math.cast(y_pred, _dt.float32), labels, self.k)
         self._accumulate(hits, sample_weight)
 
 
@@ -690,95 +754,112 @@ def _evenly_spaced(thresholds: list[float]) -> bool:
     return bool(np.allclose(thresholds, even, atol=1e-7))
 
 
-def _same_rank_float(y_true: Any, y_pred: Any, metric: str) -> tuple[np.ndarray, np.ndarray]:
+def _with_last(t: Tensor) -> Tensor:
+    return _shape.reshape(t, (*t.shape, 1))
+
+
+def _same_rank_float(y_true: Any, y_pred: Any, metric: str) -> tuple[Tensor, Tensor]:
     """``y_true`` and ``y_pred`` as float32 of one rank: a trailing axis of size 1 dropped from the
     one of higher rank, or (ranks apart by one otherwise) one added to the one of lower rank."""
-    y_true = _array(y_true, "y_true", metric).astype(np.float32)
-    y_pred = _array(y_pred, "y_pred", metric).astype(np.float32)
+    y_true = _math.cast(_tensor(y_true, "y_true", metric), _dt.float32)
+    y_pred = _math.cast(_tensor(y_pred, "y_pred", metric), _dt.float32)
     if y_true.ndim == y_pred.ndim + 1:
-        y_true = y_true[..., 0] if y_true.shape[-1] == 1 else y_true
-        y_pred = y_pred if y_true.ndim == y_pred.ndim else y_pred[..., None]
+        y_true = _drop_last(y_true) if y_true.shape[-1] == 1 else y_true
+        y_pred = y_pred if y_true.ndim == y_pred.ndim else _with_last(y_pred)
     elif y_pred.ndim == y_true.ndim + 1:
-        y_pred = y_pred[..., 0] if y_pred.shape[-1] == 1 else y_pred
-        y_true = y_true if y_true.ndim == y_pred.ndim else y_true[..., None]
+        y_pred = _drop_last(y_pred) if y_pred.shape[-1] == 1 else y_pred
+        y_true = y_true if y_true.ndim == y_pred.ndim else _with_last(y_true)
     if y_true.shape != y_pred.shape:
         raise ValueError(f"{metric}: y_true has shape {y_true.shape} but y_pred has shape {y_pred.shape}")
     return y_true, y_pred
 
 
+def _bucket_counts(buckets: Tensor, weights: Tensor, n: int) -> Tensor:
+    """The weight of the predictions in each of ``n`` buckets (a negative bucket counts in none),
+    then summed from the top down: a prediction in bucket b is above thresholds 0..b. Per label
+    (shape ``(n, labels)``) for 2-D ``weights``."""
+    if weights.ndim == 1:
+        per_bucket = _reduce.unsorted_segment_sum(weights, buckets, n)
+    else:
+        labels = weights.shape[1]
+        # one segment per (bucket, label): bucket * labels + label
+        ids = _math.where(buckets >= 0, buckets * labels + np.arange(labels, dtype=np.int64), -1)
+        per_bucket = _shape.reshape(_reduce.unsorted_segment_sum(weights, ids, n * labels), (n, labels))
+    return _reduce.cumsum(per_bucket, 0, reverse=True)
+
+
 def _confusion_counts(
-    y_true: np.ndarray,
-    y_pred: np.ndarray,
+    y_true: Tensor,
+    y_pred: Tensor,
     thresholds: np.ndarray,
-    weights: np.ndarray,
+    weights: Tensor | None,
     evenly: bool,
     multi_label: bool,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``(tp, fp, tn, fn)`` of a batch at each threshold (a prediction is positive when it is
-    greater than the threshold; a label is positive when it is not 0), weighted; per label
-    (shape ``(thresholds, labels)``) with ``multi_label``, else over every element.
+    greater than the threshold; a label is positive when it is not 0), weighted (float64); per
+    label (shape ``(thresholds, labels)``) with ``multi_label``, else over every element;
+    ``weights`` of ``y_pred``'s shape, or ``None`` for ones.
 
     With evenly spaced thresholds, the predictions are clipped to ``[0, 1]`` and counted by
     bucket, as Keras does (the outer thresholds ``-1e-7`` and ``1 + 1e-7`` taking every
     prediction in ``[0, 1]`` and none)."""
-    positive = (y_true != 0).astype(np.float64)
-    if not multi_label:
-        positive, y_pred, weights = positive.reshape(-1), y_pred.reshape(-1), weights.reshape(-1)
-    else:
-        positive, y_pred, weights = (a.reshape(-1, a.shape[-1]) for a in (positive, y_pred, weights))
-    true_w = positive * weights
-    false_w = (1.0 - positive) * weights
+    positive = _math.cast(_math.not_equal(y_true, 0.0), _dt.float64)
+    shape = (-1,) if not multi_label else (-1, y_pred.shape[-1])
+    positive, y_pred = _shape.reshape(positive, shape), _shape.reshape(y_pred, shape)
+    true_w, false_w = positive, 1.0 - positive
+    if weights is not None:
+        weights = _shape.reshape(weights, shape)
+        true_w, false_w = true_w * weights, false_w * weights
     n = len(thresholds)
     if evenly:
         with_epsilon = thresholds[0] < 0.0 or thresholds[-1] > 1.0
-        y_pred = np.clip(y_pred, 0.0, 1.0).astype(np.float32)
-        raw = np.ceil(y_pred * np.float32(n - 1)) - 1
-        buckets = (np.maximum(raw, 0) if with_epsilon else raw).astype(np.int64)
-
-        def counts(w: np.ndarray) -> np.ndarray:
-            # the weight of the predictions in each bucket, then summed from the top down: a
-            # prediction in bucket b is above thresholds 0..b
-            per_bucket: np.ndarray
-            if w.ndim == 1:
-                keep = buckets >= 0
-                per_bucket = np.bincount(buckets[keep], w[keep], minlength=n)[:n]
-            else:
-                per_bucket = np.zeros((n, w.shape[1]))
-                for label in range(w.shape[1]):
-                    keep = buckets[:, label] >= 0
-                    per_bucket[:, label] = np.bincount(buckets[keep, label], w[keep, label], minlength=n)[:n]
-            return np.cumsum(per_bucket[::-1], axis=0)[::-1]
-
-        tp, fp = counts(true_w), counts(false_w)
+        y_pred = _math.clip_by_value(y_pred, 0.0, 1.0)
+        # ceil(y * (n - 1)) - 1, as -1 - floor(y * -(n - 1)): the same bits in fewer ops
+        raw = -1.0 - _math.floor(y_pred * np.float32(1 - n))
+        buckets = _math.cast(_math.maximum(raw, 0.0) if with_epsilon else raw, _dt.int64)
+        tp, fp = _bucket_counts(buckets, true_w, n), _bucket_counts(buckets, false_w, n)
     else:
-        above = y_pred[None] > thresholds.astype(np.float32).reshape((n,) + (1,) * y_pred.ndim)
-        tp = (above * true_w).sum(axis=1)
-        fp = (above * false_w).sum(axis=1)
-    return tp, fp, false_w.sum(axis=0) - fp, true_w.sum(axis=0) - tp
+        cut = thresholds.astype(np.float32).reshape((n,) + (1,) * y_pred.ndim)
+        above = _math.cast(_math.greater(y_pred, cut), _dt.float64)
+        tp = _reduce.reduce_sum(above * true_w, axis=1)
+        fp = _reduce.reduce_sum(above * false_w, axis=1)
+    return tp, fp, _reduce.reduce_sum(false_w, axis=0) - fp, _reduce.reduce_sum(true_w, axis=0) - tp
 
 
-def _weights_like(sample_weight: Any, y_pred: np.ndarray, metric: str) -> np.ndarray:
-    """``sample_weight`` (one per sample, or of ``y_pred``'s rank) broadcast to ``y_pred``'s shape."""
+def _weights_of(sample_weight: Any, y_pred: Tensor, metric: str) -> Tensor | None:
+    """``sample_weight`` (one per sample, or of ``y_pred``'s rank) broadcast to ``y_pred``'s
+    shape, as float64; ``None`` without it."""
     if sample_weight is None:
-        return np.ones(y_pred.shape)
-    weights = np.asarray(sample_weight, dtype=np.float64)
-    while weights.ndim > y_pred.ndim and weights.shape[-1] == 1:
-        weights = weights[..., 0]
-    weights = weights.reshape(weights.shape + (1,) * (y_pred.ndim - weights.ndim))
+        return None
+    weights = _math.cast(_tensor(sample_weight, "sample_weight", metric), _dt.float64)
+    shape = tuple(weights.shape)
+    while len(shape) > y_pred.ndim and shape[-1] == 1:
+        shape = shape[:-1]
+    shape += (1,) * (y_pred.ndim - len(shape))
     try:
-        return np.broadcast_to(weights, y_pred.shape)
+        fits = np.broadcast_shapes(shape, y_pred.shape) == y_pred.shape
     except ValueError:
+        fits = False
+    if not fits:
         raise ValueError(
-            f"{metric}: sample_weight of shape {np.shape(sample_weight)} does not fit y_pred of shape {y_pred.shape}"
-        ) from None
+            f"{metric}: sample_weight of shape {tuple(weights.shape)} does not fit y_pred of shape {y_pred.shape}"
+        )
+    return _shape.broadcast_to(_shape.reshape(weights, shape), y_pred.shape)
 
 
-def _top_k_only(y_pred: np.ndarray, k: int) -> np.ndarray:
-    """``y_pred`` with every value outside the ``k`` highest of its last axis set to -1e10."""
-    order = np.argsort(-y_pred, axis=-1, kind="stable")[..., :k]
-    keep = np.zeros(y_pred.shape, bool)
-    np.put_along_axis(keep, order, True, axis=-1)
-    return np.where(keep, y_pred, np.float32(_NEG_INF)).astype(np.float32)
+def _top_k_only(y_pred: Tensor, k: int) -> Tensor:
+    """``y_pred`` with every value outside the ``k`` highest of its last axis set to -1e10 (ties
+    kept in the order of the axis, as a stable sort keeps them)."""
+    classes = y_pred.shape[-1]
+    mine, other = _with_last(y_pred), _shape.reshape(y_pred, (*y_pred.shape[:-1], 1, classes))
+    # other[i] comes before mine[j]: it is higher, or equal and earlier (i < j)
+    earlier = np.tri(classes, k=-1, dtype=bool)
+    before = _math.logical_or(
+        _math.greater(other, mine), _math.logical_and(_math.equal(other, mine), earlier)
+    )
+    kept = _math.less(_reduce.reduce_sum(before, axis=-1), k)
+    return _math.where(kept, y_pred, _NEG_INF)
 
 
 class _Confusion(Metric):
@@ -807,11 +888,13 @@ class _Confusion(Metric):
 
     _other_name = "false_positives"
 
+    @_in_replay
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch (``y_true`` is read as booleans: nonzero is positive)."""
         y_true, y_pred = _same_rank_float(y_true, y_pred, self.name)
-        weights = _weights_like(sample_weight, y_pred, self.name)
+        weights = _weights_of(sample_weight, y_pred, self.name)
         if self.top_k is not None:
+            _class_axis(y_pred, self.name)
             y_pred = _top_k_only(y_pred, self.top_k)
         if self.class_id is not None:
             if y_pred.ndim < 2:
@@ -819,19 +902,22 @@ class _Confusion(Metric):
                     f"{self.name}: class_id needs y_pred of shape (samples, classes), got {y_pred.shape}"
                 )
             index = (..., slice(self.class_id, self.class_id + 1))
-            y_true, y_pred, weights = y_true[index], y_pred[index], weights[index]
+            y_true, y_pred = y_true[index], y_pred[index]
+            weights = None if weights is None else weights[index]
         tp, fp, _, fn = _confusion_counts(
             y_true, y_pred, np.asarray(self._thresholds), weights, self._evenly, multi_label=False
         )
-        self.true_positives.assign_add(tp.astype(np.float32))
-        self.other.assign_add((fp if self._other_name == "false_positives" else fn).astype(np.float32))
+        self.true_positives.assign_add(_math.cast(tp, _dt.float32))
+        other = fp if self._other_name == "false_positives" else fn
+        self.other.assign_add(_math.cast(other, _dt.float32))
 
+    @_in_replay
     def result(self) -> Tensor:
         """``tp / (tp + other)`` at each threshold (0 where nothing counted); a scalar for one threshold."""
-        tp, other = self.true_positives.numpy(), self.other.numpy()
-        total = tp + other
-        value = np.where(total > 0, tp / np.where(total > 0, total, 1), 0.0).astype(np.float32)
-        return _wrap(value[0] if len(self._thresholds) == 1 else value)
+        total = self.true_positives + self.other
+        counted = _math.greater(total, 0.0)
+        value = _math.where(counted, self.true_positives / _math.where(counted, total, 1.0), 0.0)
+        return value[0] if len(self._thresholds) == 1 else value
 
 
 class Precision(_Confusion):
@@ -871,9 +957,13 @@ _CURVES = ("ROC", "PR")
 _SUMMATIONS = ("interpolation", "minoring", "majoring")
 
 
-def _divide_no_nan(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    safe = np.where(b != 0, b, 1)
-    return np.where(b != 0, a / safe, 0.0)
+def _divide_no_nan(a: Tensor, b: Tensor) -> Tensor:
+    nonzero = _math.not_equal(b, 0.0)
+    return _math.where(nonzero, a / _math.where(nonzero, b, 1.0), 0.0)
+
+
+def _float64(variable: Variable) -> Tensor:
+    return _math.cast(variable, _dt.float64)
 
 
 class AUC(Metric):
@@ -955,6 +1045,7 @@ class AUC(Metric):
         self.false_negatives = self.add_variable(shape, "zeros", name="false_negatives")
         self._built = True
 
+    @_in_replay
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch (``y_true`` is read as booleans: nonzero is positive)."""
         y_true, y_pred = _same_rank_float(y_true, y_pred, self.name)
@@ -962,47 +1053,57 @@ class AUC(Metric):
             raise ValueError(f"{self.name}: multi_label needs y_pred of rank 2, got shape {y_pred.shape}")
         if not self._built:
             self._build(y_pred.shape[-1])
+        elif self.multi_label and y_pred.shape[-1] != self.true_positives.shape[-1]:
+            raise ValueError(
+                f"{self.name}: y_pred has {y_pred.shape[-1]} labels, the metric counts "
+                f"{self.true_positives.shape[-1]}"
+            )
         if self.from_logits:
-            y_pred = (1.0 / (1.0 + np.exp(-y_pred.astype(np.float64)))).astype(np.float32)
-        weights = _weights_like(sample_weight, y_pred, self.name)
+            y_pred = _math.cast(1.0 / (1.0 + _math.exp(-_math.cast(y_pred, _dt.float64))), _dt.float32)
+        weights = _weights_of(sample_weight, y_pred, self.name)
         if self.label_weights is not None and not self.multi_label:
-            weights = weights * np.broadcast_to(np.asarray(self.label_weights), y_pred.shape)
-        tp, fp, tn, fn = _confusion_counts(
+            label_weights = np.broadcast_to(np.asarray(self.label_weights), y_pred.shape)
+            weights = Tensor(label_weights.copy()) if weights is None else weights * label_weights
+        counts = _confusion_counts(
             y_true, y_pred, self._all_thresholds, weights, self._evenly, self.multi_label
         )
-        for variable, value in zip(self.variables, (tp, fp, tn, fn)):
-            variable.assign_add(value.astype(np.float32))
+        for variable, value in zip(self.variables, counts):
+            variable.assign_add(_math.cast(value, _dt.float32))
 
-    def _by_label(self, terms: np.ndarray) -> float:
+    def _by_label(self, terms: Tensor) -> Tensor:
         if not self.multi_label:
-            return float(terms.sum())
-        areas = terms.sum(axis=0)
+            return _reduce.reduce_sum(terms)
+        areas = _reduce.reduce_sum(terms, axis=0)
         if self.label_weights is None:
-            return float(areas.mean())
+            return _reduce.reduce_mean(areas)
         weights = np.asarray(self.label_weights)
         total = weights.sum()
-        return float((areas * weights).sum() / total) if total else 0.0
+        return _reduce.reduce_sum(areas * weights) / total if total else Tensor(np.float64(0.0))
 
-    def _interpolated_pr(self, tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> float:
+    def _interpolated_pr(self, tp: Tensor, fp: Tensor, fn: Tensor) -> Tensor:
         # Precision interpolated between thresholds (Davis and Goadrich, 2006): with P = TP + FP
         # linear in each interval, the area of the interval has a closed form.
         dtp = tp[:-1] - tp[1:]
         p = tp + fp
         dp = p[:-1] - p[1:]
-        slope = _divide_no_nan(dtp, np.maximum(dp, 0))
+        slope = _divide_no_nan(dtp, _math.maximum(dp, 0.0))
         intercept = tp[1:] - slope * p[1:]
-        both = (p[:-1] > 0) & (p[1:] > 0)
-        ratio = np.where(both, _divide_no_nan(p[:-1], np.maximum(p[1:], 0)), 1.0)
-        increments = _divide_no_nan(slope * (dtp + intercept * np.log(ratio)), np.maximum(tp[1:] + fn[1:], 0))
+        both = _math.logical_and(_math.greater(p[:-1], 0.0), _math.greater(p[1:], 0.0))
+        ratio = _math.where(both, _divide_no_nan(p[:-1], _math.maximum(p[1:], 0.0)), 1.0)
+        increments = _divide_no_nan(
+            slope * (dtp + intercept * _math.log(ratio)), _math.maximum(tp[1:] + fn[1:], 0.0)
+        )
         return self._by_label(increments)
 
+    @_in_replay
     def result(self) -> Tensor:
         """The area so far (0 before any update)."""
         if not self._built:
-            return _wrap(np.asarray(0.0, np.float32))
-        tp, fp, tn, fn = (v.numpy().astype(np.float64) for v in self.variables)
+            guard(unchanged((self, "_built")))  # a replay of this would answer 0 for good
+            return Tensor(np.float32(0.0))
+        tp, fp, tn, fn = (_float64(v) for v in self.variables)
         if self.curve == "PR" and self.summation_method == "interpolation":
-            return _wrap(np.asarray(self._interpolated_pr(tp, fp, fn), np.float32))
+            return _math.cast(self._interpolated_pr(tp, fp, fn), _dt.float32)
         recall = _divide_no_nan(tp, tp + fn)
         if self.curve == "ROC":
             x, y = _divide_no_nan(fp, fp + tn), recall
@@ -1011,10 +1112,10 @@ class AUC(Metric):
         if self.summation_method == "interpolation":
             heights = (y[:-1] + y[1:]) / 2.0
         elif self.summation_method == "minoring":
-            heights = np.minimum(y[:-1], y[1:])
+            heights = _math.minimum(y[:-1], y[1:])
         else:
-            heights = np.maximum(y[:-1], y[1:])
-        return _wrap(np.asarray(self._by_label((x[:-1] - x[1:]) * heights), np.float32))
+            heights = _math.maximum(y[:-1], y[1:])
+        return _math.cast(self._by_label((x[:-1] - x[1:]) * heights), _dt.float32)
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restores what ``get_state`` returned (building the per-label counts it holds)."""
@@ -1066,17 +1167,20 @@ class FBetaScore(Metric):
         self.beta = float(beta)
         self.threshold = None if threshold is None else float(threshold)
         self._built = False
+        self._classes: int | None = None
 
     def _build(self, classes: int) -> None:
         shape = () if self.average == "micro" else (classes,)
         for name in ("true_positives", "false_positives", "false_negatives", "intermediate_weights"):
             setattr(self, name, self.add_variable(shape, "zeros", name=name))
+        self._classes = None if self.average == "micro" else classes  # micro sums every class
         self._built = True
 
+    @_in_replay
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch of ``(samples, classes)`` targets and predictions."""
-        y_true = _array(y_true, "y_true", self.name).astype(np.float32)
-        y_pred = _array(y_pred, "y_pred", self.name).astype(np.float32)
+        y_true = _math.cast(_tensor(y_true, "y_true", self.name), _dt.float32)
+        y_pred = _math.cast(_tensor(y_pred, "y_pred", self.name), _dt.float32)
         if y_true.ndim != 2 or y_pred.ndim != 2 or y_true.shape != y_pred.shape:
             raise ValueError(
                 f"{self.name}: expects y_true and y_pred of one shape (samples, classes), got {y_true.shape} "
@@ -1084,35 +1188,51 @@ class FBetaScore(Metric):
             )
         if not self._built:
             self._build(y_pred.shape[-1])
+        elif self._classes is not None and y_pred.shape[-1] != self._classes:
+            raise ValueError(
+                f"{self.name}: y_pred has {y_pred.shape[-1]} classes, the metric counts {self._classes}"
+            )
         if self.threshold is None:
-            predicted = (y_pred >= y_pred.max(axis=-1, keepdims=True)) & (np.abs(y_pred) > 1e-9)
+            highest = _math.greater_equal(y_pred, _reduce.reduce_max(y_pred, axis=-1, keepdims=True))
+            predicted = _math.logical_and(highest, _math.greater(_math.abs(y_pred), 1e-9))
         else:
-            predicted = y_pred > self.threshold
-        predicted_f = predicted.astype(np.float64)
-        truth = y_true.astype(np.float64)
-        weights = 1.0 if sample_weight is None else np.asarray(sample_weight, np.float64).reshape(-1, 1)
+            predicted = _math.greater(y_pred, self.threshold)
+        predicted_f = _math.cast(predicted, _dt.float64)
+        truth = _math.cast(y_true, _dt.float64)
+        weights = None
+        if sample_weight is not None:
+            weights = _math.cast(_tensor(sample_weight, "sample_weight", self.name), _dt.float64)
+            if weights.size not in (1, y_pred.shape[0]):
+                raise ValueError(
+                    f"{self.name}: sample_weight of shape {weights.shape} does not fit y_pred of shape "
+                    f"{y_pred.shape} (one weight per sample)"
+                )
+            weights = _shape.reshape(weights, (-1, 1))
         axis = None if self.average == "micro" else 0
         for variable, values in zip(
             self.variables,
-            (predicted_f * truth, predicted_f * (1 - truth), (1 - predicted_f) * truth, truth),
+            (predicted_f * truth, predicted_f * (1.0 - truth), (1.0 - predicted_f) * truth, truth),
         ):
-            variable.assign_add(np.asarray((values * weights).sum(axis=axis), np.float32))
+            weighted = values if weights is None else values * weights
+            variable.assign_add(_math.cast(_reduce.reduce_sum(weighted, axis=axis), _dt.float32))
 
+    @_in_replay
     def result(self) -> Tensor:
         """The score (per class with ``average=None``); 0 before any update."""
         if not self._built:
-            return _wrap(np.asarray(0.0, np.float32))
+            guard(unchanged((self, "_built")))  # a replay of this would answer 0 for good
+            return Tensor(np.float32(0.0))
         eps = _losses.EPSILON
-        tp, fp, fn, support = (v.numpy().astype(np.float64) for v in self.variables)
+        tp, fp, fn, support = (_float64(v) for v in self.variables)
         precision = tp / (tp + fp + eps)
         recall = tp / (tp + fn + eps)
         b2 = self.beta**2
         score = precision * recall / (b2 * precision + recall + eps) * (1 + b2)
         if self.average == "weighted":
-            score = (score * support / (support.sum() + eps)).sum()
+            score = _reduce.reduce_sum(score * support / (_reduce.reduce_sum(support) + eps))
         elif self.average is not None:
-            score = score.mean()
-        return _wrap(np.asarray(score, np.float32))
+            score = _reduce.reduce_mean(score)
+        return _math.cast(score, _dt.float32)
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restores what ``get_state`` returned (building the per-class counts it holds)."""

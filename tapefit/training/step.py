@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from tapefit.layers.metrics import Mean, Metric
+from tapefit.core.tensor import Tensor, _wrap
+from tapefit.layers.metrics import Mean, _weights_shape
 from tapefit.training.compiled_metrics import update_metrics
 from tapefit.training.state import TrainState
 
@@ -188,13 +189,28 @@ class LossTracker(Mean):
         super().__init__(name="loss")
 
     # Its sums are the train state's Python numbers, not Mean's Variables: a compiled custom
-    # step updates and reads it as Python on every replay, as other metrics.
+    # step updates, reads and resets it as Python on every replay (host calls).
     def update_state(self, values: Any, sample_weight: Any = None) -> None:
         """Adds ``values`` (a custom step's loss), weighted by ``sample_weight`` when given."""
-        self._accumulate(np.asarray(values), sample_weight)
+        values = np.asarray(values, dtype=np.float64)
+        if sample_weight is None:
+            self.total += float(values.sum())
+            self.count += float(values.size)
+            return
+        weights = np.asarray(sample_weight, dtype=np.float64)
+        shape = _weights_shape(weights.shape, values.shape, self.name)
+        weights = np.broadcast_to(weights.reshape(shape), values.shape)
+        self.total += float((values * weights).sum())
+        self.count += float(weights.sum())
 
-    result = Metric.result
-    reset_state = Metric.reset_state
+    def result(self) -> Tensor:
+        """The mean loss so far, as a float32 scalar Tensor (0 when nothing was added)."""
+        return _wrap(np.asarray(self.total / self.count if self.count else 0.0, dtype=np.float32))
+
+    def reset_state(self) -> None:
+        """Forgets every batch."""
+        self.total = 0.0
+        self.count = 0.0
 
     def add(self, loss: float, samples: int) -> None:
         """Adds a batch of ``samples`` samples whose mean loss was ``loss`` (the default steps)."""

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import tapefit as tp
+from tapefit.core.ops.reduce import cumsum, unsorted_segment_sum
 from tapefit.core.registry import _GRADIENTS
 from tapefit.core.tape import GradientTape
 
@@ -135,6 +136,11 @@ CASES: list[tuple[str, Callable[..., Any], list[np.ndarray]]] = [
         [_x(3, 3)],
     ),
     ("gather_getitem", lambda x: tp.gather(x, [2, 0, 2], axis=1) + x[:, ::2][:, :1], [_x(3, 4)]),
+    (
+        "cumsum_segment_sum",
+        lambda x: cumsum(x, 1, reverse=True) * unsorted_segment_sum(x, [2, -1, 0], 3) + cumsum(x, 0),
+        [_x(3, 4)],
+    ),
     (
         "softmax",
         lambda x, m: tp.nn.softmax(x) * tp.nn.log_softmax(x) + tp.core.ops.nn.masked_softmax(x, m > 0),

@@ -7,14 +7,15 @@ A reduction's gradient broadcasts ``dy`` back over the reduced axes:
 from __future__ import annotations
 
 import math as _pymath
+import operator
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from tapefit.core.function import replay_source, writes_into
-from tapefit.core.ops.math import abs, cast, equal, exp, log, sqrt
-from tapefit.core.ops.shape import _BROADCAST_TO, _RESHAPE, reshape
+from tapefit.core.ops.math import abs, cast, equal, exp, log, sqrt, where
+from tapefit.core.ops.shape import _BROADCAST_TO, _RESHAPE, gather, reshape
 from tapefit.core.record import Op
 from tapefit.core.registry import OpDef, execute, not_differentiable, register_gradient
 from tapefit.core.tensor import Tensor, as_tensor
@@ -292,6 +293,94 @@ def norm(tensor: Any, ord: Any = "euclidean", axis: Axis = None, keepdims: bool 
     else:
         raise ValueError(f"norm: ord must be 'euclidean', 'fro', np.inf or a number > 0, got {ord!r}")
     return out if keepdims else reshape(out, [n for i, n in enumerate(x.shape) if i not in axes])
+
+
+# -- running sums and sums by segment (the metrics' counts) -----------------------------
+
+
+def _cumsum(x: np.ndarray, axis: int, reverse: bool) -> np.ndarray:
+    if not reverse:
+        return np.cumsum(x, axis=axis, dtype=x.dtype)
+    return np.flip(np.cumsum(np.flip(x, axis), axis=axis, dtype=x.dtype), axis)
+
+
+_CUMSUM = OpDef("Cumsum", _cumsum, save="")
+
+
+def cumsum(x: Any, axis: int = 0, reverse: bool = False) -> Tensor:
+    """The running sums of ``x`` along ``axis``, as ``tf.math.cumsum``; ``reverse`` sums from
+    the end (``out[i]`` is the sum of ``x[i:]``). Numeric tensors only; the dtype is ``x``'s."""
+    t = as_tensor(x)
+    if t.dtype.kind not in "iuf":
+        raise TypeError(f"cumsum needs a numeric tensor, got {t.dtype.name}")
+    if not t.ndim:
+        raise ValueError("cumsum needs a tensor of rank >= 1, got a scalar")
+    (a,) = normalize_axes(operator.index(axis), t.ndim)
+    return execute(_CUMSUM, (t,), {"axis": a, "reverse": bool(reverse)})
+
+
+@register_gradient("Cumsum")
+def _cumsum_grad(op: Op, dy: Tensor) -> Tensor:
+    # out[i] = sum of x[j] for j <= i: each x[j] reaches every later out, so its gradient is
+    # the sum of dy from j on (the running sum the other way).
+    return cumsum(dy, op.attrs["axis"], reverse=not op.attrs["reverse"])
+
+
+def _check_segments(ids: np.ndarray, num_segments: int) -> None:
+    if ids.size and ids.max() >= num_segments:
+        raise IndexError(
+            f"segment id {ids.max()} is out of range: there are {num_segments} segments "
+            "(negative ids are dropped)"
+        )
+
+
+def _segment_sum(data: np.ndarray, ids: np.ndarray, num_segments: int) -> np.ndarray:
+    # Checked here, in the op, so that a tp.function replay checks every call's ids too.
+    _check_segments(ids, num_segments)
+    keep = ids >= 0
+    if data.dtype == np.float64 and data.shape == ids.shape:
+        # bincount adds each weight in order, in float64: what np.add.at does, faster
+        return np.bincount(ids[keep], data[keep], minlength=num_segments)
+    out = np.zeros((num_segments, *data.shape[ids.ndim :]), data.dtype)
+    np.add.at(out, ids[keep], data[keep])
+    return out
+
+
+_SEGMENT_SUM = OpDef("UnsortedSegmentSum", _segment_sum, save="y")
+
+
+def unsorted_segment_sum(data: Any, segment_ids: Any, num_segments: int) -> Tensor:
+    """Sums of the slices of ``data`` by segment, as ``tf.math.unsorted_segment_sum``:
+    ``out[s]`` is the sum of ``data[i]`` over every index ``i`` (of ``segment_ids``'s shape, a
+    leading part of ``data``'s) with ``segment_ids[i] == s``, in index order; slices with a
+    negative id are dropped. The result has shape ``(num_segments,) + data.shape[ids.ndim:]``.
+
+    Raises:
+        TypeError: ``data`` is not numeric, or ``segment_ids`` not integers.
+        ValueError: ``segment_ids``'s shape does not lead ``data``'s.
+        IndexError: an id is ``num_segments`` or more.
+    """
+    x, ids = as_tensor(data), as_tensor(segment_ids)
+    if x.dtype.kind not in "iuf":
+        raise TypeError(f"unsorted_segment_sum needs numeric data, got {x.dtype.name}")
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"unsorted_segment_sum: segment_ids must be integers, got {ids.dtype.name}")
+    if x.shape[: ids.ndim] != ids.shape:
+        raise ValueError(
+            f"unsorted_segment_sum: segment_ids of shape {ids.shape} do not lead data of shape {x.shape}"
+        )
+    return execute(_SEGMENT_SUM, (x, ids), {"num_segments": operator.index(num_segments)})
+
+
+@register_gradient("UnsortedSegmentSum")
+def _segment_sum_grad(op: Op, dy: Tensor) -> tuple[Tensor, None]:
+    # Each slice of data went to its segment's sum: its gradient is that segment's dy (none
+    # for a dropped slice).
+    ids = op.inputs[1]
+    kept = ids >= 0
+    picked = gather(dy, where(kept, ids, 0))
+    kept = reshape(kept, kept.shape + (1,) * (picked.ndim - kept.ndim))
+    return where(kept, picked, 0), None
 
 
 __all__ = [

@@ -366,3 +366,73 @@ def test_listed_op_signatures_keep_their_defaults():
     assert defaults(tp.norm)[1:4] == [("ord", "euclidean"), ("axis", None), ("keepdims", False)]
     assert defaults(tp.transpose)[1:] == [("perm", None)]
     assert [name for name, _ in defaults(tp.tensordot)] == ["a", "b", "axes"]
+
+
+# -- cumsum and unsorted_segment_sum (internal: the metrics' counts) ----------------------
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cumsum_values_and_gradients(axis, reverse):
+    from tapefit.core.ops.reduce import cumsum
+
+    expected = np.flip(np.cumsum(np.flip(X, axis), axis), axis) if reverse else np.cumsum(X, axis)
+    np.testing.assert_allclose(cumsum(X, axis, reverse=reverse).numpy(), expected, rtol=1e-12)
+    check_gradients(lambda x: cumsum(x, axis, reverse=reverse), X, order=2)
+
+
+def test_cumsum_keeps_integer_dtypes_and_refuses_bools_and_scalars():
+    from tapefit.core.ops.reduce import cumsum
+
+    assert cumsum(np.array([1, 2, 3], np.int32)).numpy().tolist() == [1, 3, 6]
+    assert cumsum(np.array([1, 2, 3], np.int32)).dtype == np.int32
+    with pytest.raises(TypeError, match="cumsum needs a numeric tensor, got bool"):
+        cumsum(np.array([True, False]))
+    with pytest.raises(ValueError, match="rank >= 1"):
+        cumsum(np.float32(1.0))
+
+
+def test_unsorted_segment_sum_adds_in_order_and_drops_negative_ids():
+    from tapefit.core.ops.reduce import unsorted_segment_sum
+
+    ids = np.array([2, -1, 0, 2])
+    data = RNG.normal(size=(4, 3))
+    out = unsorted_segment_sum(data, ids, 4).numpy()
+    np.testing.assert_array_equal(out, [data[2], np.zeros(3), data[0] + data[3], np.zeros(3)])
+    # elementwise ids (the bincount path) give each element's sum, in float64
+    flat_ids = np.array([[0, 1, -1], [1, 1, 0], [0, 0, 0], [2, -1, 1]])
+    out = unsorted_segment_sum(data, flat_ids, 3).numpy()
+    for s in range(3):
+        assert out[s] == data[flat_ids == s].sum()
+    ints = unsorted_segment_sum(np.array([1, 2, 3], np.int32), np.array([1, 1, 0]), 2)
+    assert ints.dtype == np.int32 and ints.numpy().tolist() == [3, 3]
+
+
+def test_unsorted_segment_sum_gradients():
+    from tapefit.core.ops.reduce import unsorted_segment_sum
+
+    data = RNG.normal(size=(4, 3))
+    check_gradients(lambda x: unsorted_segment_sum(x, np.array([2, -1, 0, 2]), 3), data, order=2)
+    ids = np.array([[0, 1, -1], [1, 1, 0], [0, 0, 0], [2, -1, 1]])
+    check_gradients(lambda x: unsorted_segment_sum(x, ids, 3), data, order=2)
+
+
+def test_unsorted_segment_sum_errors_name_the_problem():
+    from tapefit.core.ops.reduce import unsorted_segment_sum
+
+    with pytest.raises(IndexError, match="segment id 3 is out of range: there are 3 segments"):
+        unsorted_segment_sum(np.ones(2), np.array([0, 3]), 3)
+    with pytest.raises(ValueError, match=r"segment_ids of shape \(3,\) do not lead data of shape \(2,\)"):
+        unsorted_segment_sum(np.ones(2), np.array([0, 1, 1]), 3)
+    with pytest.raises(TypeError, match="segment_ids must be integers"):
+        unsorted_segment_sum(np.ones(2), np.array([0.0, 1.0]), 3)
+
+
+def test_unsorted_segment_sum_checks_the_ids_of_every_replay():
+    from tapefit.core.ops.reduce import unsorted_segment_sum
+
+    summed = tp.function(lambda data, ids: unsorted_segment_sum(data, ids, 3))
+    for _ in range(3):
+        np.testing.assert_array_equal(summed(np.ones(2), np.array([0, 2])).numpy(), [1.0, 0.0, 1.0])
+    with pytest.raises(IndexError, match="segment id 5 is out of range"):
+        summed(np.ones(2), np.array([0, 5]))
