@@ -20,9 +20,41 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tapefit.core.function import host_call
+from tapefit.core.tensor import Tensor, as_tensor
 from tapefit.training.output_losses import _output_names, _pick
 
-__all__ = ["RoutedMetric", "resolve_metrics", "update_metrics"]
+__all__ = ["RoutedMetric", "read_result", "resolve_metrics", "update_metrics"]
+
+
+def _traceable(method: Any) -> bool:
+    """Whether a compiled step may call ``method`` (a metric's bound method) as it is: tapefit's
+    metrics mark theirs (their ops run in the replay, or they arrange their own host call)."""
+    function = getattr(method, "__func__", method)
+    return bool(getattr(function, "_tapefit_in_replay", False) or getattr(function, "_tapefit_hosted", False))
+
+
+def _update(metric: Any, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+    """``metric.update_state`` with the batch (and ``sample_weight`` when given). In a compiled
+    step, a metric that is not tapefit's (it may compute in NumPy) runs as a host call, with
+    every replay's values."""
+    args = (y_true, y_pred) if sample_weight is None else (y_true, y_pred, sample_weight)
+    if _traceable(metric.update_state):
+        metric.update_state(*args)
+    else:
+        host_call(metric.update_state, *args)
+
+
+def _result_tensor(metric: Any) -> Tensor:
+    return as_tensor(metric.result())
+
+
+def read_result(metric: Any) -> Any:
+    """``metric.result()``, as a compiled step can return it: a metric that is not tapefit's runs
+    as a host call whose result is a Tensor (a Python number would be the trace's forever)."""
+    if _traceable(metric.result):
+        return metric.result()
+    return host_call(_result_tensor, metric)
 
 
 class RoutedMetric:
@@ -53,13 +85,13 @@ class RoutedMetric:
             y_pred = _pick(y_pred, self.names, self.index, "the model's outputs")
             if isinstance(sample_weight, (dict, list, tuple)):
                 sample_weight = _pick(sample_weight, self.names, self.index, "sample_weight")
-        if self.weighted and sample_weight is not None:
-            self.metric.update_state(y_true, y_pred, sample_weight=sample_weight)
-        else:
-            self.metric.update_state(y_true, y_pred)
+        _update(self.metric, y_true, y_pred, sample_weight if self.weighted else None)
 
     def result(self) -> Any:
-        return self.metric.result()
+        return read_result(self.metric)
+
+    update_state._tapefit_in_replay = True  # type: ignore[attr-defined]  # it routes by _update
+    result._tapefit_in_replay = True  # type: ignore[attr-defined]
 
     def reset_state(self) -> None:
         self.metric.reset_state()
@@ -81,10 +113,8 @@ def update_metrics(metrics: list[Any], y_true: Any, y_pred: Any, sample_weight: 
     """Updates each compiled metric with a batch: ``RoutedMetric`` entries (and the outputs'
     losses) decide about the weights themselves; the others (``metrics``) never get them."""
     for metric in metrics:
-        if getattr(metric, "takes_sample_weight", False) is True:
-            metric.update_state(y_true, y_pred, sample_weight)
-        else:
-            metric.update_state(y_true, y_pred)
+        weighted = getattr(metric, "takes_sample_weight", False) is True
+        _update(metric, y_true, y_pred, sample_weight if weighted else None)
 
 
 def _flatten(value: Any) -> list[Any]:

@@ -53,7 +53,7 @@ from tapefit.distributed.world import World
 from tapefit.layers.preprocessing.encoding import takes_strings
 from tapefit.plugins.manager import PluginManager, create_plugin
 from tapefit.training.boundary import STOP_SIGNALS, Boundary
-from tapefit.training.compiled_metrics import resolve_metrics, update_metrics
+from tapefit.training.compiled_metrics import read_result, resolve_metrics, update_metrics
 from tapefit.training.output_losses import resolve_losses
 from tapefit.training.state import TrainState
 from tapefit.training.step import (
@@ -438,6 +438,9 @@ class Trainer:
         self.threads = resolve_threads(threads)
         self._threads_setting = threads
         self._compiled_step = function(self._default_update, jit_compile=self._jit) if self.compile else None
+        # The built-in metrics are tapefit ops: replayed, they cost less than run op by op, so the
+        # default steps update and read them as a tp.function in eager mode too.
+        self._metric_step = function(self._update_metrics)
         self._pass_training = _accepts_training(model)
         self._has_losses: bool | None = None  # None: not known yet (see _total_loss)
         self._loader: Batches | None = None
@@ -786,23 +789,25 @@ class Trainer:
     ) -> dict[str, float]:
         logs: dict[str, float] = {}
         self._step_extra = logs  # transform_gradients hooks get the batch's own loss, and add theirs
-        if self._compiled_step is not None:
-            # The variables before the call are part of the signature: a model that builds
-            # in its first call, or a layer made (non-)trainable, traces again.
-            self._compiled_step(x, y, weights, variables)
-        else:
-            self._default_update(x, y, weights, variables)
+        logged = tuple(self._logged_metrics)
+        # The variables before the call are part of a compiled step's signature: a model that
+        # builds in its first call, or a layer made (non-)trainable, traces again.
+        step = self._default_update if self._compiled_step is None else self._compiled_step
+        results = step(x, y, weights, variables, logged)
         # As Keras: a batch's logs hold the epoch's running values, the loss's included, and
         # every metric of the model's (a layer's own too); under MPI, this process's.
         logs["loss"] = self.state.running_loss
-        for metric in self._logged_metrics:
-            logs[metric.name] = float(metric.result())
+        for metric, result in zip(logged, results):
+            logs[metric.name] = float(result)
         return logs
 
-    def _default_update(self, x: Any, y: Any, weights: Any, variables: tuple[Variable, ...]) -> None:
+    def _default_update(
+        self, x: Any, y: Any, weights: Any, variables: tuple[Variable, ...], logged: tuple[Any, ...]
+    ) -> list[Any]:
         """The default step but its logs: the forward and backward pass, the update, the loss
-        tracker and the compiled metrics. With ``compile=True`` it is one ``tp.function``, whose
-        replay runs the update as array code when no plugin transforms gradients."""
+        tracker and the compiled metrics; returns the results of the metrics ``logged``. With
+        ``compile=True`` it is one ``tp.function``, whose replay runs the update as array code
+        when no plugin transforms gradients, and the built-in metrics' updates and results."""
         loss, y_pred, grads, variables = self._loss_and_gradients(x, y, weights)
         host_call(self._batch_loss, loss)
         optimizer = self.optimizer
@@ -811,7 +816,12 @@ class Trainer:
         else:
             self.apply(zip(grads, variables))
         host_call(self._count_batch_loss, batch_len(y if y is not None else x))
+        return self._metric_step(y, y_pred, weights, logged)  # traced inline in a compiled step
+
+    def _update_metrics(self, y: Any, y_pred: Any, weights: Any, logged: tuple[Any, ...]) -> list[Any]:
+        """Updates the compiled metrics with a batch; returns the results of those ``logged``."""
         update_metrics(self.metrics, y, y_pred, weights)
+        return [read_result(metric) for metric in logged]
 
     def _batch_loss(self, loss: Any) -> None:
         self._step_extra["loss"] = float(loss)
@@ -826,10 +836,10 @@ class Trainer:
         n = batch_len(y if y is not None else x)
         loss = self._total_loss(y, y_pred, weights)
         self._loss_tracker.add(float(loss), n)
-        update_metrics(self.metrics, y, y_pred, weights)
+        logged = tuple(self._logged_metrics)
         logs = {"loss": self.state.running_loss}
-        for metric in self._logged_metrics:
-            logs[metric.name] = float(metric.result())
+        for metric, result in zip(logged, self._metric_step(y, y_pred, weights, logged)):
+            logs[metric.name] = float(result)
         return logs
 
     def default_predict_step(self, data: Any) -> Any:

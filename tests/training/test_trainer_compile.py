@@ -196,3 +196,44 @@ def test_the_default_compiled_step_traces_its_update_unless_a_hook_transforms_gr
         # Traced: Adam's update is array code in the replay; a transforming hook (clipping) runs
         # with the update as Python on every replay's values.
         assert (tp.Trainer._apply_now in hosted) is clipped
+
+
+class NumpyMeanError:
+    """A metric that is not tapefit's: NumPy in update_state, a Python float from result."""
+
+    name = "numpy_error"
+
+    def __init__(self):
+        self.total, self.count = 0.0, 0
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        predicted = np.argmax(np.asarray(y_pred), axis=-1)
+        self.total += float(np.sum(predicted != np.asarray(y_true)))
+        self.count += len(predicted)
+
+    def result(self):
+        return self.total / self.count if self.count else 0.0
+
+    def reset_state(self):
+        self.total, self.count = 0.0, 0
+
+
+def test_a_metric_that_is_not_tapefits_runs_as_python_in_a_compiled_step():
+    histories = []
+    for compile in (False, True):
+        tp.random.set_seed(0)
+        model = tp.layers.Sequential([tp.layers.Dense(8, activation="relu"), tp.layers.Dense(3)])
+        trainer = tp.Trainer(
+            model,
+            tp.optimizers.SGD(0.1),
+            tp.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=[NumpyMeanError(), "accuracy"],
+            compile=compile,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a compiled step that fell back to eager would warn
+            histories.append(trainer.fit(ns["X"], ns["Y"], epochs=3, batch_size=5, verbose=0).history)
+    assert histories[0] == histories[1]
+    errors = histories[1]["numpy_error"]
+    assert len(set(errors)) > 1  # each epoch's own value, not the trace's
+    assert all(abs(e + a - 1) < 1e-6 for e, a in zip(errors, histories[1]["accuracy"]))
