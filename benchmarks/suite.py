@@ -771,6 +771,11 @@ def table(rows: list[Row]) -> str:
     if missing:
         lines.append("")
         lines.append(f'Skipped peers (not installed; `pip install "tapefit[bench]"`): {", ".join(missing)}')
+    # The kernels decide the matrix products' speed: an environment may force older ones.
+    kernels = sorted({f"{api} ({arch} kernels)" for api, _, arch in machine().get("blas", []) if arch})
+    if kernels:
+        forced = os.environ.get("OPENBLAS_CORETYPE", "unset")
+        lines += ["", f"BLAS: {', '.join(kernels)}; OPENBLAS_CORETYPE {forced}"]
     return "\n".join(lines)
 
 
@@ -790,7 +795,10 @@ def machine() -> dict[str, Any]:
     with contextlib.suppress(Exception):
         from threadpoolctl import threadpool_info
 
-        info["blas"] = [(p.get("internal_api"), p.get("num_threads")) for p in threadpool_info()]
+        info["blas"] = [
+            (p.get("internal_api"), p.get("num_threads"), p.get("architecture")) for p in threadpool_info()
+        ]
+    info["OPENBLAS_CORETYPE"] = os.environ.get("OPENBLAS_CORETYPE")
     return info
 
 
