@@ -114,9 +114,39 @@ def _hosted(method: Callable[..., Any]) -> Callable[..., Any]:
 
 def _in_replay(method: Callable[..., Any]) -> Callable[..., Any]:
     """Marks a metric method made of tapefit ops and assignments alone: a ``tp.function`` traces
-    it into its replay instead of calling it as Python on every call (see ``_hosted``)."""
-    method._tapefit_in_replay = True  # type: ignore[attr-defined]
-    return method
+    it into its replay instead of calling it as Python on every call (see ``_hosted``). The
+    trace then holds the metric's settings as they were (a threshold, ``k``, a curve): a
+    replay first checks that they still are, and traces again if one changed."""
+
+    @functools.wraps(method)
+    def traced(self: Metric, *args: Any, **kwargs: Any) -> Any:
+        if tracing():
+            guard(_settings_unchanged(self))
+        return method(self, *args, **kwargs)
+
+    traced._tapefit_in_replay = True  # type: ignore[attr-defined]
+    return traced
+
+
+_PLAIN_SETTINGS = (type(None), bool, int, float, str, tuple, list)
+_SETTING_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _settings_unchanged(metric: Metric) -> Callable[[], bool]:
+    """A guard's check: each constructor argument the metric keeps as an attribute of its name
+    (its config) still holds what it holds now. Arrays are left out (no cheap comparison)."""
+    cls = type(metric)
+    names = _SETTING_NAMES.get(cls)
+    if names is None:
+        parameters = inspect.signature(cls.__init__).parameters.values()
+        names = tuple(p.name for p in parameters if p.name not in ("self", "name", "dtype"))
+        _SETTING_NAMES[cls] = names
+    watched = [
+        (metric, n)
+        for n in names
+        if isinstance(getattr(metric, n, np), _PLAIN_SETTINGS) or callable(getattr(metric, n, None))
+    ]
+    return unchanged(*watched)
 
 
 def _zeros(variables: list[Variable]) -> None:

@@ -358,3 +358,33 @@ def test_a_compiled_fit_updates_its_metrics_in_the_replay_as_eager_does():
     assert replays and all(
         value is not _call_method for replay in replays for value in replay.__globals__.values()
     )
+
+
+@pytest.mark.parametrize(
+    "make, kind, setting, value",
+    [
+        (lambda: metrics.BinaryAccuracy(), "binary", "threshold", 0.7),
+        (lambda: metrics.SparseTopKCategoricalAccuracy(k=3), "sparse", "k", 1),
+        (lambda: metrics.Precision(thresholds=[0.3, 0.6]), "binary", "thresholds", [0.2, 0.9]),
+        (lambda: metrics.AUC(num_thresholds=20), "binary", "curve", "PR"),
+    ],
+    ids=["threshold", "k", "thresholds", "curve"],
+)
+def test_a_setting_changed_after_tracing_is_followed_as_eager_follows_it(make, kind, setting, value):
+    rng = np.random.default_rng(3)
+    batches = [_batch(kind, rng) for _ in range(4)]
+    compiled_metric, eager_metric = make(), make()
+
+    @tp.function
+    def step(y_true, y_pred):
+        compiled_metric.update_state(y_true, y_pred)
+        return compiled_metric.result()
+
+    for y_true, y_pred in batches[:3]:  # traced, confirmed, replayed
+        step(y_true, y_pred)
+        eager_metric.update_state(y_true, y_pred)
+    for metric in (compiled_metric, eager_metric):
+        setattr(metric, setting, value)
+    compiled = step(*batches[3]).numpy()
+    eager_metric.update_state(*batches[3])
+    np.testing.assert_array_equal(compiled, eager_metric.result().numpy())
