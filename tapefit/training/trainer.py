@@ -353,7 +353,7 @@ class Trainer:
             TensorBoard hyperparameters.
         compile: run each training step as a ``tp.function`` (traced once per batch shape,
             then replayed; bit for bit the eager results): the default step or a model's own
-            ``train_step``, updates and metrics included. A plugin that transforms gradients
+            ``train_step``, updates and metrics included, and the default evaluation step. A plugin that transforms gradients
             still sees and changes them on every replay: the hooks and the update then run as
             Python, as in eager mode. ``"jit"``: the same with fused kernels
             (``tp.function(jit_compile=True)``, needs Numba), within 1e-6 relative of eager per
@@ -438,6 +438,7 @@ class Trainer:
         self.threads = resolve_threads(threads)
         self._threads_setting = threads
         self._compiled_step = function(self._default_update, jit_compile=self._jit) if self.compile else None
+        self._compiled_test = function(self._default_test, jit_compile=self._jit) if self.compile else None
         # The built-in metrics are tapefit ops: replayed, they cost less than run op by op, so the
         # default steps update and read them as a tp.function in eager mode too.
         self._metric_step = function(self._update_metrics)
@@ -832,15 +833,24 @@ class Trainer:
     def default_test_step(self, data: Any) -> dict[str, float]:
         """The default evaluation step on ``data`` (``tp.Module.test_step`` runs it)."""
         x, y, weights = unpack_x_y_sample_weight(data)
-        y_pred = self._call(x, training=False)
-        n = batch_len(y if y is not None else x)
-        loss = self._total_loss(y, y_pred, weights)
-        self._loss_tracker.add(float(loss), n)
         logged = tuple(self._logged_metrics)
+        step = self._default_test if self._compiled_test is None else self._compiled_test
+        results = step(x, y, weights, logged)
         logs = {"loss": self.state.running_loss}
-        for metric, result in zip(logged, self._metric_step(y, y_pred, weights, logged)):
+        for metric, result in zip(logged, results):
             logs[metric.name] = float(result)
         return logs
+
+    def _default_test(self, x: Any, y: Any, weights: Any, logged: tuple[Any, ...]) -> list[Any]:
+        """The default evaluation step but its logs (one ``tp.function`` with ``compile=True``):
+        returns the results of the metrics ``logged``."""
+        y_pred = self._call(x, training=False)
+        loss = self._total_loss(y, y_pred, weights)
+        host_call(self._count_test_loss, loss, batch_len(y if y is not None else x))
+        return self._metric_step(y, y_pred, weights, logged)
+
+    def _count_test_loss(self, loss: Any, samples: int) -> None:
+        self._loss_tracker.add(float(loss), samples)
 
     def default_predict_step(self, data: Any) -> Any:
         """The default prediction step: the model's outputs for ``data``'s inputs."""

@@ -237,3 +237,14 @@ def test_a_metric_that_is_not_tapefits_runs_as_python_in_a_compiled_step():
     errors = histories[1]["numpy_error"]
     assert len(set(errors)) > 1  # each epoch's own value, not the trace's
     assert all(abs(e + a - 1) < 1e-6 for e, a in zip(errors, histories[1]["accuracy"]))
+
+
+def test_evaluate_replays_a_compiled_test_step_with_eagers_results():
+    results = []
+    for compile in (False, True):
+        trainer = build(compile)
+        fit(trainer, 1)
+        results.append([trainer.evaluate(ns["X"], ns["Y"], batch_size=4, verbose=0) for _ in range(3)])
+    assert results[0] == results[1]
+    # One program per batch shape (4 and the last batch of 2), replayed on later batches.
+    assert trainer._compiled_test.experimental_get_tracing_count() == 2
