@@ -7,11 +7,14 @@ gate arithmetic into preallocated arrays; the backward pass gets the gradients o
 the recurrent kernel, the bias and the inputs from a few products over all steps after its loop.
 
 Inside, the arrays are laid out so that every step's work is on contiguous blocks: the gates
-are kept transposed, ``(4*units, batch)`` per step, in the order ``i, f, o, g`` (the three
-sigmoid gates side by side), and each step multiplies one weight matrix (kernel, bias and
-recurrent kernel side by side) by its input, its row of ones and the previous state stacked.
-The op's extra outputs carry that state to the gradient op: they are working arrays, not
-results, and take no gradient.
+are kept transposed, ``(4*units, batch)`` per step, in the order ``o, i, f, g`` (Keras's
+``i, f, g, o`` rotated by one, so that the three sigmoid gates sit side by side, and so do the
+three gates that the cell state's gradient multiplies), and each step multiplies one weight
+matrix (kernel, bias and recurrent kernel side by side) by its input, its row of ones and the
+previous state stacked. The sigmoid gates' weights are halved, so that one tanh serves all four
+gates (sigmoid(z) = (1 + tanh(z / 2)) / 2) and the backward pass finds every gate's slope as
+1 - tanh^2 in one pass. The op's extra outputs carry that state to the gradient op: they are
+working arrays, not results, and take no gradient.
 
 ``LSTMSequenceGrad`` is differentiated by running the sequence in per-step tapefit ops
 (``lstm_cell``) and their gradient under a tape, so second and higher derivatives hold.
@@ -36,11 +39,14 @@ from tapefit.core.tensor import Tensor, as_tensor
 __all__ = ["lstm_sequence"]
 
 
-def _internal_order(units: int) -> np.ndarray:
-    """Keras's gate columns ``i, f, g, o`` in the internal order ``i, f, o, g`` (its own inverse)."""
-    return np.concatenate(
-        [np.arange(2 * units), np.arange(3 * units, 4 * units), np.arange(2 * units, 3 * units)]
-    )
+def _rotate(a: np.ndarray, units: int) -> np.ndarray:
+    """Keras's gate columns ``i, f, g, o`` in the internal order ``o, i, f, g`` (a rotation)."""
+    return np.concatenate([a[..., 3 * units :], a[..., : 3 * units]], axis=-1)
+
+
+def _unrotate(a: np.ndarray, units: int) -> np.ndarray:
+    """The internal order's rows ``o, i, f, g`` of ``a`` as Keras's columns ``i, f, g, o``."""
+    return np.concatenate([a[units:], a[:units]]).T
 
 
 def _lstm_sequence(
@@ -56,7 +62,6 @@ def _lstm_sequence(
 ) -> tuple[np.ndarray, ...]:
     batch, steps, features = x.shape
     units = h0.shape[-1]
-    order = _internal_order(units)
     # One column block per step: x_t, a row of ones (the bias) and h_{t-1}, so one product
     # gives the pre-activations; step t writes h_t into block t + 1. The backward pass finds
     # every weight's gradient in one product with it.
@@ -65,39 +70,37 @@ def _lstm_sequence(
     stacked[features, :steps] = 1
     stacked[features + 1 :, 0] = h0.T
     weights = empty((4 * units, features + 1 + units), x.dtype)
-    weights[:, :features] = kernel.T[order]
-    weights[:, features] = bias[order]
-    weights[:, features + 1 :] = recurrent.T[order]
-    weights[: 3 * units] *= -1  # the sigmoid gates then need exp(z), not exp(-z)
-    gates = empty((steps, 4 * units, batch), x.dtype)
-    cs = empty((steps + 1, units, batch), x.dtype)
-    cs[0] = c0.T
+    weights[:, :features] = _rotate(kernel, units).T
+    weights[:, features] = _rotate(bias, units)
+    weights[:, features + 1 :] = _rotate(recurrent, units).T
+    weights[: 3 * units] *= 0.5  # sigmoid(z) = (1 + tanh(z / 2)) / 2: one tanh for all gates
+    # Step t's block: the tanh of the four pre-activations, then c_{t-1} (step t writes c_t
+    # into block t + 1), so that g and c_{t-1}, which i and f multiply, sit side by side.
+    cells = empty((steps + 1, 5 * units, batch), x.dtype)
+    cells[0, 4 * units :] = c0.T
+    # Step t's sigmoid gates o, i, f, then tanh(c_t).
+    aux = empty((steps, 4 * units, batch), x.dtype)
     hs = stacked[features + 1 :]
     # With a mask, each step's output goes to its own block first: a masked step's output
     # (the previous output, or zeros) differs from its state (the previous state).
     outs = hs[:, 1:] if keep is None else empty((units, steps, batch), x.dtype)
-    work = empty((units, batch), x.dtype)
-    with np.errstate(over="ignore"):  # exp overflows to inf, whose sigmoid is the right 0
-        for t in range(steps):
-            z = gates[t]
-            np.matmul(weights, stacked[:, t], out=z)
-            sig = z[: 3 * units]
-            np.exp(sig, out=sig)
-            sig += 1
-            np.reciprocal(sig, out=sig)
-            np.tanh(z[3 * units :], out=z[3 * units :])
-            i, f, o, g = z[:units], z[units : 2 * units], z[2 * units : 3 * units], z[3 * units :]
-            c = cs[t + 1]
-            np.multiply(f, cs[t], out=c)
-            np.multiply(i, g, out=work)
-            c += work
-            np.tanh(c, out=work)
-            np.multiply(o, work, out=outs[:, t])
-            if keep is not None:
-                mask_step(~keep[:, t], outs, hs, cs, t, zero_output_for_mask)
+    work = empty((2 * units, batch), x.dtype)
+    for t in range(steps):
+        z, s, tanh_c = cells[t, : 4 * units], aux[t, : 3 * units], aux[t, 3 * units :]
+        np.matmul(weights, stacked[:, t], out=z)
+        np.tanh(z, out=z)
+        np.multiply(z[: 3 * units], 0.5, out=s)
+        s += 0.5
+        np.multiply(s[units:], cells[t, 3 * units :], out=work)  # i g and f c_{t-1}
+        c = cells[t + 1, 4 * units :]
+        np.add(work[:units], work[units:], out=c)
+        np.tanh(c, out=tanh_c)
+        np.multiply(s[:units], tanh_c, out=outs[:, t])
+        if keep is not None:
+            mask_step(~keep[:, t], outs, hs, cells[:, 4 * units :], t, zero_output_for_mask)
     outputs = empty((batch, steps, units), x.dtype)
     np.copyto(outputs, outs.transpose(2, 1, 0))
-    return outputs, hs[:, steps].T.copy(), cs[steps].T.copy(), stacked, gates, cs
+    return outputs, hs[:, steps].T.copy(), cells[steps, 4 * units :].T.copy(), stacked, cells, aux
 
 
 def mask_step(
@@ -126,46 +129,50 @@ def output_gradient(dout: np.ndarray, douts: np.ndarray, kept: np.ndarray, t: in
 
 def _step_gradient(
     z: np.ndarray,
-    c: np.ndarray,
-    c_prev: np.ndarray,
+    gc: np.ndarray,
+    aux: np.ndarray,
+    h: np.ndarray,
     dh: np.ndarray,
     carry: np.ndarray,
     dz: np.ndarray,
     work: np.ndarray,
 ) -> None:
-    """One step of backpropagation through time, transposed: writes the pre-activations'
-    gradient into ``dz`` and turns ``carry`` (the cell state's gradient from the step after)
-    into the one for the step before; ``work`` is scratch of ``c``'s shape."""
-    units = c.shape[0]
-    i, f, o, g = z[:units], z[units : 2 * units], z[2 * units : 3 * units], z[3 * units :]
-    di, df, do, dg = dz[:units], dz[units : 2 * units], dz[2 * units : 3 * units], dz[3 * units :]
-    tanh_c = np.tanh(c, out=work)
-    # do = dh tanh(c) o (1 - o)
-    np.subtract(1, o, out=do)
-    do *= o
+    """One step of backpropagation through time, transposed, on the forward's blocks: ``z``
+    the tanh of the pre-activations, ``gc`` g and c_{t-1}, ``aux`` the sigmoid gates and
+    tanh(c_t), ``h`` the state o tanh(c_t) and ``dh`` its gradient. Writes the pre-activations'
+    gradient into ``dz``, the sigmoid gates' rows four times too large, and turns ``carry``
+    (the cell state's gradient from the step after) into the one for the step before;
+    ``work`` is scratch of ``h``'s shape."""
+    units, batch = h.shape
+    o, i, f, tanh_c = aux[:units], aux[units : 2 * units], aux[2 * units : 3 * units], aux[3 * units :]
+    # each gate's slope from its tanh, 1 - tanh^2 (a sigmoid gate's is a quarter of it)
+    np.multiply(z, z, out=dz)
+    np.subtract(1, dz, out=dz)
+    # dc = dh o (1 - tanh(c)^2) + carry, as dh (o - h tanh(c)) + carry
+    np.multiply(h, tanh_c, out=work)
+    np.subtract(o, work, out=work)
+    work *= dh
+    work += carry
+    dc = work
+    # each gate: its slope * (what it multiplies) * (the gradient of the product)
+    do = dz[:units]
     do *= dh
     do *= tanh_c
-    # dc = dh o (1 - tanh(c)^2) + carry, kept in tanh_c
-    np.multiply(tanh_c, tanh_c, out=tanh_c)
-    np.subtract(1, tanh_c, out=tanh_c)
-    tanh_c *= o
-    tanh_c *= dh
-    tanh_c += carry
-    dc = tanh_c
-    # each gate: dc * (what it multiplies) * (its activation's slope, from its output)
-    np.subtract(1, i, out=di)
-    di *= i
-    di *= g
-    di *= dc
-    np.subtract(1, f, out=df)
-    df *= f
-    df *= c_prev
-    df *= dc
-    np.multiply(g, g, out=dg)
-    np.subtract(1, dg, out=dg)
-    dg *= i
-    dg *= dc
+    ifg = dz[units:].reshape(3, units, batch)
+    np.multiply(ifg, dc, out=ifg)
+    dz[units : 3 * units] *= gc
+    dz[3 * units :] *= i
     np.multiply(dc, f, out=carry)
+
+
+def _to_keras(rows: np.ndarray, units: int) -> np.ndarray:
+    """Gradient rows in the internal gate order ``o, i, f, g``, each a sigmoid gate's four
+    times too large, as Keras's columns ``i, f, g, o``: a new C-contiguous array."""
+    out = empty((rows.shape[1], 4 * units), rows.dtype)
+    np.multiply(rows[units : 3 * units].T, 0.25, out=out[:, : 2 * units])
+    np.copyto(out[:, 2 * units : 3 * units], rows[3 * units :].T)
+    np.multiply(rows[:units].T, 0.25, out=out[:, 3 * units :])
+    return out
 
 
 def _lstm_sequence_grad(
@@ -176,8 +183,8 @@ def _lstm_sequence_grad(
     h0: np.ndarray,
     c0: np.ndarray,
     stacked: np.ndarray,
-    gates: np.ndarray,
-    cs: np.ndarray,
+    cells: np.ndarray,
+    aux: np.ndarray,
     doutputs: np.ndarray,
     dh_last: np.ndarray,
     dc_last: np.ndarray,
@@ -185,38 +192,45 @@ def _lstm_sequence_grad(
     *,
     zero_output_for_mask: bool = False,
 ) -> tuple[np.ndarray, ...]:
-    steps, width, batch = gates.shape
+    steps, width, batch = aux.shape
     units, features = width // 4, x.shape[-1]
-    order = _internal_order(units)
+    hs = stacked[features + 1 :]
     douts = empty((steps, units, batch), x.dtype)
     np.copyto(douts, doutputs.transpose(1, 2, 0))
     dzs = empty((steps, width, batch), x.dtype)
     dh = dh_last.T.copy()  # copies: both are written, and for one row .T is contiguous
     dc = dc_last.T.copy()
-    recurrent_i = recurrent[:, order]  # (units, 4*units)
+    # dz's sigmoid rows are four times too large: a quarter of their weights undoes it
+    recurrent_i = _rotate(recurrent, units)  # (units, 4*units)
+    recurrent_i[:, : 3 * units] *= 0.25
     if keep is None:
         work = np.empty_like(dh)
         for t in range(steps - 1, -1, -1):
             dh += douts[t]
-            _step_gradient(gates[t], cs[t + 1], cs[t], dh, dc, dzs[t], work)
+            z, gc = cells[t, : 4 * units], cells[t, 3 * units :]
+            _step_gradient(z, gc, aux[t], hs[:, t + 1], dh, dc, dzs[t], work)
             np.matmul(recurrent_i, dzs[t], out=dh)  # the gradient of h_{t-1}
     else:
-        _masked_bptt(recurrent_i, gates, cs, douts, dh, dc, dzs, keep.T.astype(x.dtype), zero_output_for_mask)
+        _masked_bptt(
+            recurrent_i, cells, aux, hs, douts, dh, dc, dzs, keep.T.astype(x.dtype), zero_output_for_mask
+        )
     # The products over all steps take (time, batch) as one axis: one copy into that layout
     # costs less than one per step (each writes a row per gate unit, a page apart).
     flat = empty((width, steps, batch), x.dtype)
     np.copyto(flat, dzs.transpose(1, 0, 2))
     flat = flat.reshape(width, steps * batch)
     # One product for the kernel's, the bias's and the recurrent kernel's gradients.
-    dweights = np.matmul(stacked[:, :steps].reshape(-1, steps * batch), flat.T)[:, order]
-    dx_by_step = np.matmul(flat.T, kernel.T[order], out=empty((steps * batch, features), x.dtype))
+    dweights = np.matmul(flat, stacked[:, :steps].reshape(-1, steps * batch).T)
+    kernel_i = _rotate(kernel, units).T.copy()
+    kernel_i[: 3 * units] *= 0.25
+    dx_by_step = np.matmul(flat.T, kernel_i, out=empty((steps * batch, features), x.dtype))
     dx = empty((batch, steps, features), x.dtype)
     np.copyto(dx, dx_by_step.reshape(steps, batch, features).transpose(1, 0, 2))
     return (
         dx,
-        np.ascontiguousarray(dweights[:features]),
-        np.ascontiguousarray(dweights[features + 1 :]),
-        dweights[features].copy(),
+        _to_keras(dweights[:, :features], units),
+        _to_keras(dweights[:, features + 1 :], units),
+        _to_keras(dweights[:, features : features + 1], units)[0].copy(),
         np.ascontiguousarray(dh.T),
         np.ascontiguousarray(dc.T),
     )
@@ -224,8 +238,9 @@ def _lstm_sequence_grad(
 
 def _masked_bptt(
     recurrent_i: np.ndarray,
-    gates: np.ndarray,
-    cs: np.ndarray,
+    cells: np.ndarray,
+    aux: np.ndarray,
+    hs: np.ndarray,
     douts: np.ndarray,
     dh: np.ndarray,
     dc: np.ndarray,
@@ -235,15 +250,18 @@ def _masked_bptt(
 ) -> None:
     """Backpropagation through time under Keras's mask rule (see ``mask_step``); ``kept``
     (steps, batch) is 1 for a real step and 0 for a masked one. Leaves the initial states'
-    gradients in ``dh`` and ``dc``."""
+    gradients in ``dh`` and ``dc``. A masked row's forward values are stale but finite, and
+    its gradients are zero, so the steps' arithmetic needs no mask."""
+    units = dh.shape[0]
     dout = np.zeros_like(dh)  # the gradient of step t's output, with what later steps repeat
     dh_new, dc_new, work = np.empty_like(dh), np.empty_like(dc), np.empty_like(dc)
-    for t in range(len(gates) - 1, -1, -1):
+    for t in range(len(aux) - 1, -1, -1):
         output_gradient(dout, douts, kept, t, zero_output)
         np.add(dh, dout, out=dh_new)
         dh_new *= kept[t]
         np.multiply(dc, kept[t], out=dc_new)
-        _step_gradient(gates[t], cs[t + 1], cs[t], dh_new, dc_new, dzs[t], work)
+        z, gc = cells[t, : 4 * units], cells[t, 3 * units :]
+        _step_gradient(z, gc, aux[t], hs[:, t + 1], dh_new, dc_new, dzs[t], work)
         dropped = 1 - kept[t]
         dh *= dropped  # a masked step passes its states' gradients straight through
         dc *= dropped
