@@ -139,42 +139,30 @@ def output_gradient(dout: np.ndarray, douts: np.ndarray, kept: np.ndarray, t: in
         dout += douts[t]
 
 
-def _step_gradient(
-    z: np.ndarray,
-    gc: np.ndarray,
-    aux: np.ndarray,
-    h: np.ndarray,
-    dh: np.ndarray,
-    carry: np.ndarray,
-    dz: np.ndarray,
-    work: np.ndarray,
+def _local_factors(
+    cells: np.ndarray, aux: np.ndarray, dzs: np.ndarray, dcs: np.ndarray, steps: slice
 ) -> None:
-    """One step of backpropagation through time, transposed, on the forward's blocks: ``z``
-    the tanh of the pre-activations, ``gc`` g and c_{t-1}, ``aux`` the sigmoid gates and
-    tanh(c_t), ``h`` the state o tanh(c_t) and ``dh`` its gradient. Writes the pre-activations'
-    gradient into ``dz``, the sigmoid gates' rows four times too large, and turns ``carry``
-    (the cell state's gradient from the step after) into the one for the step before;
-    ``work`` is scratch of ``h``'s shape."""
-    units, batch = h.shape
-    o, i, f, tanh_c = aux[:units], aux[units : 2 * units], aux[2 * units : 3 * units], aux[3 * units :]
-    # each gate's slope from its tanh, 1 - tanh^2 (a sigmoid gate's is a quarter of it)
-    np.multiply(z, z, out=dz)
-    np.subtract(1, dz, out=dz)
-    # dc = dh o (1 - tanh(c)^2) + carry, as dh (o - h tanh(c)) + carry
-    np.multiply(h, tanh_c, out=work)
-    np.subtract(o, work, out=work)
-    work *= dh
-    work += carry
-    dc = work
-    # each gate: its slope * (what it multiplies) * (the gradient of the product)
-    do = dz[:units]
-    do *= dh
-    do *= tanh_c
-    ifg = dz[units:].reshape(3, units, batch)
-    np.multiply(ifg, dc, out=ifg)
-    dz[units : 3 * units] *= gc
-    dz[3 * units :] *= i
-    np.multiply(dc, f, out=carry)
+    """What backpropagation through time multiplies by at ``steps``, from the forward's blocks
+    alone (``cells``: the tanh of the pre-activations, g and c_{t-1}; ``aux``: the sigmoid gates
+    and tanh(c_t)). Into ``dzs``, each gate's slope (1 - tanh^2, a sigmoid gate's four times too
+    large) times what the gate multiplies: tanh(c_t) for o, g for i, c_{t-1} for f, i for g;
+    into ``dcs``, o (1 - tanh(c_t)^2), what the cell state's gradient gets from h's."""
+    units = dcs.shape[1]
+    slope, z = dzs[steps], cells[steps, : 4 * units]
+    np.multiply(z, z, out=slope)
+    np.subtract(1, slope, out=slope)
+    tanh_c = aux[steps, 3 * units :]
+    slope[:, :units] *= tanh_c
+    slope[:, units : 3 * units] *= cells[steps, 3 * units :]
+    slope[:, 3 * units :] *= aux[steps, units : 2 * units]
+    dc = dcs[steps]
+    np.multiply(tanh_c, tanh_c, out=dc)
+    np.subtract(1, dc, out=dc)
+    dc *= aux[steps, :units]
+
+
+_CHUNK = 16
+"""Steps whose local factors the backward pass computes together: their arrays stay in cache."""
 
 
 def _to_keras(rows: np.ndarray, units: int) -> np.ndarray:
@@ -206,7 +194,6 @@ def _lstm_sequence_grad(
 ) -> tuple[np.ndarray, ...]:
     steps, width, batch = aux.shape
     units, features = width // 4, x.shape[-1]
-    hs = stacked[features + 1 :]
     douts = empty((steps, units, batch), x.dtype)
     np.copyto(douts, doutputs.transpose(1, 2, 0))
     dzs = empty((steps, width, batch), x.dtype)
@@ -215,17 +202,40 @@ def _lstm_sequence_grad(
     # dz's sigmoid rows are four times too large: a quarter of their weights undoes it
     recurrent_i = _rotate(recurrent, units)  # (units, 4*units)
     recurrent_i[:, : 3 * units] *= 0.25
-    if keep is None:
-        work = np.empty_like(dh)
-        for t in range(steps - 1, -1, -1):
-            dh += douts[t]
-            z, gc = cells[t, : 4 * units], cells[t, 3 * units :]
-            _step_gradient(z, gc, aux[t], hs[:, t + 1], dh, dc, dzs[t], work)
-            np.matmul(recurrent_i, dzs[t], out=dh)  # the gradient of h_{t-1}
-    else:
-        _masked_bptt(
-            recurrent_i, cells, aux, hs, douts, dh, dc, dzs, keep.T.astype(x.dtype), zero_output_for_mask
-        )
+    # The factors that need no gradient are computed a chunk of steps at a time, in a few
+    # larger calls; each step then needs six small ones besides its product.
+    factors = empty((steps, units, batch), x.dtype)
+    by_gate = dzs.reshape(steps, 4, units, batch)
+    forget = aux[:, 2 * units : 3 * units]
+    kept = None if keep is None else keep.T.astype(x.dtype)
+    dout = np.zeros_like(dh)  # with a mask: the gradient of step t's output, with repeats
+    dh_new, dc_new, work = np.empty_like(dh), np.empty_like(dc), np.empty_like(dc)
+    for end in range(steps, 0, -_CHUNK):
+        start = max(end - _CHUNK, 0)
+        _local_factors(cells, aux, dzs, factors, slice(start, end))
+        for t in range(end - 1, start - 1, -1):
+            if kept is None:
+                dh += douts[t]
+                np.multiply(dh, factors[t], out=work)
+                work += dc  # the cell state's gradient
+                by_gate[t, 0] *= dh
+                np.multiply(by_gate[t, 1:], work, out=by_gate[t, 1:])
+                np.multiply(work, forget[t], out=dc)
+                np.matmul(recurrent_i, dzs[t], out=dh)  # the gradient of h_{t-1}
+            else:  # Keras's mask rule (see mask_step): a masked step passes the gradients on
+                output_gradient(dout, douts, kept, t, zero_output_for_mask)
+                np.add(dh, dout, out=dh_new)
+                dh_new *= kept[t]
+                np.multiply(dh_new, factors[t], out=work)
+                np.multiply(dc, kept[t], out=dc_new)
+                work += dc_new
+                by_gate[t, 0] *= dh_new
+                np.multiply(by_gate[t, 1:], work, out=by_gate[t, 1:])
+                dropped = 1 - kept[t]
+                dh *= dropped
+                dc *= dropped
+                dc += np.multiply(work, forget[t], out=dc_new)
+                dh += np.matmul(recurrent_i, dzs[t], out=dh_new)
     # The products over all steps take (time, batch) as one axis: one copy into that layout
     # costs less than one per step (each writes a row per gate unit, a page apart).
     flat = empty((width, steps, batch), x.dtype)
@@ -247,39 +257,6 @@ def _lstm_sequence_grad(
         np.ascontiguousarray(dh.T),
         np.ascontiguousarray(dc.T),
     )
-
-
-def _masked_bptt(
-    recurrent_i: np.ndarray,
-    cells: np.ndarray,
-    aux: np.ndarray,
-    hs: np.ndarray,
-    douts: np.ndarray,
-    dh: np.ndarray,
-    dc: np.ndarray,
-    dzs: np.ndarray,
-    kept: np.ndarray,
-    zero_output: bool,
-) -> None:
-    """Backpropagation through time under Keras's mask rule (see ``mask_step``); ``kept``
-    (steps, batch) is 1 for a real step and 0 for a masked one. Leaves the initial states'
-    gradients in ``dh`` and ``dc``. A masked row's forward values are stale but finite, and
-    its gradients are zero, so the steps' arithmetic needs no mask."""
-    units = dh.shape[0]
-    dout = np.zeros_like(dh)  # the gradient of step t's output, with what later steps repeat
-    dh_new, dc_new, work = np.empty_like(dh), np.empty_like(dc), np.empty_like(dc)
-    for t in range(len(aux) - 1, -1, -1):
-        output_gradient(dout, douts, kept, t, zero_output)
-        np.add(dh, dout, out=dh_new)
-        dh_new *= kept[t]
-        np.multiply(dc, kept[t], out=dc_new)
-        z, gc = cells[t, : 4 * units], cells[t, 3 * units :]
-        _step_gradient(z, gc, aux[t], hs[:, t + 1], dh_new, dc_new, dzs[t], work)
-        dropped = 1 - kept[t]
-        dh *= dropped  # a masked step passes its states' gradients straight through
-        dc *= dropped
-        dc += dc_new
-        dh += np.matmul(recurrent_i, dzs[t], out=dh_new)
 
 
 _LSTM_SEQUENCE = OpDef("LSTMSequence", _lstm_sequence, save="all")
