@@ -76,25 +76,26 @@ def _gru_sequence(
     stacked[features, :steps] = 1
     stacked[features + 1 :, 0] = h0.T
     weights = _weights(kernel, recurrent, bias)
-    # Step t's block: the candidate, the tanh of the gates' halved pre-activations, h_h, then
-    # the gates z and r.
-    gates = empty((steps, 6 * units, batch), x.dtype)
+    # Step t's block: the candidate, the tanh of the gates' halved pre-activations, h_h, the
+    # gates z and r, and h_{t-1} - c.
+    gates = empty((steps, 7 * units, batch), x.dtype)
     hs = stacked[features + 1 :]
     outs = hs[:, 1:] if keep is None else empty((units, steps, batch), x.dtype)
     work = empty((units, batch), x.dtype)
     for t in range(steps):
         g = gates[t]
         np.matmul(weights, stacked[:, t], out=g[: 4 * units])
-        tanh_zr, zr = g[units : 3 * units], g[4 * units :]
+        tanh_zr, zr = g[units : 3 * units], g[4 * units : 6 * units]
         np.tanh(tanh_zr, out=tanh_zr)
         np.multiply(tanh_zr, 0.5, out=zr)
         zr += 0.5
         update, c = g[4 * units : 5 * units], g[:units]
-        np.multiply(g[5 * units :], g[3 * units : 4 * units], out=work)  # r h_h
+        np.multiply(g[5 * units : 6 * units], g[3 * units : 4 * units], out=work)  # r h_h
         c += work
         np.tanh(c, out=c)  # the candidate
-        np.subtract(hs[:, t], c, out=work)
-        work *= update
+        away = g[6 * units :]
+        np.subtract(hs[:, t], c, out=away)
+        np.multiply(away, update, out=work)
         np.add(work, c, out=outs[:, t])  # z h + (1 - z) c, as c + z (h - c)
         if keep is not None:
             mask_step(~keep[:, t], outs, hs, None, t, zero_output_for_mask)
@@ -103,36 +104,27 @@ def _gru_sequence(
     return outputs, hs[:, steps].T.copy(), stacked, gates
 
 
-def _step_gradient(
-    g: np.ndarray, h_prev: np.ndarray, dh: np.ndarray, dz: np.ndarray, direct: np.ndarray, work: np.ndarray
-) -> None:
-    """One step of backpropagation through time, transposed, on the forward's block ``g``:
-    the four blocks' gradients into ``dz`` (the gates' four times too large), from ``dh``, the
-    gradient of the step's output, and ``dh z``, the share h_{t-1} gets directly, into
-    ``direct``; ``work`` is scratch of ``h_prev``'s shape."""
-    units = h_prev.shape[0]
-    c, h_h, update, reset = g[:units], g[3 * units : 4 * units], g[4 * units : 5 * units], g[5 * units :]
-    d_xh, d_update, d_reset, d_hh = (
-        dz[:units],
-        dz[units : 2 * units],
-        dz[2 * units : 3 * units],
-        dz[3 * units :],
-    )
+def _local_factors(gates: np.ndarray, dzs: np.ndarray, work: np.ndarray, steps: slice) -> None:
+    """What the gradient of each step's output is multiplied by to give each block's gradient,
+    from the forward's blocks alone, into ``dzs`` at ``steps`` (the gates' four times too
+    large); ``work`` is scratch of one block's shape for those steps."""
+    units = work.shape[1]
+    g, factor = gates[steps], dzs[steps]
+    h_h, update, reset, away = (g[:, k * units : (k + 1) * units] for k in (3, 4, 5, 6))
+    d_xh, d_update, d_reset, d_hh = (factor[:, k * units : (k + 1) * units] for k in range(4))
     # the candidate's and the gates' slopes from their tanh: 1 - tanh^2 (a gate's is a quarter)
-    np.multiply(g[: 3 * units], g[: 3 * units], out=dz[: 3 * units])
-    np.subtract(1, dz[: 3 * units], out=dz[: 3 * units])
-    # the candidate's pre-activation: dh (1 - z) (1 - c^2)
-    np.multiply(dh, update, out=direct)
-    np.subtract(dh, direct, out=work)
-    d_xh *= work
-    # the reset gate multiplies h_h: d_hh = d_xh r, d_reset = d_xh h_h r (1 - r)
-    np.multiply(d_xh, reset, out=d_hh)
-    d_reset *= h_h
+    np.multiply(g[:, : 3 * units], g[:, : 3 * units], out=factor[:, : 3 * units])
+    np.subtract(1, factor[:, : 3 * units], out=factor[:, : 3 * units])
+    np.subtract(1, update, out=work)
+    d_xh *= work  # the candidate's pre-activation: (1 - z) (1 - c^2)
+    np.multiply(d_xh, reset, out=d_hh)  # the reset gate multiplies h_h: r
+    d_reset *= h_h  # and h_h r (1 - r)
     d_reset *= d_xh
-    # the update gate: dh (h_prev - c) z (1 - z)
-    np.subtract(h_prev, c, out=work)
-    work *= dh
-    d_update *= work
+    d_update *= away  # the update gate: (h_prev - c) z (1 - z)
+
+
+_CHUNK = 16
+"""Steps whose local factors the backward pass computes together: their arrays stay in cache."""
 
 
 def _gru_sequence_grad(
@@ -150,32 +142,42 @@ def _gru_sequence_grad(
     zero_output_for_mask: bool = False,
 ) -> tuple[np.ndarray, ...]:
     steps, width, batch = gates.shape
-    units, features = width // 6, x.shape[-1]
-    hs = stacked[features + 1 :]
+    units, features = width // 7, x.shape[-1]
     douts = empty((steps, units, batch), x.dtype)
     np.copyto(douts, doutputs.transpose(1, 2, 0))
     dzs = empty((steps, 4 * units, batch), x.dtype)
     dh = dh_last.T.copy()  # a copy: it is written, and for one row .T is contiguous
-    dh_new, dout, direct, work = np.empty_like(dh), np.zeros_like(dh), np.empty_like(dh), np.empty_like(dh)
+    dh_new, dout, direct = np.empty_like(dh), np.zeros_like(dh), np.empty_like(dh)
     # dz's gate rows are four times too large: a quarter of their weights undoes it
     recurrent_i = empty(recurrent.shape, x.dtype)
     np.copyto(recurrent_i, recurrent)
     recurrent_i[:, : 2 * units] *= 0.25
     kept = None if keep is None else keep.T.astype(x.dtype)
-    for t in range(steps - 1, -1, -1):
-        if kept is None:
-            dh += douts[t]
-            _step_gradient(gates[t], hs[:, t], dh, dzs[t], direct, work)
-            np.matmul(recurrent_i, dzs[t, units:], out=dh)
-            dh += direct  # h_{t-1} reaches h_t directly (times z) and through the blocks
-        else:  # Keras's mask rule: see lstm_sequence's mask_step
-            output_gradient(dout, douts, kept, t, zero_output_for_mask)
-            np.add(dh, dout, out=dh_new)
-            dh_new *= kept[t]
-            dh *= 1 - kept[t]  # a masked step passes the state's gradient straight through
-            _step_gradient(gates[t], hs[:, t], dh_new, dzs[t], direct, work)
-            dh += direct
-            dh += np.matmul(recurrent_i, dzs[t, units:], out=work)
+    # Every block's gradient is the output's gradient times a factor from the forward pass:
+    # the factors are computed a chunk of steps at a time, in a few larger calls.
+    by_block = dzs.reshape(steps, 4, units, batch)
+    update = gates[:, 4 * units : 5 * units]
+    work = empty((_CHUNK, units, batch), x.dtype)
+    for end in range(steps, 0, -_CHUNK):
+        start = max(end - _CHUNK, 0)
+        _local_factors(gates, dzs, work[: end - start], slice(start, end))
+        for t in range(end - 1, start - 1, -1):
+            # h_{t-1} reaches h_t directly (times z) and through the blocks z, r, h_h
+            if kept is None:
+                dh += douts[t]
+                np.multiply(by_block[t], dh, out=by_block[t])
+                np.multiply(dh, update[t], out=direct)
+                np.matmul(recurrent_i, dzs[t, units:], out=dh)
+                dh += direct
+            else:  # Keras's mask rule (see lstm_sequence's mask_step): a masked step passes
+                # the state's gradient straight through
+                output_gradient(dout, douts, kept, t, zero_output_for_mask)
+                np.add(dh, dout, out=dh_new)
+                dh_new *= kept[t]
+                dh *= 1 - kept[t]
+                np.multiply(by_block[t], dh_new, out=by_block[t])
+                dh += np.multiply(dh_new, update[t], out=direct)
+                dh += np.matmul(recurrent_i, dzs[t, units:], out=dh_new)
     flat = empty((4 * units, steps, batch), x.dtype)
     np.copyto(flat, dzs.transpose(1, 0, 2))
     flat = flat.reshape(4 * units, steps * batch)
