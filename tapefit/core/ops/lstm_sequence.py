@@ -12,9 +12,10 @@ are kept transposed, ``(4*units, batch)`` per step, in the order ``o, i, f, g`` 
 three gates that the cell state's gradient multiplies), and each step multiplies one weight
 matrix (kernel, bias and recurrent kernel side by side) by its input, its row of ones and the
 previous state stacked. The sigmoid gates' weights are halved, so that one tanh serves all four
-gates (sigmoid(z) = (1 + tanh(z / 2)) / 2) and the backward pass finds every gate's slope as
-1 - tanh^2 in one pass. The op's extra outputs carry that state to the gradient op: they are
-working arrays, not results, and take no gradient.
+gates (sigmoid(z) = (1 + tanh(z / 2)) / 2). The backward pass computes what it needs from the
+forward's values alone (each gate's slope times what the gate multiplies) a chunk of steps at a
+time, so that each step's loop is a few calls. The op's extra outputs carry that state to the
+gradient op: they are working arrays, not results, and take no gradient.
 
 ``LSTMSequenceGrad`` is differentiated by running the sequence in per-step tapefit ops
 (``lstm_cell``) and their gradient under a tape, so second and higher derivatives hold.
@@ -86,33 +87,33 @@ def _lstm_sequence(
     stacked[features, :steps] = 1
     stacked[features + 1 :, 0] = h0.T
     weights = _weights(kernel, recurrent, bias)
-    # Step t's block: the tanh of the four pre-activations, then c_{t-1} (step t writes c_t
-    # into block t + 1), so that g and c_{t-1}, which i and f multiply, sit side by side.
+    # Step t's block: the gates o, i, f, g, then c_{t-1} (step t writes c_t into block t + 1),
+    # so that g and c_{t-1}, which i and f multiply, sit side by side.
     cells = empty((steps + 1, 5 * units, batch), x.dtype)
     cells[0, 4 * units :] = c0.T
-    # Step t's sigmoid gates o, i, f, then tanh(c_t).
-    aux = empty((steps, 4 * units, batch), x.dtype)
+    tanh_cs = empty((steps, units, batch), x.dtype)
     hs = stacked[features + 1 :]
     # With a mask, each step's output goes to its own block first: a masked step's output
     # (the previous output, or zeros) differs from its state (the previous state).
     outs = hs[:, 1:] if keep is None else empty((units, steps, batch), x.dtype)
     work = empty((2 * units, batch), x.dtype)
     for t in range(steps):
-        z, s, tanh_c = cells[t, : 4 * units], aux[t, : 3 * units], aux[t, 3 * units :]
+        z, tanh_c = cells[t, : 4 * units], tanh_cs[t]
         np.matmul(weights, stacked[:, t], out=z)
         np.tanh(z, out=z)
-        np.multiply(z[: 3 * units], 0.5, out=s)
-        s += 0.5
-        np.multiply(s[units:], cells[t, 3 * units :], out=work)  # i g and f c_{t-1}
+        sigmoids = z[: 3 * units]
+        sigmoids *= 0.5
+        sigmoids += 0.5
+        np.multiply(z[units : 3 * units], cells[t, 3 * units :], out=work)  # i g and f c_{t-1}
         c = cells[t + 1, 4 * units :]
         np.add(work[:units], work[units:], out=c)
         np.tanh(c, out=tanh_c)
-        np.multiply(s[:units], tanh_c, out=outs[:, t])
+        np.multiply(z[:units], tanh_c, out=outs[:, t])
         if keep is not None:
             mask_step(~keep[:, t], outs, hs, cells[:, 4 * units :], t, zero_output_for_mask)
     outputs = empty((batch, steps, units), x.dtype)
     np.copyto(outputs, outs.transpose(2, 1, 0))
-    return outputs, hs[:, steps].T.copy(), cells[steps, 4 * units :].T.copy(), stacked, cells, aux
+    return outputs, hs[:, steps].T.copy(), cells[steps, 4 * units :].T.copy(), stacked, cells, tanh_cs
 
 
 def mask_step(
@@ -140,25 +141,27 @@ def output_gradient(dout: np.ndarray, douts: np.ndarray, kept: np.ndarray, t: in
 
 
 def _local_factors(
-    cells: np.ndarray, aux: np.ndarray, dzs: np.ndarray, dcs: np.ndarray, steps: slice
+    cells: np.ndarray, tanh_cs: np.ndarray, dzs: np.ndarray, dcs: np.ndarray, steps: slice
 ) -> None:
-    """What backpropagation through time multiplies by at ``steps``, from the forward's blocks
-    alone (``cells``: the tanh of the pre-activations, g and c_{t-1}; ``aux``: the sigmoid gates
-    and tanh(c_t)). Into ``dzs``, each gate's slope (1 - tanh^2, a sigmoid gate's four times too
-    large) times what the gate multiplies: tanh(c_t) for o, g for i, c_{t-1} for f, i for g;
+    """What backpropagation through time multiplies by at ``steps``, from the forward's values
+    alone (``cells``: the gates and c_{t-1}; ``tanh_cs``: tanh(c_t)). Into ``dzs``, each gate's
+    slope times what the gate multiplies: tanh(c_t) for o, g for i, c_{t-1} for f, i for g;
     into ``dcs``, o (1 - tanh(c_t)^2), what the cell state's gradient gets from h's."""
     units = dcs.shape[1]
-    slope, z = dzs[steps], cells[steps, : 4 * units]
-    np.multiply(z, z, out=slope)
-    np.subtract(1, slope, out=slope)
-    tanh_c = aux[steps, 3 * units :]
+    slope, gates = dzs[steps], cells[steps]
+    sigmoids, g = gates[:, : 3 * units], gates[:, 3 * units : 4 * units]
+    np.subtract(1, sigmoids, out=slope[:, : 3 * units])
+    slope[:, : 3 * units] *= sigmoids
+    np.multiply(g, g, out=slope[:, 3 * units :])
+    np.subtract(1, slope[:, 3 * units :], out=slope[:, 3 * units :])
+    tanh_c = tanh_cs[steps]
     slope[:, :units] *= tanh_c
-    slope[:, units : 3 * units] *= cells[steps, 3 * units :]
-    slope[:, 3 * units :] *= aux[steps, units : 2 * units]
+    slope[:, units : 3 * units] *= gates[:, 3 * units :]
+    slope[:, 3 * units :] *= gates[:, units : 2 * units]
     dc = dcs[steps]
     np.multiply(tanh_c, tanh_c, out=dc)
     np.subtract(1, dc, out=dc)
-    dc *= aux[steps, :units]
+    dc *= gates[:, :units]
 
 
 _CHUNK = 16
@@ -166,12 +169,11 @@ _CHUNK = 16
 
 
 def _to_keras(rows: np.ndarray, units: int) -> np.ndarray:
-    """Gradient rows in the internal gate order ``o, i, f, g``, each a sigmoid gate's four
-    times too large, as Keras's columns ``i, f, g, o``: a new C-contiguous array."""
+    """Gradient rows in the internal gate order ``o, i, f, g`` as Keras's columns
+    ``i, f, g, o``: a new C-contiguous array."""
     out = empty((rows.shape[1], 4 * units), rows.dtype)
-    np.multiply(rows[units : 3 * units].T, 0.25, out=out[:, : 2 * units])
-    np.copyto(out[:, 2 * units : 3 * units], rows[3 * units :].T)
-    np.multiply(rows[:units].T, 0.25, out=out[:, 3 * units :])
+    np.copyto(out[:, : 3 * units], rows[units:].T)
+    np.copyto(out[:, 3 * units :], rows[:units].T)
     return out
 
 
@@ -184,7 +186,7 @@ def _lstm_sequence_grad(
     c0: np.ndarray,
     stacked: np.ndarray,
     cells: np.ndarray,
-    aux: np.ndarray,
+    tanh_cs: np.ndarray,
     doutputs: np.ndarray,
     dh_last: np.ndarray,
     dc_last: np.ndarray,
@@ -192,27 +194,25 @@ def _lstm_sequence_grad(
     *,
     zero_output_for_mask: bool = False,
 ) -> tuple[np.ndarray, ...]:
-    steps, width, batch = aux.shape
-    units, features = width // 4, x.shape[-1]
+    steps, units, batch = tanh_cs.shape
+    width, features = 4 * units, x.shape[-1]
     douts = empty((steps, units, batch), x.dtype)
     np.copyto(douts, doutputs.transpose(1, 2, 0))
     dzs = empty((steps, width, batch), x.dtype)
     dh = dh_last.T.copy()  # copies: both are written, and for one row .T is contiguous
     dc = dc_last.T.copy()
-    # dz's sigmoid rows are four times too large: a quarter of their weights undoes it
     recurrent_i = _rotate(recurrent, units)  # (units, 4*units)
-    recurrent_i[:, : 3 * units] *= 0.25
     # The factors that need no gradient are computed a chunk of steps at a time, in a few
     # larger calls; each step then needs six small ones besides its product.
     factors = empty((steps, units, batch), x.dtype)
     by_gate = dzs.reshape(steps, 4, units, batch)
-    forget = aux[:, 2 * units : 3 * units]
+    forget = cells[:, 2 * units : 3 * units]
     kept = None if keep is None else keep.T.astype(x.dtype)
     dout = np.zeros_like(dh)  # with a mask: the gradient of step t's output, with repeats
     dh_new, dc_new, work = np.empty_like(dh), np.empty_like(dc), np.empty_like(dc)
     for end in range(steps, 0, -_CHUNK):
         start = max(end - _CHUNK, 0)
-        _local_factors(cells, aux, dzs, factors, slice(start, end))
+        _local_factors(cells, tanh_cs, dzs, factors, slice(start, end))
         for t in range(end - 1, start - 1, -1):
             if kept is None:
                 dh += douts[t]
@@ -245,7 +245,6 @@ def _lstm_sequence_grad(
     dweights = empty((width, len(stacked)), x.dtype)
     np.matmul(flat, stacked[:, :steps].reshape(-1, steps * batch).T, out=dweights)
     kernel_i = _rotate(kernel, units)  # (features, 4*units)
-    kernel_i[:, : 3 * units] *= 0.25
     dx_by_step = np.matmul(flat.T, kernel_i.T, out=empty((steps * batch, features), x.dtype))
     dx = empty((batch, steps, features), x.dtype)
     np.copyto(dx, dx_by_step.reshape(steps, batch, features).transpose(1, 0, 2))
