@@ -112,7 +112,8 @@ def _lstm_sequence(
         if keep is not None:
             mask_step(~keep[:, t], outs, hs, cells[:, 4 * units :], t, zero_output_for_mask)
     outputs = empty((batch, steps, units), x.dtype)
-    np.copyto(outputs, outs.transpose(2, 1, 0))
+    for t in range(steps):  # a step at a time: each step's block stays in cache
+        np.copyto(outputs[:, t], outs[:, t].T)
     return outputs, hs[:, steps].T.copy(), cells[steps, 4 * units :].T.copy(), stacked, cells, tanh_cs
 
 
