@@ -8,10 +8,10 @@ summed, halved so that one tanh gives both gates: sigmoid(z) = (1 + tanh(z / 2))
 recurrent part of the candidate (which the reset gate multiplies). The weight matrix has zeros
 where a block has no input or no recurrent part; the blocks with input weights (the first three)
 and those with recurrent weights (the last three) are adjacent, so the backward pass's products
-skip the zeros. The candidate is computed in place of ``x_h``, next to the gates' tanh, so that
-the backward pass finds the three slopes as 1 - tanh^2 in one pass. ``GRUSequenceGrad`` is
-differentiated by running the sequence in per-step tapefit ops (``gru_cell``) and their
-gradient under a tape.
+skip the zeros. The backward pass computes what it needs from the forward's values alone (what
+the gradient of a step's output is multiplied by to give each block's) a chunk of steps at a
+time, so that each step's loop is a few calls. ``GRUSequenceGrad`` is differentiated by running
+the sequence in per-step tapefit ops (``gru_cell``) and their gradient under a tape.
 """
 
 from __future__ import annotations
@@ -76,24 +76,23 @@ def _gru_sequence(
     stacked[features, :steps] = 1
     stacked[features + 1 :, 0] = h0.T
     weights = _weights(kernel, recurrent, bias)
-    # Step t's block: the candidate, the tanh of the gates' halved pre-activations, h_h, the
-    # gates z and r, and h_{t-1} - c.
-    gates = empty((steps, 7 * units, batch), x.dtype)
+    # Step t's block: the candidate, the gates z and r, h_h, and h_{t-1} - c.
+    gates = empty((steps, 5 * units, batch), x.dtype)
     hs = stacked[features + 1 :]
     outs = hs[:, 1:] if keep is None else empty((units, steps, batch), x.dtype)
     work = empty((units, batch), x.dtype)
     for t in range(steps):
         g = gates[t]
         np.matmul(weights, stacked[:, t], out=g[: 4 * units])
-        tanh_zr, zr = g[units : 3 * units], g[4 * units : 6 * units]
-        np.tanh(tanh_zr, out=tanh_zr)
-        np.multiply(tanh_zr, 0.5, out=zr)
+        zr = g[units : 3 * units]
+        np.tanh(zr, out=zr)
+        zr *= 0.5
         zr += 0.5
-        update, c = g[4 * units : 5 * units], g[:units]
-        np.multiply(g[5 * units : 6 * units], g[3 * units : 4 * units], out=work)  # r h_h
+        update, c = g[units : 2 * units], g[:units]
+        np.multiply(g[2 * units : 3 * units], g[3 * units : 4 * units], out=work)  # r h_h
         c += work
         np.tanh(c, out=c)  # the candidate
-        away = g[6 * units :]
+        away = g[4 * units :]
         np.subtract(hs[:, t], c, out=away)
         np.multiply(away, update, out=work)
         np.add(work, c, out=outs[:, t])  # z h + (1 - z) c, as c + z (h - c)
@@ -107,15 +106,17 @@ def _gru_sequence(
 
 def _local_factors(gates: np.ndarray, dzs: np.ndarray, work: np.ndarray, steps: slice) -> None:
     """What the gradient of each step's output is multiplied by to give each block's gradient,
-    from the forward's blocks alone, into ``dzs`` at ``steps`` (the gates' four times too
-    large); ``work`` is scratch of one block's shape for those steps."""
+    from the forward's blocks alone, into ``dzs`` at ``steps``; ``work`` is scratch of one
+    block's shape for those steps."""
     units = work.shape[1]
     g, factor = gates[steps], dzs[steps]
-    h_h, update, reset, away = (g[:, k * units : (k + 1) * units] for k in (3, 4, 5, 6))
+    c, update, reset, h_h, away = (g[:, k * units : (k + 1) * units] for k in range(5))
     d_xh, d_update, d_reset, d_hh = (factor[:, k * units : (k + 1) * units] for k in range(4))
-    # the candidate's and the gates' slopes from their tanh: 1 - tanh^2 (a gate's is a quarter)
-    np.multiply(g[:, : 3 * units], g[:, : 3 * units], out=factor[:, : 3 * units])
-    np.subtract(1, factor[:, : 3 * units], out=factor[:, : 3 * units])
+    # the slopes: 1 - c^2 for the candidate, s (1 - s) for the gates
+    np.multiply(c, c, out=d_xh)
+    np.subtract(1, d_xh, out=d_xh)
+    np.subtract(1, g[:, units : 3 * units], out=factor[:, units : 3 * units])
+    factor[:, units : 3 * units] *= g[:, units : 3 * units]
     np.subtract(1, update, out=work)
     d_xh *= work  # the candidate's pre-activation: (1 - z) (1 - c^2)
     np.multiply(d_xh, reset, out=d_hh)  # the reset gate multiplies h_h: r
@@ -143,21 +144,17 @@ def _gru_sequence_grad(
     zero_output_for_mask: bool = False,
 ) -> tuple[np.ndarray, ...]:
     steps, width, batch = gates.shape
-    units, features = width // 7, x.shape[-1]
+    units, features = width // 5, x.shape[-1]
     douts = empty((steps, units, batch), x.dtype)
     np.copyto(douts, doutputs.transpose(1, 2, 0))
     dzs = empty((steps, 4 * units, batch), x.dtype)
     dh = dh_last.T.copy()  # a copy: it is written, and for one row .T is contiguous
     dh_new, dout, direct = np.empty_like(dh), np.zeros_like(dh), np.empty_like(dh)
-    # dz's gate rows are four times too large: a quarter of their weights undoes it
-    recurrent_i = empty(recurrent.shape, x.dtype)
-    np.copyto(recurrent_i, recurrent)
-    recurrent_i[:, : 2 * units] *= 0.25
     kept = None if keep is None else keep.T.astype(x.dtype)
     # Every block's gradient is the output's gradient times a factor from the forward pass:
     # the factors are computed a chunk of steps at a time, in a few larger calls.
     by_block = dzs.reshape(steps, 4, units, batch)
-    update = gates[:, 4 * units : 5 * units]
+    update = gates[:, units : 2 * units]
     work = empty((_CHUNK, units, batch), x.dtype)
     for end in range(steps, 0, -_CHUNK):
         start = max(end - _CHUNK, 0)
@@ -168,7 +165,7 @@ def _gru_sequence_grad(
                 dh += douts[t]
                 np.multiply(by_block[t], dh, out=by_block[t])
                 np.multiply(dh, update[t], out=direct)
-                np.matmul(recurrent_i, dzs[t, units:], out=dh)
+                np.matmul(recurrent, dzs[t, units:], out=dh)
                 dh += direct
             else:  # Keras's mask rule (see lstm_sequence's mask_step): a masked step passes
                 # the state's gradient straight through
@@ -178,18 +175,15 @@ def _gru_sequence_grad(
                 dh *= 1 - kept[t]
                 np.multiply(by_block[t], dh_new, out=by_block[t])
                 dh += np.multiply(dh_new, update[t], out=direct)
-                dh += np.matmul(recurrent_i, dzs[t, units:], out=dh_new)
+                dh += np.matmul(recurrent, dzs[t, units:], out=dh_new)
     flat = empty((4 * units, steps, batch), x.dtype)
     np.copyto(flat, dzs.transpose(1, 0, 2))
     flat = flat.reshape(4 * units, steps * batch)
     columns = stacked[:, :steps].reshape(-1, steps * batch)
     # The blocks x_h, z, r have input weights, the blocks z, r, h_h recurrent ones; all biases.
     d_input = np.matmul(flat[: 3 * units], columns[: features + 1].T)
-    d_input[units:] *= 0.25
     d_recurrent = np.matmul(flat[units:], columns[features:].T)
-    d_recurrent[: 2 * units] *= 0.25
     kernel_i = np.concatenate([kernel[:, 2 * units :], kernel[:, : 2 * units]], axis=1)  # x_h, z, r
-    kernel_i[:, units:] *= 0.25
     dx_by_step = np.matmul(flat[: 3 * units].T, kernel_i.T, out=empty((steps * batch, features), x.dtype))
     dx = empty((batch, steps, features), x.dtype)
     np.copyto(dx, dx_by_step.reshape(steps, batch, features).transpose(1, 0, 2))
