@@ -97,6 +97,7 @@ def _lstm_sequence(
     # (the previous output, or zeros) differs from its state (the previous state).
     outs = hs[:, 1:] if keep is None else empty((units, steps, batch), x.dtype)
     work = empty((2 * units, batch), x.dtype)
+    i_g, f_c = work[:units], work[units:]
     for t in range(steps):
         z, tanh_c = cells[t, : 4 * units], tanh_cs[t]
         np.matmul(weights, stacked[:, t], out=z)
@@ -106,7 +107,7 @@ def _lstm_sequence(
         sigmoids += 0.5
         np.multiply(z[units : 3 * units], cells[t, 3 * units :], out=work)  # i g and f c_{t-1}
         c = cells[t + 1, 4 * units :]
-        np.add(work[:units], work[units:], out=c)
+        np.add(i_g, f_c, out=c)
         np.tanh(c, out=tanh_c)
         np.multiply(z[:units], tanh_c, out=outs[:, t])
         if keep is not None:
@@ -219,8 +220,9 @@ def _lstm_sequence_grad(
                 dh += douts[t]
                 np.multiply(dh, factors[t], out=work)
                 work += dc  # the cell state's gradient
-                by_gate[t, 0] *= dh
-                np.multiply(by_gate[t, 1:], work, out=by_gate[t, 1:])
+                o, ifg = by_gate[t, 0], by_gate[t, 1:]
+                o *= dh
+                np.multiply(ifg, work, out=ifg)
                 np.multiply(work, forget[t], out=dc)
                 np.matmul(recurrent_i, dzs[t], out=dh)  # the gradient of h_{t-1}
             else:  # Keras's mask rule (see mask_step): a masked step passes the gradients on
@@ -230,8 +232,9 @@ def _lstm_sequence_grad(
                 np.multiply(dh_new, factors[t], out=work)
                 np.multiply(dc, kept[t], out=dc_new)
                 work += dc_new
-                by_gate[t, 0] *= dh_new
-                np.multiply(by_gate[t, 1:], work, out=by_gate[t, 1:])
+                o, ifg = by_gate[t, 0], by_gate[t, 1:]
+                o *= dh_new
+                np.multiply(ifg, work, out=ifg)
                 dropped = 1 - kept[t]
                 dh *= dropped
                 dc *= dropped
