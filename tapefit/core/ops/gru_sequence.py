@@ -39,21 +39,18 @@ def _weights(kernel: np.ndarray, recurrent: np.ndarray, bias: np.ndarray) -> np.
     """``(4*units, features + 1 + units)``: each block's input, bias and recurrent weights, the
     gates' halved."""
     features, units = kernel.shape[0], recurrent.shape[0]
-    # Built by rows, then transposed in one copy. The rows are one column longer than the
-    # blocks: reading a column of rows a power of two bytes apart is several times slower.
-    rows = empty((features + 1 + units, 4 * units + 1), kernel.dtype)[:, : 4 * units]
-    x_h, zr, h_h = slice(0, units), slice(units, 3 * units), slice(3 * units, 4 * units)
-    rows[:features, x_h] = kernel[:, 2 * units :]
-    rows[:features, zr] = kernel[:, : 2 * units]
-    rows[:features, h_h] = 0
-    rows[features, x_h] = bias[0, 2 * units :]
-    np.add(bias[0, : 2 * units], bias[1, : 2 * units], out=rows[features, zr])
-    rows[features, h_h] = bias[1, 2 * units :]
-    rows[features + 1 :, x_h] = 0
-    rows[features + 1 :, units:] = recurrent
     weights = empty((4 * units, features + 1 + units), kernel.dtype)
-    np.copyto(weights, rows.T)
+    x_h, zr, h_h = slice(0, units), slice(units, 3 * units), slice(3 * units, 4 * units)
+    weights[x_h, :features] = kernel[:, 2 * units :].T
+    weights[x_h, features] = bias[0, 2 * units :]
+    weights[x_h, features + 1 :] = 0
+    weights[zr, :features] = kernel[:, : 2 * units].T
+    np.add(bias[0, : 2 * units], bias[1, : 2 * units], out=weights[zr, features])
+    weights[zr, features + 1 :] = recurrent[:, : 2 * units].T
     weights[zr] *= 0.5  # sigmoid(z) = (1 + tanh(z / 2)) / 2
+    weights[h_h, :features] = 0
+    weights[h_h, features] = bias[1, 2 * units :]
+    weights[h_h, features + 1 :] = recurrent[:, 2 * units :].T
     return weights
 
 
@@ -76,8 +73,8 @@ def _gru_sequence(
     stacked[features, :steps] = 1
     stacked[features + 1 :, 0] = h0.T
     weights = _weights(kernel, recurrent, bias)
-    # Step t's block: the candidate, the gates z and r, h_h, and h_{t-1} - c.
-    gates = empty((steps, 5 * units, batch), x.dtype)
+    # Step t's block: the candidate, the gates z and r, and h_h.
+    gates = empty((steps, 4 * units, batch), x.dtype)
     hs = stacked[features + 1 :]
     outs = hs[:, 1:] if keep is None else empty((units, steps, batch), x.dtype)
     work = empty((units, batch), x.dtype)
@@ -92,9 +89,8 @@ def _gru_sequence(
         np.multiply(g[2 * units : 3 * units], g[3 * units : 4 * units], out=work)  # r h_h
         c += work
         np.tanh(c, out=c)  # the candidate
-        away = g[4 * units :]
-        np.subtract(hs[:, t], c, out=away)
-        np.multiply(away, update, out=work)
+        np.subtract(hs[:, t], c, out=work)
+        work *= update
         np.add(work, c, out=outs[:, t])  # z h + (1 - z) c, as c + z (h - c)
         if keep is not None:
             mask_step(~keep[:, t], outs, hs, None, t, zero_output_for_mask)
@@ -104,13 +100,15 @@ def _gru_sequence(
     return outputs, hs[:, steps].T.copy(), stacked, gates
 
 
-def _local_factors(gates: np.ndarray, dzs: np.ndarray, work: np.ndarray, steps: slice) -> None:
+def _local_factors(
+    gates: np.ndarray, hs: np.ndarray, dzs: np.ndarray, work: np.ndarray, steps: slice
+) -> None:
     """What the gradient of each step's output is multiplied by to give each block's gradient,
-    from the forward's blocks alone, into ``dzs`` at ``steps``; ``work`` is scratch of one
-    block's shape for those steps."""
+    from the forward's blocks and states (``hs``, h_{t-1} at column block t) alone, into
+    ``dzs`` at ``steps``; ``work`` is scratch of one block's shape for those steps."""
     units = work.shape[1]
     g, factor = gates[steps], dzs[steps]
-    c, update, reset, h_h, away = (g[:, k * units : (k + 1) * units] for k in range(5))
+    c, update, reset, h_h = (g[:, k * units : (k + 1) * units] for k in range(4))
     d_xh, d_update, d_reset, d_hh = (factor[:, k * units : (k + 1) * units] for k in range(4))
     # the slopes: 1 - c^2 for the candidate, s (1 - s) for the gates
     np.multiply(c, c, out=d_xh)
@@ -122,7 +120,8 @@ def _local_factors(gates: np.ndarray, dzs: np.ndarray, work: np.ndarray, steps: 
     np.multiply(d_xh, reset, out=d_hh)  # the reset gate multiplies h_h: r
     d_reset *= h_h  # and h_h r (1 - r)
     d_reset *= d_xh
-    d_update *= away  # the update gate: (h_prev - c) z (1 - z)
+    np.subtract(hs[:, steps].transpose(1, 0, 2), c, out=work)
+    d_update *= work  # the update gate: (h_prev - c) z (1 - z)
 
 
 _CHUNK = 16
@@ -144,7 +143,7 @@ def _gru_sequence_grad(
     zero_output_for_mask: bool = False,
 ) -> tuple[np.ndarray, ...]:
     steps, width, batch = gates.shape
-    units, features = width // 5, x.shape[-1]
+    units, features = width // 4, x.shape[-1]
     douts = empty((steps, units, batch), x.dtype)
     np.copyto(douts, doutputs.transpose(1, 2, 0))
     dzs = empty((steps, 4 * units, batch), x.dtype)
@@ -158,7 +157,7 @@ def _gru_sequence_grad(
     work = empty((_CHUNK, units, batch), x.dtype)
     for end in range(steps, 0, -_CHUNK):
         start = max(end - _CHUNK, 0)
-        _local_factors(gates, dzs, work[: end - start], slice(start, end))
+        _local_factors(gates, stacked[features + 1 :], dzs, work[: end - start], slice(start, end))
         for t in range(end - 1, start - 1, -1):
             # h_{t-1} reaches h_t directly (times z) and through the blocks z, r, h_h
             if kept is None:
