@@ -1,10 +1,11 @@
 """The whole-sequence LSTM op (TensorFlow's ``BlockLSTM``, cuDNN's RNN in tapefit's terms).
 
 ``lstm_sequence`` runs every time step of an LSTM layer as one recorded op (``LSTMSequence``)
-and its backward pass, backpropagation through time, as one more (``LSTMSequenceGrad``). The
-input projection of all steps is one product; each step does one recurrent product and its
-gate arithmetic into preallocated arrays; the backward pass gets the gradients of the kernel,
-the recurrent kernel, the bias and the inputs from a few products over all steps after its loop.
+and its backward pass, backpropagation through time, as one more (``LSTMSequenceGrad``). Each
+step does one product (its input and the previous state by all the weights) and its gate
+arithmetic into preallocated arrays; the backward pass does one product per step (the
+recurrent kernel's share) and gets the gradients of the kernel, the recurrent kernel, the bias
+and the inputs from two products over all steps after its loop.
 
 Inside, the arrays are laid out so that every step's work is on contiguous blocks: the gates
 are kept transposed, ``(4*units, batch)`` per step, in the order ``o, i, f, g`` (Keras's
