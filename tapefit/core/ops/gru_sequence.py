@@ -2,11 +2,16 @@
 every time step as one recorded op and ``GRUSequenceGrad`` its backpropagation through time,
 as ``lstm_sequence`` does for the LSTM (see there for the layout).
 
-Each step's one product gives four blocks, in the internal order ``z, r, h_h, x_h``: the update
-and reset gates' pre-activations (input and recurrent parts summed), the recurrent part of the
-candidate (which the reset gate multiplies) and its input part. The weight matrix has zeros
-where a block has no input or no recurrent part. ``GRUSequenceGrad`` is differentiated by
-running the sequence in per-step tapefit ops (``gru_cell``) and their gradient under a tape.
+Each step's one product gives four blocks, in the internal order ``x_h, z, r, h_h``: the input
+part of the candidate, the update and reset gates' pre-activations (input and recurrent parts
+summed, halved so that one tanh gives both gates: sigmoid(z) = (1 + tanh(z / 2)) / 2) and the
+recurrent part of the candidate (which the reset gate multiplies). The weight matrix has zeros
+where a block has no input or no recurrent part; the blocks with input weights (the first three)
+and those with recurrent weights (the last three) are adjacent, so the backward pass's products
+skip the zeros. The backward pass computes what it needs from the forward's values alone (what
+the gradient of a step's output is multiplied by to give each block's) a chunk of steps at a
+time, so that each step's loop is a few calls. ``GRUSequenceGrad`` is differentiated by running
+the sequence in per-step tapefit ops (``gru_cell``) and their gradient under a tape.
 """
 
 from __future__ import annotations
@@ -31,19 +36,21 @@ __all__ = ["gru_sequence"]
 
 
 def _weights(kernel: np.ndarray, recurrent: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    """``(4*units, features + 1 + units)``: each block's input, bias and recurrent weights."""
+    """``(4*units, features + 1 + units)``: each block's input, bias and recurrent weights, the
+    gates' halved."""
     features, units = kernel.shape[0], recurrent.shape[0]
     weights = empty((4 * units, features + 1 + units), kernel.dtype)
-    zr, hh, xh = slice(0, 2 * units), slice(2 * units, 3 * units), slice(3 * units, 4 * units)
-    weights[zr, :features] = kernel.T[zr]
-    weights[zr, features] = bias[0, zr] + bias[1, zr]
-    weights[zr, features + 1 :] = recurrent.T[zr]
-    weights[hh, :features] = 0
-    weights[hh, features] = bias[1, 2 * units :]
-    weights[hh, features + 1 :] = recurrent.T[2 * units :]
-    weights[xh, :features] = kernel.T[2 * units :]
-    weights[xh, features] = bias[0, 2 * units :]
-    weights[xh, features + 1 :] = 0
+    x_h, zr, h_h = slice(0, units), slice(units, 3 * units), slice(3 * units, 4 * units)
+    weights[x_h, :features] = kernel[:, 2 * units :].T
+    weights[x_h, features] = bias[0, 2 * units :]
+    weights[x_h, features + 1 :] = 0
+    weights[zr, :features] = kernel[:, : 2 * units].T
+    np.add(bias[0, : 2 * units], bias[1, : 2 * units], out=weights[zr, features])
+    weights[zr, features + 1 :] = recurrent[:, : 2 * units].T
+    weights[zr] *= 0.5  # sigmoid(z) = (1 + tanh(z / 2)) / 2
+    weights[h_h, :features] = 0
+    weights[h_h, features] = bias[1, 2 * units :]
+    weights[h_h, features + 1 :] = recurrent[:, 2 * units :].T
     return weights
 
 
@@ -66,61 +73,59 @@ def _gru_sequence(
     stacked[features, :steps] = 1
     stacked[features + 1 :, 0] = h0.T
     weights = _weights(kernel, recurrent, bias)
-    weights[: 2 * units] *= -1  # the sigmoid gates then need exp(z), not exp(-z)
+    # Step t's block: the candidate, the gates z and r, and h_h.
     gates = empty((steps, 4 * units, batch), x.dtype)
     hs = stacked[features + 1 :]
     outs = hs[:, 1:] if keep is None else empty((units, steps, batch), x.dtype)
     work = empty((units, batch), x.dtype)
-    with np.errstate(over="ignore"):  # exp overflows to inf, whose sigmoid is the right 0
-        for t in range(steps):
-            z = gates[t]
-            np.matmul(weights, stacked[:, t], out=z)
-            sig = z[: 2 * units]
-            np.exp(sig, out=sig)
-            sig += 1
-            np.reciprocal(sig, out=sig)
-            update, reset, hh, c = z[:units], z[units : 2 * units], z[2 * units : 3 * units], z[3 * units :]
-            np.multiply(reset, hh, out=work)
-            c += work
-            np.tanh(c, out=c)  # the candidate
-            np.subtract(hs[:, t], c, out=work)
-            work *= update
-            np.add(work, c, out=outs[:, t])  # z h + (1 - z) c, as c + z (h - c)
-            if keep is not None:
-                mask_step(~keep[:, t], outs, hs, None, t, zero_output_for_mask)
+    for t in range(steps):
+        g = gates[t]
+        np.matmul(weights, stacked[:, t], out=g[: 4 * units])
+        zr = g[units : 3 * units]
+        np.tanh(zr, out=zr)
+        zr *= 0.5
+        zr += 0.5
+        update, c = g[units : 2 * units], g[:units]
+        np.multiply(g[2 * units : 3 * units], g[3 * units : 4 * units], out=work)  # r h_h
+        c += work
+        np.tanh(c, out=c)  # the candidate
+        np.subtract(hs[:, t], c, out=work)
+        work *= update
+        np.add(work, c, out=outs[:, t])  # z h + (1 - z) c, as c + z (h - c)
+        if keep is not None:
+            mask_step(~keep[:, t], outs, hs, None, t, zero_output_for_mask)
     outputs = empty((batch, steps, units), x.dtype)
-    np.copyto(outputs, outs.transpose(2, 1, 0))
+    for t in range(steps):  # a step at a time: each step's block stays in cache
+        np.copyto(outputs[:, t], outs[:, t].T)
     return outputs, hs[:, steps].T.copy(), stacked, gates
 
 
-def _step_gradient(z: np.ndarray, h_prev: np.ndarray, dh: np.ndarray, dz: np.ndarray) -> None:
-    """One step of backpropagation through time, transposed: the four blocks' gradients
-    into ``dz``, from ``dh``, the gradient of the step's output."""
-    units = h_prev.shape[0]
-    update, reset, hh, c = z[:units], z[units : 2 * units], z[2 * units : 3 * units], z[3 * units :]
-    d_update, d_reset, d_hh, d_xh = (
-        dz[:units],
-        dz[units : 2 * units],
-        dz[2 * units : 3 * units],
-        dz[3 * units :],
-    )
-    # the candidate's pre-activation: dh (1 - z) (1 - c^2)
+def _local_factors(
+    gates: np.ndarray, hs: np.ndarray, dzs: np.ndarray, work: np.ndarray, steps: slice
+) -> None:
+    """What the gradient of each step's output is multiplied by to give each block's gradient,
+    from the forward's blocks and states (``hs``, h_{t-1} at column block t) alone, into
+    ``dzs`` at ``steps``; ``work`` is scratch of one block's shape for those steps."""
+    units = work.shape[1]
+    g, factor = gates[steps], dzs[steps]
+    c, update, reset, h_h = (g[:, k * units : (k + 1) * units] for k in range(4))
+    d_xh, d_update, d_reset, d_hh = (factor[:, k * units : (k + 1) * units] for k in range(4))
+    # the slopes: 1 - c^2 for the candidate, s (1 - s) for the gates
     np.multiply(c, c, out=d_xh)
     np.subtract(1, d_xh, out=d_xh)
-    d_xh *= dh
-    np.subtract(1, update, out=d_update)
-    d_xh *= d_update
-    # the update gate: dh (h_prev - c) z (1 - z)
-    d_update *= update
-    d_update *= dh
-    np.subtract(h_prev, c, out=d_hh)
-    d_update *= d_hh
-    # the reset gate multiplies h_h: d_hh = d_xh r, d_reset = d_xh h_h r (1 - r)
-    np.multiply(d_xh, reset, out=d_hh)
-    np.subtract(1, reset, out=d_reset)
-    d_reset *= reset
-    d_reset *= hh
+    np.subtract(1, g[:, units : 3 * units], out=factor[:, units : 3 * units])
+    factor[:, units : 3 * units] *= g[:, units : 3 * units]
+    np.subtract(1, update, out=work)
+    d_xh *= work  # the candidate's pre-activation: (1 - z) (1 - c^2)
+    np.multiply(d_xh, reset, out=d_hh)  # the reset gate multiplies h_h: r
+    d_reset *= h_h  # and h_h r (1 - r)
     d_reset *= d_xh
+    np.subtract(hs[:, steps].transpose(1, 0, 2), c, out=work)
+    d_update *= work  # the update gate: (h_prev - c) z (1 - z)
+
+
+_CHUNK = 16
+"""Steps whose local factors the backward pass computes together: their arrays stay in cache."""
 
 
 def _gru_sequence_grad(
@@ -139,46 +144,56 @@ def _gru_sequence_grad(
 ) -> tuple[np.ndarray, ...]:
     steps, width, batch = gates.shape
     units, features = width // 4, x.shape[-1]
-    hs = stacked[features + 1 :]
     douts = empty((steps, units, batch), x.dtype)
     np.copyto(douts, doutputs.transpose(1, 2, 0))
-    dzs = empty((steps, width, batch), x.dtype)
+    dzs = empty((steps, 4 * units, batch), x.dtype)
     dh = dh_last.T.copy()  # a copy: it is written, and for one row .T is contiguous
-    dh_new, dout, work = np.empty_like(dh), np.zeros_like(dh), np.empty_like(dh)
+    dh_new, dout, direct = np.empty_like(dh), np.zeros_like(dh), np.empty_like(dh)
     kept = None if keep is None else keep.T.astype(x.dtype)
-    for t in range(steps - 1, -1, -1):
-        if kept is None:
-            np.add(dh, douts[t], out=dh_new)
-            dh[...] = 0
-        else:  # Keras's mask rule: see lstm_sequence's mask_step
-            output_gradient(dout, douts, kept, t, zero_output_for_mask)
-            np.add(dh, dout, out=dh_new)
-            dh_new *= kept[t]
-            dh *= 1 - kept[t]  # a masked step passes the state's gradient straight through
-        _step_gradient(gates[t], hs[:, t], dh_new, dzs[t])
-        # h_{t-1} reaches h_t directly (times z) and through the gates' recurrent parts
-        np.multiply(dh_new, gates[t, :units], out=work)
-        dh += work
-        dh += np.matmul(recurrent, dzs[t, : 3 * units], out=work)
-    flat = empty((width, steps, batch), x.dtype)
+    # Every block's gradient is the output's gradient times a factor from the forward pass:
+    # the factors are computed a chunk of steps at a time, in a few larger calls.
+    by_block = dzs.reshape(steps, 4, units, batch)
+    update = gates[:, units : 2 * units]
+    work = empty((_CHUNK, units, batch), x.dtype)
+    for end in range(steps, 0, -_CHUNK):
+        start = max(end - _CHUNK, 0)
+        _local_factors(gates, stacked[features + 1 :], dzs, work[: end - start], slice(start, end))
+        for t in range(end - 1, start - 1, -1):
+            # h_{t-1} reaches h_t directly (times z) and through the blocks z, r, h_h
+            if kept is None:
+                dh += douts[t]
+                np.multiply(by_block[t], dh, out=by_block[t])
+                np.multiply(dh, update[t], out=direct)
+                np.matmul(recurrent, dzs[t, units:], out=dh)
+                dh += direct
+            else:  # Keras's mask rule (see lstm_sequence's mask_step): a masked step passes
+                # the state's gradient straight through
+                output_gradient(dout, douts, kept, t, zero_output_for_mask)
+                np.add(dh, dout, out=dh_new)
+                dh_new *= kept[t]
+                dh *= 1 - kept[t]
+                np.multiply(by_block[t], dh_new, out=by_block[t])
+                dh += np.multiply(dh_new, update[t], out=direct)
+                dh += np.matmul(recurrent, dzs[t, units:], out=dh_new)
+    flat = empty((4 * units, steps, batch), x.dtype)
     np.copyto(flat, dzs.transpose(1, 0, 2))
-    flat = flat.reshape(width, steps * batch)
-    dweights = np.matmul(stacked[:, :steps].reshape(-1, steps * batch), flat.T)
-    dx_by_step = np.matmul(flat.T, _weights(kernel, recurrent, bias)[:, :features])
+    flat = flat.reshape(4 * units, steps * batch)
+    columns = stacked[:, :steps].reshape(-1, steps * batch)
+    # The blocks x_h, z, r have input weights, the blocks z, r, h_h recurrent ones; all biases.
+    d_input = np.matmul(flat[: 3 * units], columns[: features + 1].T)
+    d_recurrent = np.matmul(flat[units:], columns[features:].T)
+    kernel_i = np.concatenate([kernel[:, 2 * units :], kernel[:, : 2 * units]], axis=1)  # x_h, z, r
+    dx_by_step = np.matmul(flat[: 3 * units].T, kernel_i.T, out=empty((steps * batch, features), x.dtype))
     dx = empty((batch, steps, features), x.dtype)
     np.copyto(dx, dx_by_step.reshape(steps, batch, features).transpose(1, 0, 2))
-    zr, hh, xh = slice(0, 2 * units), slice(2 * units, 3 * units), slice(3 * units, 4 * units)
-    dkernel = np.concatenate([dweights[:features, zr], dweights[:features, xh]], axis=1)
+    dkernel = np.concatenate([d_input[units:, :features], d_input[:units, :features]]).T
     dbias = np.stack(
-        [
-            np.concatenate([dweights[features, zr], dweights[features, xh]]),
-            np.concatenate([dweights[features, zr], dweights[features, hh]]),
-        ]
+        [np.concatenate([d_input[units:, features], d_input[:units, features]]), d_recurrent[:, 0]]
     )
     return (
         dx,
-        dkernel,
-        np.ascontiguousarray(dweights[features + 1 :, : 3 * units]),
+        np.ascontiguousarray(dkernel),
+        np.ascontiguousarray(d_recurrent[:, 1:].T),
         dbias,
         np.ascontiguousarray(dh.T),
     )

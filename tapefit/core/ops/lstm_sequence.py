@@ -1,17 +1,22 @@
 """The whole-sequence LSTM op (TensorFlow's ``BlockLSTM``, cuDNN's RNN in tapefit's terms).
 
 ``lstm_sequence`` runs every time step of an LSTM layer as one recorded op (``LSTMSequence``)
-and its backward pass, backpropagation through time, as one more (``LSTMSequenceGrad``). The
-input projection of all steps is one product; each step does one recurrent product and its
-gate arithmetic into preallocated arrays; the backward pass gets the gradients of the kernel,
-the recurrent kernel, the bias and the inputs from a few products over all steps after its loop.
+and its backward pass, backpropagation through time, as one more (``LSTMSequenceGrad``). Each
+step does one product (its input and the previous state by all the weights) and its gate
+arithmetic into preallocated arrays; the backward pass does one product per step (the
+recurrent kernel's share) and gets the gradients of the kernel, the recurrent kernel, the bias
+and the inputs from two products over all steps after its loop.
 
 Inside, the arrays are laid out so that every step's work is on contiguous blocks: the gates
-are kept transposed, ``(4*units, batch)`` per step, in the order ``i, f, o, g`` (the three
-sigmoid gates side by side), and each step multiplies one weight matrix (kernel, bias and
-recurrent kernel side by side) by its input, its row of ones and the previous state stacked.
-The op's extra outputs carry that state to the gradient op: they are working arrays, not
-results, and take no gradient.
+are kept transposed, ``(4*units, batch)`` per step, in the order ``o, i, f, g`` (Keras's
+``i, f, g, o`` rotated by one, so that the three sigmoid gates sit side by side, and so do the
+three gates that the cell state's gradient multiplies), and each step multiplies one weight
+matrix (kernel, bias and recurrent kernel side by side) by its input, its row of ones and the
+previous state stacked. The sigmoid gates' weights are halved, so that one tanh serves all four
+gates (sigmoid(z) = (1 + tanh(z / 2)) / 2). The backward pass computes what it needs from the
+forward's values alone (each gate's slope times what the gate multiplies) a chunk of steps at a
+time, so that each step's loop is a few calls. The op's extra outputs carry that state to the
+gradient op: they are working arrays, not results, and take no gradient.
 
 ``LSTMSequenceGrad`` is differentiated by running the sequence in per-step tapefit ops
 (``lstm_cell``) and their gradient under a tape, so second and higher derivatives hold.
@@ -36,11 +41,30 @@ from tapefit.core.tensor import Tensor, as_tensor
 __all__ = ["lstm_sequence"]
 
 
-def _internal_order(units: int) -> np.ndarray:
-    """Keras's gate columns ``i, f, g, o`` in the internal order ``i, f, o, g`` (its own inverse)."""
-    return np.concatenate(
-        [np.arange(2 * units), np.arange(3 * units, 4 * units), np.arange(2 * units, 3 * units)]
-    )
+def _rotate(a: np.ndarray, units: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Keras's gate columns ``i, f, g, o`` in the internal order ``o, i, f, g`` (a rotation),
+    into ``out`` (a new array by default)."""
+    if out is None:
+        out = empty(a.shape, a.dtype)
+    np.copyto(out[..., :units], a[..., 3 * units :])
+    np.copyto(out[..., units:], a[..., : 3 * units])
+    return out
+
+
+def _weights(kernel: np.ndarray, recurrent: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """``(4*units, features + 1 + units)``: each internal gate row's input, bias and recurrent
+    weights, the sigmoid gates' halved."""
+    features, units = kernel.shape[0], recurrent.shape[0]
+    # Built by rows, then transposed in one copy. The rows are one column longer than the
+    # gates: reading a column of rows a power of two bytes apart is several times slower.
+    rows = empty((features + 1 + units, 4 * units + 1), kernel.dtype)[:, : 4 * units]
+    _rotate(kernel, units, rows[:features])
+    _rotate(bias, units, rows[features])
+    _rotate(recurrent, units, rows[features + 1 :])
+    weights = empty((4 * units, features + 1 + units), kernel.dtype)
+    np.copyto(weights, rows.T)
+    weights[: 3 * units] *= 0.5  # sigmoid(z) = (1 + tanh(z / 2)) / 2: one tanh for all gates
+    return weights
 
 
 def _lstm_sequence(
@@ -56,7 +80,6 @@ def _lstm_sequence(
 ) -> tuple[np.ndarray, ...]:
     batch, steps, features = x.shape
     units = h0.shape[-1]
-    order = _internal_order(units)
     # One column block per step: x_t, a row of ones (the bias) and h_{t-1}, so one product
     # gives the pre-activations; step t writes h_t into block t + 1. The backward pass finds
     # every weight's gradient in one product with it.
@@ -64,40 +87,36 @@ def _lstm_sequence(
     stacked[:features, :steps] = x.transpose(2, 1, 0)
     stacked[features, :steps] = 1
     stacked[features + 1 :, 0] = h0.T
-    weights = empty((4 * units, features + 1 + units), x.dtype)
-    weights[:, :features] = kernel.T[order]
-    weights[:, features] = bias[order]
-    weights[:, features + 1 :] = recurrent.T[order]
-    weights[: 3 * units] *= -1  # the sigmoid gates then need exp(z), not exp(-z)
-    gates = empty((steps, 4 * units, batch), x.dtype)
-    cs = empty((steps + 1, units, batch), x.dtype)
-    cs[0] = c0.T
+    weights = _weights(kernel, recurrent, bias)
+    # Step t's block: the gates o, i, f, g, then c_{t-1} (step t writes c_t into block t + 1),
+    # so that g and c_{t-1}, which i and f multiply, sit side by side.
+    cells = empty((steps + 1, 5 * units, batch), x.dtype)
+    cells[0, 4 * units :] = c0.T
+    tanh_cs = empty((steps, units, batch), x.dtype)
     hs = stacked[features + 1 :]
     # With a mask, each step's output goes to its own block first: a masked step's output
     # (the previous output, or zeros) differs from its state (the previous state).
     outs = hs[:, 1:] if keep is None else empty((units, steps, batch), x.dtype)
-    work = empty((units, batch), x.dtype)
-    with np.errstate(over="ignore"):  # exp overflows to inf, whose sigmoid is the right 0
-        for t in range(steps):
-            z = gates[t]
-            np.matmul(weights, stacked[:, t], out=z)
-            sig = z[: 3 * units]
-            np.exp(sig, out=sig)
-            sig += 1
-            np.reciprocal(sig, out=sig)
-            np.tanh(z[3 * units :], out=z[3 * units :])
-            i, f, o, g = z[:units], z[units : 2 * units], z[2 * units : 3 * units], z[3 * units :]
-            c = cs[t + 1]
-            np.multiply(f, cs[t], out=c)
-            np.multiply(i, g, out=work)
-            c += work
-            np.tanh(c, out=work)
-            np.multiply(o, work, out=outs[:, t])
-            if keep is not None:
-                mask_step(~keep[:, t], outs, hs, cs, t, zero_output_for_mask)
+    work = empty((2 * units, batch), x.dtype)
+    i_g, f_c = work[:units], work[units:]
+    for t in range(steps):
+        z, tanh_c = cells[t, : 4 * units], tanh_cs[t]
+        np.matmul(weights, stacked[:, t], out=z)
+        np.tanh(z, out=z)
+        sigmoids = z[: 3 * units]
+        sigmoids *= 0.5
+        sigmoids += 0.5
+        np.multiply(z[units : 3 * units], cells[t, 3 * units :], out=work)  # i g and f c_{t-1}
+        c = cells[t + 1, 4 * units :]
+        np.add(i_g, f_c, out=c)
+        np.tanh(c, out=tanh_c)
+        np.multiply(z[:units], tanh_c, out=outs[:, t])
+        if keep is not None:
+            mask_step(~keep[:, t], outs, hs, cells[:, 4 * units :], t, zero_output_for_mask)
     outputs = empty((batch, steps, units), x.dtype)
-    np.copyto(outputs, outs.transpose(2, 1, 0))
-    return outputs, hs[:, steps].T.copy(), cs[steps].T.copy(), stacked, gates, cs
+    for t in range(steps):  # a step at a time: each step's block stays in cache
+        np.copyto(outputs[:, t], outs[:, t].T)
+    return outputs, hs[:, steps].T.copy(), cells[steps, 4 * units :].T.copy(), stacked, cells, tanh_cs
 
 
 def mask_step(
@@ -124,48 +143,41 @@ def output_gradient(dout: np.ndarray, douts: np.ndarray, kept: np.ndarray, t: in
         dout += douts[t]
 
 
-def _step_gradient(
-    z: np.ndarray,
-    c: np.ndarray,
-    c_prev: np.ndarray,
-    dh: np.ndarray,
-    carry: np.ndarray,
-    dz: np.ndarray,
-    work: np.ndarray,
+def _local_factors(
+    cells: np.ndarray, tanh_cs: np.ndarray, dzs: np.ndarray, dcs: np.ndarray, steps: slice
 ) -> None:
-    """One step of backpropagation through time, transposed: writes the pre-activations'
-    gradient into ``dz`` and turns ``carry`` (the cell state's gradient from the step after)
-    into the one for the step before; ``work`` is scratch of ``c``'s shape."""
-    units = c.shape[0]
-    i, f, o, g = z[:units], z[units : 2 * units], z[2 * units : 3 * units], z[3 * units :]
-    di, df, do, dg = dz[:units], dz[units : 2 * units], dz[2 * units : 3 * units], dz[3 * units :]
-    tanh_c = np.tanh(c, out=work)
-    # do = dh tanh(c) o (1 - o)
-    np.subtract(1, o, out=do)
-    do *= o
-    do *= dh
-    do *= tanh_c
-    # dc = dh o (1 - tanh(c)^2) + carry, kept in tanh_c
-    np.multiply(tanh_c, tanh_c, out=tanh_c)
-    np.subtract(1, tanh_c, out=tanh_c)
-    tanh_c *= o
-    tanh_c *= dh
-    tanh_c += carry
-    dc = tanh_c
-    # each gate: dc * (what it multiplies) * (its activation's slope, from its output)
-    np.subtract(1, i, out=di)
-    di *= i
-    di *= g
-    di *= dc
-    np.subtract(1, f, out=df)
-    df *= f
-    df *= c_prev
-    df *= dc
-    np.multiply(g, g, out=dg)
-    np.subtract(1, dg, out=dg)
-    dg *= i
-    dg *= dc
-    np.multiply(dc, f, out=carry)
+    """What backpropagation through time multiplies by at ``steps``, from the forward's values
+    alone (``cells``: the gates and c_{t-1}; ``tanh_cs``: tanh(c_t)). Into ``dzs``, each gate's
+    slope times what the gate multiplies: tanh(c_t) for o, g for i, c_{t-1} for f, i for g;
+    into ``dcs``, o (1 - tanh(c_t)^2), what the cell state's gradient gets from h's."""
+    units = dcs.shape[1]
+    slope, gates = dzs[steps], cells[steps]
+    sigmoids, g = gates[:, : 3 * units], gates[:, 3 * units : 4 * units]
+    np.subtract(1, sigmoids, out=slope[:, : 3 * units])
+    slope[:, : 3 * units] *= sigmoids
+    np.multiply(g, g, out=slope[:, 3 * units :])
+    np.subtract(1, slope[:, 3 * units :], out=slope[:, 3 * units :])
+    tanh_c = tanh_cs[steps]
+    slope[:, :units] *= tanh_c
+    slope[:, units : 3 * units] *= gates[:, 3 * units :]
+    slope[:, 3 * units :] *= gates[:, units : 2 * units]
+    dc = dcs[steps]
+    np.multiply(tanh_c, tanh_c, out=dc)
+    np.subtract(1, dc, out=dc)
+    dc *= gates[:, :units]
+
+
+_CHUNK = 16
+"""Steps whose local factors the backward pass computes together: their arrays stay in cache."""
+
+
+def _to_keras(rows: np.ndarray, units: int) -> np.ndarray:
+    """Gradient rows in the internal gate order ``o, i, f, g`` as Keras's columns
+    ``i, f, g, o``: a new C-contiguous array."""
+    out = empty((rows.shape[1], 4 * units), rows.dtype)
+    np.copyto(out[:, : 3 * units], rows[units:].T)
+    np.copyto(out[:, 3 * units :], rows[:units].T)
+    return out
 
 
 def _lstm_sequence_grad(
@@ -176,8 +188,8 @@ def _lstm_sequence_grad(
     h0: np.ndarray,
     c0: np.ndarray,
     stacked: np.ndarray,
-    gates: np.ndarray,
-    cs: np.ndarray,
+    cells: np.ndarray,
+    tanh_cs: np.ndarray,
     doutputs: np.ndarray,
     dh_last: np.ndarray,
     dc_last: np.ndarray,
@@ -185,70 +197,70 @@ def _lstm_sequence_grad(
     *,
     zero_output_for_mask: bool = False,
 ) -> tuple[np.ndarray, ...]:
-    steps, width, batch = gates.shape
-    units, features = width // 4, x.shape[-1]
-    order = _internal_order(units)
+    steps, units, batch = tanh_cs.shape
+    width, features = 4 * units, x.shape[-1]
     douts = empty((steps, units, batch), x.dtype)
     np.copyto(douts, doutputs.transpose(1, 2, 0))
     dzs = empty((steps, width, batch), x.dtype)
     dh = dh_last.T.copy()  # copies: both are written, and for one row .T is contiguous
     dc = dc_last.T.copy()
-    recurrent_i = recurrent[:, order]  # (units, 4*units)
-    if keep is None:
-        work = np.empty_like(dh)
-        for t in range(steps - 1, -1, -1):
-            dh += douts[t]
-            _step_gradient(gates[t], cs[t + 1], cs[t], dh, dc, dzs[t], work)
-            np.matmul(recurrent_i, dzs[t], out=dh)  # the gradient of h_{t-1}
-    else:
-        _masked_bptt(recurrent_i, gates, cs, douts, dh, dc, dzs, keep.T.astype(x.dtype), zero_output_for_mask)
+    recurrent_i = _rotate(recurrent, units)  # (units, 4*units)
+    # The factors that need no gradient are computed a chunk of steps at a time, in a few
+    # larger calls; each step then needs six small ones besides its product.
+    factors = empty((steps, units, batch), x.dtype)
+    by_gate = dzs.reshape(steps, 4, units, batch)
+    forget = cells[:, 2 * units : 3 * units]
+    kept = None if keep is None else keep.T.astype(x.dtype)
+    dout = np.zeros_like(dh)  # with a mask: the gradient of step t's output, with repeats
+    dh_new, dc_new, work = np.empty_like(dh), np.empty_like(dc), np.empty_like(dc)
+    for end in range(steps, 0, -_CHUNK):
+        start = max(end - _CHUNK, 0)
+        _local_factors(cells, tanh_cs, dzs, factors, slice(start, end))
+        for t in range(end - 1, start - 1, -1):
+            if kept is None:
+                dh += douts[t]
+                np.multiply(dh, factors[t], out=work)
+                work += dc  # the cell state's gradient
+                o, ifg = by_gate[t, 0], by_gate[t, 1:]
+                o *= dh
+                np.multiply(ifg, work, out=ifg)
+                np.multiply(work, forget[t], out=dc)
+                np.matmul(recurrent_i, dzs[t], out=dh)  # the gradient of h_{t-1}
+            else:  # Keras's mask rule (see mask_step): a masked step passes the gradients on
+                output_gradient(dout, douts, kept, t, zero_output_for_mask)
+                np.add(dh, dout, out=dh_new)
+                dh_new *= kept[t]
+                np.multiply(dh_new, factors[t], out=work)
+                np.multiply(dc, kept[t], out=dc_new)
+                work += dc_new
+                o, ifg = by_gate[t, 0], by_gate[t, 1:]
+                o *= dh_new
+                np.multiply(ifg, work, out=ifg)
+                dropped = 1 - kept[t]
+                dh *= dropped
+                dc *= dropped
+                dc += np.multiply(work, forget[t], out=dc_new)
+                dh += np.matmul(recurrent_i, dzs[t], out=dh_new)
     # The products over all steps take (time, batch) as one axis: one copy into that layout
     # costs less than one per step (each writes a row per gate unit, a page apart).
     flat = empty((width, steps, batch), x.dtype)
     np.copyto(flat, dzs.transpose(1, 0, 2))
     flat = flat.reshape(width, steps * batch)
     # One product for the kernel's, the bias's and the recurrent kernel's gradients.
-    dweights = np.matmul(stacked[:, :steps].reshape(-1, steps * batch), flat.T)[:, order]
-    dx_by_step = np.matmul(flat.T, kernel.T[order], out=empty((steps * batch, features), x.dtype))
+    dweights = empty((width, len(stacked)), x.dtype)
+    np.matmul(flat, stacked[:, :steps].reshape(-1, steps * batch).T, out=dweights)
+    kernel_i = _rotate(kernel, units)  # (features, 4*units)
+    dx_by_step = np.matmul(flat.T, kernel_i.T, out=empty((steps * batch, features), x.dtype))
     dx = empty((batch, steps, features), x.dtype)
     np.copyto(dx, dx_by_step.reshape(steps, batch, features).transpose(1, 0, 2))
     return (
         dx,
-        np.ascontiguousarray(dweights[:features]),
-        np.ascontiguousarray(dweights[features + 1 :]),
-        dweights[features].copy(),
+        _to_keras(dweights[:, :features], units),
+        _to_keras(dweights[:, features + 1 :], units),
+        _to_keras(dweights[:, features : features + 1], units)[0].copy(),
         np.ascontiguousarray(dh.T),
         np.ascontiguousarray(dc.T),
     )
-
-
-def _masked_bptt(
-    recurrent_i: np.ndarray,
-    gates: np.ndarray,
-    cs: np.ndarray,
-    douts: np.ndarray,
-    dh: np.ndarray,
-    dc: np.ndarray,
-    dzs: np.ndarray,
-    kept: np.ndarray,
-    zero_output: bool,
-) -> None:
-    """Backpropagation through time under Keras's mask rule (see ``mask_step``); ``kept``
-    (steps, batch) is 1 for a real step and 0 for a masked one. Leaves the initial states'
-    gradients in ``dh`` and ``dc``."""
-    dout = np.zeros_like(dh)  # the gradient of step t's output, with what later steps repeat
-    dh_new, dc_new, work = np.empty_like(dh), np.empty_like(dc), np.empty_like(dc)
-    for t in range(len(gates) - 1, -1, -1):
-        output_gradient(dout, douts, kept, t, zero_output)
-        np.add(dh, dout, out=dh_new)
-        dh_new *= kept[t]
-        np.multiply(dc, kept[t], out=dc_new)
-        _step_gradient(gates[t], cs[t + 1], cs[t], dh_new, dc_new, dzs[t], work)
-        dropped = 1 - kept[t]
-        dh *= dropped  # a masked step passes its states' gradients straight through
-        dc *= dropped
-        dc += dc_new
-        dh += np.matmul(recurrent_i, dzs[t], out=dh_new)
 
 
 _LSTM_SEQUENCE = OpDef("LSTMSequence", _lstm_sequence, save="all")

@@ -78,6 +78,26 @@ def test_gradients_equal_the_per_step_cells_at_first_and_second_order():
         np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("chunk", [1, 3])
+@pytest.mark.parametrize("mask", [None, MASK], ids=["unmasked", "masked"])
+def test_gradients_across_chunks_of_steps_equal_the_per_step_cells(chunk, mask, monkeypatch):
+    # The backward pass prepares its per-step factors a chunk of steps at a time.
+    from tapefit.core.ops import lstm_sequence as module
+
+    monkeypatch.setattr(module, "_CHUNK", chunk)
+    variables = [tp.Variable(a) for a in arrays()]
+    extra = [] if mask is None else [tp.constant(mask)]
+
+    def grads(run):
+        with tp.GradientTape() as tape:
+            out, h, c = run(*variables, *extra)
+            loss = tp.reduce_sum(out * out) + tp.reduce_sum(tp.sin(h)) + tp.reduce_sum(c * 3.0)
+        return [g.numpy() for g in tape.gradient(loss, variables)]
+
+    for ours, theirs in zip(grads(lstm_sequence), grads(_per_step)):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
 def test_the_upstream_gradients_are_not_written():
     # One row: transposing its state gradient gives a contiguous view, which BPTT must not write.
     variables = [tp.Variable(a) for a in arrays(batch=1)]
