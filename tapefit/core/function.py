@@ -26,6 +26,7 @@ the checks the trace asked for.
 from __future__ import annotations
 
 import functools
+import threading
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
@@ -194,6 +195,9 @@ def _leaf_key(x: Any, objects: list[Any]) -> Any:
     return ("O", id(x))
 
 
+_tracing = threading.Lock()  # held by the thread whose trace is on the stack
+
+
 class Function:
     """A Python function traced per input signature and replayed; see ``function``."""
 
@@ -253,6 +257,17 @@ class Function:
         return program.run([x._value if x.__class__ is Tensor else x for x in leaves if _is_input(x)])
 
     def _trace(self, call: Any, leaves: list[Any], key: Any, objects: list[Any]) -> Any:
+        # One thread traces at a time: a trace is the top of the one trace stack, which every
+        # op checks. Another thread's call meanwhile runs eagerly, as calls inside a trace do.
+        if not _tracing.acquire(blocking=False):
+            args, kwargs = call
+            return self._python_function(*args, **kwargs)
+        try:
+            return self._trace_alone(call, leaves, key, objects)
+        finally:
+            _tracing.release()
+
+    def _trace_alone(self, call: Any, leaves: list[Any], key: Any, objects: list[Any]) -> Any:
         trace = Trace()
         inputs, traced_leaves = [], []
         for x in leaves:

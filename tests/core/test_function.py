@@ -952,3 +952,43 @@ def test_an_eager_update_in_another_thread_during_a_trace_runs_eagerly(make):
         thread.join()
     np.testing.assert_allclose(b.numpy(), 0.5, rtol=1e-5)  # lr * g/|g| for both on a first step
     assert int(optimizer.iterations) == 1
+
+
+def test_functions_traced_in_several_threads_at_once_each_replay_their_own_program():
+    import sys
+    import threading
+    import warnings
+
+    def make(k):
+        def body(x):
+            y = x
+            for _ in range(20):  # long enough for the threads' traces to overlap
+                y = tp.tanh(y * float(k) + 1.0)
+            return y
+
+        return body
+
+    x = tp.constant(np.linspace(-1, 1, 16, dtype=np.float32))
+    expected = {k: make(k)(x).numpy() for k in range(4)}
+    results: dict = {}
+
+    def run(k):
+        f = tp.function(make(k))
+        results[k] = [f(x).numpy() for _ in range(6)]
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no "two traces differ" fallback
+            threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    for k in range(4):
+        assert len(results[k]) == 6
+        for value in results[k]:
+            np.testing.assert_array_equal(value, expected[k])
