@@ -1,7 +1,8 @@
 """Streaming metrics (``tp.metrics``), as in Keras: ``update_state``, ``result``, ``reset_state``.
 
 A mean-like metric accumulates a weighted sum and a weight total in two float64 Variables
-(``total`` and ``count``; metrics are never differentiated, so nothing is recorded on a tape);
+(read as the floats ``total`` and ``count``; metrics are never differentiated, so no tape
+records their ops);
 ``result()`` is their ratio as a float32 scalar Tensor (0 before any update). A metric may also
 keep state variables made with ``add_variable`` (Keras 3's way: ``assign_add`` in
 ``update_state``, ``result()`` from them); the confusion-matrix metrics (``AUC``,
@@ -30,6 +31,8 @@ from tapefit.core.naming import Registry
 from tapefit.core.ops import math as _math
 from tapefit.core.ops import reduce as _reduce
 from tapefit.core.ops import shape as _shape
+from tapefit.core.record import active_tapes, pause_recording
+from tapefit.core.registry import OpDef, execute, not_differentiable
 from tapefit.core.tensor import Tensor, Variable
 from tapefit.layers import losses as _losses
 
@@ -93,7 +96,13 @@ def _weights_like(sample_weight: Any, values: Tensor, metric: str) -> Tensor:
 
 
 def _call_method(method: Callable[..., Any], metric: Metric, args: Any, kwargs: Any) -> Any:
-    return method(metric, *args, **kwargs)
+    out = method(metric, *args, **kwargs)
+    # A trace follows a Tensor a host call returns; a Python or NumPy number would be frozen.
+    return (
+        _tensor(out, "the result", metric.name)
+        if isinstance(out, (int, float, np.number, np.ndarray))
+        else out
+    )
 
 
 def _hosted(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -122,6 +131,9 @@ def _in_replay(method: Callable[..., Any]) -> Callable[..., Any]:
     def traced(self: Metric, *args: Any, **kwargs: Any) -> Any:
         if tracing():
             guard(_settings_unchanged(self))
+        if active_tapes:  # a metric is never differentiated: keep its ops off the tapes
+            with pause_recording():
+                return method(self, *args, **kwargs)
         return method(self, *args, **kwargs)
 
     traced._tapefit_in_replay = True  # type: ignore[attr-defined]
@@ -138,9 +150,15 @@ def _settings_unchanged(metric: Metric) -> Callable[[], bool]:
     cls = type(metric)
     names = _SETTING_NAMES.get(cls)
     if names is None:
-        parameters = inspect.signature(cls.__init__).parameters.values()
-        names = tuple(p.name for p in parameters if p.name not in ("self", "name", "dtype"))
-        _SETTING_NAMES[cls] = names
+        # Every class's constructor up to Metric: a subclass may fix a setting it does not take.
+        found = {
+            p.name: None
+            for klass in cls.__mro__
+            if issubclass(klass, Metric) and "__init__" in klass.__dict__
+            for p in inspect.signature(klass.__dict__["__init__"]).parameters.values()
+            if p.name not in ("self", "name", "dtype") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        }
+        names = _SETTING_NAMES[cls] = tuple(found)
     watched = [
         (metric, n)
         for n in names
@@ -157,9 +175,10 @@ def _zeros(variables: list[Variable]) -> None:
 class Metric:
     """Base class of streaming metrics.
 
-    ``total`` and ``count`` (the weighted sum and the weight total of a mean-like metric) are
-    float64 Variables, which the built-in metrics update with tapefit ops; ``result`` is their
-    ratio.
+    ``total`` and ``count`` (the weighted sum and the weight total of a mean-like metric) read
+    and set two float64 Variables as floats, which the built-in metrics update with tapefit
+    ops; ``result`` is their ratio. A subclass may set them to Variables of its own (Keras 3's
+    ``self.total = self.add_variable(...)``), which they then hold.
     The built-in metrics update and read their state inside a ``tp.function``'s replay. A
     subclass's own ``update_state``, ``result`` and ``reset_state`` run as host calls there
     (they may compute in NumPy): a compiled training step updates its metrics on every call.
@@ -189,22 +208,45 @@ class Metric:
         )
 
     @property
-    def total(self) -> float:
-        """The weighted sum of the values so far."""
-        return float(self._sums[0]._value)
+    def total(self) -> Any:
+        """The weighted sum of the values so far (a float; or what a subclass set it to)."""
+        return self._get_sum(0, "total")
 
     @total.setter
-    def total(self, value: float) -> None:
-        self._sums[0].assign(np.float64(value))
+    def total(self, value: Any) -> None:
+        self._set_sum(0, "total", value)
 
     @property
-    def count(self) -> float:
-        """The sum of the weights so far (the number of values, unweighted)."""
-        return float(self._sums[1]._value)
+    def count(self) -> Any:
+        """The sum of the weights so far (the number of values, unweighted; a float; or what a
+        subclass set it to)."""
+        return self._get_sum(1, "count")
 
     @count.setter
-    def count(self, value: float) -> None:
-        self._sums[1].assign(np.float64(value))
+    def count(self, value: Any) -> None:
+        self._set_sum(1, "count", value)
+
+    def _get_sum(self, index: int, name: str) -> Any:
+        own = self.__dict__.get("_own_sums")
+        if own is not None and name in own:
+            return own[name]
+        return float(self._sums[index]._value)
+
+    def _set_sum(self, index: int, name: str, value: Any) -> None:
+        """A number goes into the float64 Variable (or a Variable the subclass put there); a
+        subclass's own Variable or array (Keras 3's ``self.total = self.add_variable(...)``)
+        is kept as it is, and read back as it is."""
+        own = self.__dict__.setdefault("_own_sums", {})
+        number = isinstance(value, (int, float, np.number)) or (
+            isinstance(value, np.ndarray) and value.ndim == 0
+        )
+        if not number:
+            own[name] = value
+        elif isinstance(own.get(name), Variable):
+            own[name].assign(np.asarray(value, own[name].dtype))
+        else:
+            own.pop(name, None)
+            self._sums[index].assign(np.float64(value))
 
     @property
     def variables(self) -> list[Variable]:
@@ -356,11 +398,6 @@ def _replay_safe(fn: Callable[..., Any]) -> bool:
     return inspect.isfunction(fn) and fn.__module__ == _losses.__name__ and fn.__name__ in _losses.__all__
 
 
-def _fn_values(fn: Callable[..., Any], y_true: Any, y_pred: Any, metric: str) -> Tensor:
-    """``fn(y_true, y_pred)`` as a Tensor (a host call: ``fn`` may compute in NumPy)."""
-    return _tensor(fn(y_true, y_pred), "the values", metric)
-
-
 class MeanMetricWrapper(Metric):
     """The mean of ``fn(y_true, y_pred)`` over every sample seen.
 
@@ -381,10 +418,12 @@ class MeanMetricWrapper(Metric):
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Adds a batch of targets and predictions."""
         if _replay_safe(self.fn):
-            values = _tensor(self.fn(y_true, y_pred), "the values", self.name)
-        else:
-            values = host_call(_fn_values, self.fn, y_true, y_pred, self.name)
-        self._accumulate(values, sample_weight)
+            self._accumulate(_tensor(self.fn(y_true, y_pred), "the values", self.name), sample_weight)
+        else:  # one host call: fn may give another number of values on every call
+            host_call(self._add_values_of_fn, y_true, y_pred, sample_weight)
+
+    def _add_values_of_fn(self, y_true: Any, y_pred: Any, sample_weight: Any) -> None:
+        self._accumulate(_tensor(self.fn(y_true, y_pred), "the values", self.name), sample_weight)
 
 
 class Accuracy(Metric):
@@ -394,9 +433,29 @@ class Accuracy(Metric):
 
     @_in_replay
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
-        """Adds a batch."""
+        """Adds a batch (numbers, or strings: those are compared as Python code, no Tensor holds them)."""
+        if _text(y_true) or _text(y_pred):
+            host_call(self._add_text_matches, y_true, y_pred, sample_weight)
+            return
         y_true, y_pred = _same_rank(y_true, y_pred, self.name)
         self._accumulate(_math.equal(*_common(y_true, y_pred)), sample_weight)
+
+    def _add_text_matches(self, y_true: Any, y_pred: Any, sample_weight: Any) -> None:
+        t, p = np.asarray(y_true), np.asarray(y_pred)
+        if t.ndim == p.ndim + 1 and t.shape[-1] == 1:
+            t = t[..., 0]
+        elif p.ndim == t.ndim + 1 and p.shape[-1] == 1:
+            p = p[..., 0]
+        if t.shape != p.shape:
+            raise ValueError(f"{self.name}: y_true has shape {t.shape} but y_pred has shape {p.shape}")
+        self._accumulate(t == p, sample_weight)
+
+
+def _text(value: Any) -> bool:
+    """Whether ``value`` holds strings (a list of them, or an array of strings)."""
+    if isinstance(value, Tensor):
+        return False
+    return np.asarray(value).dtype.kind in "USO"
 
 
 def _floating(t: Tensor) -> Tensor:
@@ -699,9 +758,12 @@ class CategoricalCrossentropy(_LossMetric):
 def _in_top_k(scores: Tensor, targets: Tensor, k: int) -> Tensor:
     """Whether each target class is among the ``k`` highest scores of its row: fewer than ``k``
     classes score strictly higher (ties at the boundary count as in, as TensorFlow's ``in_top_k``)."""
-    index = _shape.reshape(targets, (*targets.shape, 1))
+    # A target outside the classes is never in the top k (as TensorFlow's in_top_k).
+    valid = _math.logical_and(_math.greater_equal(targets, 0), _math.less(targets, scores.shape[-1]))
+    index = _shape.reshape(_math.where(valid, targets, 0), (*targets.shape, 1))
     target_scores = _shape.gather(scores, index, axis=-1, batch_dims=targets.ndim)
-    return _math.less(_reduce.reduce_sum(_math.greater(scores, target_scores), axis=-1), k)
+    higher = _reduce.reduce_sum(_math.greater(scores, target_scores), axis=-1)
+    return _math.logical_and(valid, _math.less(higher, k))
 
 
 class TopKCategoricalAccuracy(Metric):
@@ -878,18 +940,21 @@ def _weights_of(sample_weight: Any, y_pred: Tensor, metric: str) -> Tensor | Non
     return _shape.broadcast_to(_shape.reshape(weights, shape), y_pred.shape)
 
 
+def _top_k_mask(y_pred: np.ndarray, k: int) -> np.ndarray:
+    order = np.argsort(-y_pred, axis=-1, kind="stable")[..., :k]
+    keep = np.zeros(y_pred.shape, bool)
+    np.put_along_axis(keep, order, True, axis=-1)
+    return keep
+
+
+_TOP_K_MASK = OpDef("TopKMask", _top_k_mask, save="")
+not_differentiable("TopKMask")
+
+
 def _top_k_only(y_pred: Tensor, k: int) -> Tensor:
     """``y_pred`` with every value outside the ``k`` highest of its last axis set to -1e10 (ties
     kept in the order of the axis, as a stable sort keeps them)."""
-    classes = y_pred.shape[-1]
-    mine, other = _with_last(y_pred), _shape.reshape(y_pred, (*y_pred.shape[:-1], 1, classes))
-    # other[i] comes before mine[j]: it is higher, or equal and earlier (i < j)
-    earlier = np.tri(classes, k=-1, dtype=bool)
-    before = _math.logical_or(
-        _math.greater(other, mine), _math.logical_and(_math.equal(other, mine), earlier)
-    )
-    kept = _math.less(_reduce.reduce_sum(before, axis=-1), k)
-    return _math.where(kept, y_pred, _NEG_INF)
+    return _math.where(execute(_TOP_K_MASK, (y_pred,), {"k": int(k)}), y_pred, _NEG_INF)
 
 
 class _Confusion(Metric):
