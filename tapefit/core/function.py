@@ -328,6 +328,10 @@ class Function:
             stacklevel=4,
         )
 
+    def _signature_count(self) -> int:
+        """How many signatures it has traced, confirmed or not."""
+        return len(self._programs) + len(self._first_traces)
+
     def experimental_get_tracing_count(self) -> int:
         """How many signatures have a confirmed program that calls replay (``tf.function``'s
         method of that name counts traces; here a signature's checking traces count once)."""

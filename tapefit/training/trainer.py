@@ -30,7 +30,7 @@ from tapefit.checkpointing import CheckpointError, load_checkpoint, save_checkpo
 from tapefit.checkpointing.validate import check_checkpoint, check_fits
 from tapefit.core import nest
 from tapefit.core import random as _random
-from tapefit.core.function import function, guard, host_call, tracing
+from tapefit.core.function import Function, function, guard, host_call, tracing
 from tapefit.core.ops import add_n, reduce_mean, reduce_sum
 from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor, Variable
@@ -97,6 +97,9 @@ class History:
 
     def __repr__(self) -> str:
         return f"History(epochs={self.epoch}, keys={sorted(self.history)})"
+
+
+_METRIC_SIGNATURES = 8  # batch shapes the metrics are traced for, at most
 
 
 def _to_tensors(data: Any) -> Any:
@@ -353,11 +356,11 @@ class Trainer:
             TensorBoard hyperparameters.
         compile: run each training step as a ``tp.function`` (traced once per batch shape,
             then replayed; bit for bit the eager results): the default step or a model's own
-            ``train_step``, updates and metrics included, and the default evaluation step. A plugin that transforms gradients
-            still sees and changes them on every replay: the hooks and the update then run as
-            Python, as in eager mode. ``"jit"``: the same with fused kernels
-            (``tp.function(jit_compile=True)``, needs Numba), within 1e-6 relative of eager per
-            step instead of bit for bit. Default eager.
+            ``train_step``, updates and metrics included, and the default evaluation step. A
+            plugin that transforms gradients still sees and changes them on every replay: the
+            hooks and the update then run as Python, as in eager mode. ``"jit"``: the same with
+            fused kernels (``tp.function(jit_compile=True)``, needs Numba), within 1e-6
+            relative of eager per step instead of bit for bit. Default eager.
         threads: the BLAS threads during ``fit``, ``evaluate`` and ``predict``: ``None``
             (default) leaves them as NumPy set them, unless the data has worker processes
             (a Pipeline's or Grain's): then, as ``"auto"``, the rule sizes them together with
@@ -441,7 +444,7 @@ class Trainer:
         self._compiled_test = function(self._default_test, jit_compile=self._jit) if self.compile else None
         # The built-in metrics are tapefit ops: replayed, they cost less than run op by op, so the
         # default steps update and read them as a tp.function in eager mode too.
-        self._metric_step = function(self._update_metrics)
+        self._metric_step = Function(self._update_metrics)
         self._pass_training = _accepts_training(model)
         self._has_losses: bool | None = None  # None: not known yet (see _total_loss)
         self._loader: Batches | None = None
@@ -817,7 +820,15 @@ class Trainer:
         else:
             self.apply(zip(grads, variables))
         host_call(self._count_batch_loss, batch_len(y if y is not None else x))
-        return self._metric_step(y, y_pred, weights, logged)  # traced inline in a compiled step
+        return self._metrics_of_batch(y, y_pred, weights, logged)
+
+    def _metrics_of_batch(self, y: Any, y_pred: Any, weights: Any, logged: tuple[Any, ...]) -> list[Any]:
+        """``_update_metrics`` through ``_metric_step`` (traced inline into a compiled step). Data
+        of many shapes (sequences of every length) would make it trace for each: past
+        ``_METRIC_SIGNATURES`` signatures, the metrics run op by op instead."""
+        if self._metric_step._signature_count() < _METRIC_SIGNATURES:
+            return self._metric_step(y, y_pred, weights, logged)
+        return self._update_metrics(y, y_pred, weights, logged)
 
     def _update_metrics(self, y: Any, y_pred: Any, weights: Any, logged: tuple[Any, ...]) -> list[Any]:
         """Updates the compiled metrics with a batch; returns the results of those ``logged``."""
@@ -847,7 +858,7 @@ class Trainer:
         y_pred = self._call(x, training=False)
         loss = self._total_loss(y, y_pred, weights)
         host_call(self._count_test_loss, loss, batch_len(y if y is not None else x))
-        return self._metric_step(y, y_pred, weights, logged)
+        return self._metrics_of_batch(y, y_pred, weights, logged)
 
     def _count_test_loss(self, loss: Any, samples: int) -> None:
         self._loss_tracker.add(float(loss), samples)
