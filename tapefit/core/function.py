@@ -347,15 +347,18 @@ def _holds(program: Program) -> bool:
 
 
 # The parts of ``_signature``'s key around positional arguments, with no keyword arguments.
-_CALL_KEY, _NO_KWARGS_KEY = (tuple, 2), (dict, ())
+_CALL_KEY, _NO_KWARGS_KEY, _NONE_KEY = (tuple, 2), (dict, ()), (type(None), None)
 
 
 def _tensors_key(args: tuple[Any, ...], arrays: list[Any]) -> tuple[Any, ...] | None:
-    """``_signature``'s key of a call with Tensors (not Variables) as its only arguments,
-    positional, whose arrays it appends to ``arrays``; ``None`` for any other call."""
+    """``_signature``'s key of a call with Tensors (not Variables) or ``None`` as its only
+    arguments, positional, whose arrays it appends to ``arrays``; ``None`` for any other call."""
     key: list[Any] = [_CALL_KEY, (tuple, len(args))]
     for x in args:
         if x.__class__ is not Tensor:
+            if x is None:
+                key.append(_NONE_KEY)
+                continue
             return None
         value = x._value
         arrays.append(value)

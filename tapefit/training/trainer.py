@@ -30,7 +30,7 @@ from tapefit.checkpointing import CheckpointError, load_checkpoint, save_checkpo
 from tapefit.checkpointing.validate import check_checkpoint, check_fits
 from tapefit.core import nest
 from tapefit.core import random as _random
-from tapefit.core.function import Function, function, guard, host_call, tracing
+from tapefit.core.function import Function, function, guard, host_call, tracing, unchanged
 from tapefit.core.ops import add_n, reduce_mean, reduce_sum
 from tapefit.core.tape import GradientTape
 from tapefit.core.tensor import Tensor, Variable
@@ -793,23 +793,20 @@ class Trainer:
     ) -> dict[str, float]:
         logs: dict[str, float] = {}
         self._step_extra = logs  # transform_gradients hooks get the batch's own loss, and add theirs
-        logged = tuple(self._logged_metrics)
         # The variables before the call are part of a compiled step's signature: a model that
         # builds in its first call, or a layer made (non-)trainable, traces again.
         step = self._default_update if self._compiled_step is None else self._compiled_step
-        results = step(x, y, weights, variables, logged)
+        results = step(x, y, weights, variables)
         # As Keras: a batch's logs hold the epoch's running values, the loss's included, and
         # every metric of the model's (a layer's own too); under MPI, this process's.
         logs["loss"] = self.state.running_loss
-        for metric, result in zip(logged, results):
+        for metric, result in zip(self._logged_metrics, results):
             logs[metric.name] = float(result)
         return logs
 
-    def _default_update(
-        self, x: Any, y: Any, weights: Any, variables: tuple[Variable, ...], logged: tuple[Any, ...]
-    ) -> list[Any]:
+    def _default_update(self, x: Any, y: Any, weights: Any, variables: tuple[Variable, ...]) -> list[Any]:
         """The default step but its logs: the forward and backward pass, the update, the loss
-        tracker and the compiled metrics; returns the results of the metrics ``logged``. With
+        tracker and the compiled metrics; returns the logged metrics' results. With
         ``compile=True`` it is one ``tp.function``, whose replay runs the update as array code
         when no plugin transforms gradients, and the built-in metrics' updates and results."""
         loss, y_pred, grads, variables = self._loss_and_gradients(x, y, weights)
@@ -820,18 +817,21 @@ class Trainer:
         else:
             self.apply(zip(grads, variables))
         host_call(self._count_batch_loss, batch_len(y if y is not None else x))
-        return self._metrics_of_batch(y, y_pred, weights, logged)
+        return self._metrics_of_batch(y, y_pred, weights)
 
-    def _metrics_of_batch(self, y: Any, y_pred: Any, weights: Any, logged: tuple[Any, ...]) -> list[Any]:
+    def _metrics_of_batch(self, y: Any, y_pred: Any, weights: Any) -> list[Any]:
         """``_update_metrics`` through ``_metric_step`` (traced inline into a compiled step). Data
         of many shapes (sequences of every length) would make it trace for each: past
         ``_METRIC_SIGNATURES`` signatures, the metrics run op by op instead."""
         if self._metric_step._signature_count() < _METRIC_SIGNATURES:
-            return self._metric_step(y, y_pred, weights, logged)
-        return self._update_metrics(y, y_pred, weights, logged)
+            return self._metric_step(y, y_pred, weights)
+        return self._update_metrics(y, y_pred, weights)
 
-    def _update_metrics(self, y: Any, y_pred: Any, weights: Any, logged: tuple[Any, ...]) -> list[Any]:
-        """Updates the compiled metrics with a batch; returns the results of those ``logged``."""
+    def _update_metrics(self, y: Any, y_pred: Any, weights: Any) -> list[Any]:
+        """Updates the compiled metrics with a batch; returns the results of the metrics the
+        steps log (``_logged_metrics``, set per fit and evaluation)."""
+        logged = self._logged_metrics
+        guard(unchanged((self, "_logged_metrics")))  # a replay reads the metrics it was traced with
         update_metrics(self.metrics, y, y_pred, weights)
         return [read_result(metric) for metric in logged]
 
@@ -844,21 +844,20 @@ class Trainer:
     def default_test_step(self, data: Any) -> dict[str, float]:
         """The default evaluation step on ``data`` (``tp.Module.test_step`` runs it)."""
         x, y, weights = unpack_x_y_sample_weight(data)
-        logged = tuple(self._logged_metrics)
         step = self._default_test if self._compiled_test is None else self._compiled_test
-        results = step(x, y, weights, logged)
+        results = step(x, y, weights)
         logs = {"loss": self.state.running_loss}
-        for metric, result in zip(logged, results):
+        for metric, result in zip(self._logged_metrics, results):
             logs[metric.name] = float(result)
         return logs
 
-    def _default_test(self, x: Any, y: Any, weights: Any, logged: tuple[Any, ...]) -> list[Any]:
+    def _default_test(self, x: Any, y: Any, weights: Any) -> list[Any]:
         """The default evaluation step but its logs (one ``tp.function`` with ``compile=True``):
-        returns the results of the metrics ``logged``."""
+        returns the logged metrics' results."""
         y_pred = self._call(x, training=False)
         loss = self._total_loss(y, y_pred, weights)
         host_call(self._count_test_loss, loss, batch_len(y if y is not None else x))
-        return self._metrics_of_batch(y, y_pred, weights, logged)
+        return self._metrics_of_batch(y, y_pred, weights)
 
     def _count_test_loss(self, loss: Any, samples: int) -> None:
         self._loss_tracker.add(float(loss), samples)

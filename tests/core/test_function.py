@@ -992,3 +992,19 @@ def test_functions_traced_in_several_threads_at_once_each_replay_their_own_progr
         assert len(results[k]) == 6
         for value in results[k]:
             np.testing.assert_array_equal(value, expected[k])
+
+
+def test_a_none_argument_is_part_of_the_signature_on_the_fast_path_too():
+    calls = []
+
+    @tp.function
+    def scaled(x, w):
+        calls.append(w is None)
+        return x * 2.0 if w is None else x * w
+
+    x = tp.constant(np.arange(3, dtype=np.float32))
+    w = tp.constant(np.full(3, 3.0, np.float32))
+    for _ in range(3):
+        np.testing.assert_array_equal(scaled(x, None).numpy(), [0, 2, 4])
+        np.testing.assert_array_equal(scaled(x, w).numpy(), [0, 3, 6])
+    assert calls == [True, False, True, False]  # each signature traced twice, then replayed
