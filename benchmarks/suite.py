@@ -631,6 +631,50 @@ def fit_rows(pairs: int, samples: int) -> list[Row]:
     return [row_from(f"Trainer.fit epoch + progress + CSV ({samples} samples)", times, [("fit", "bare")])]
 
 
+def compiled_fit_rows(pairs: int) -> list[Row]:
+    """A user's ``fit`` and ``evaluate`` on the digits (64-64-10 MLP, Adam, accuracy, batch 32):
+    ``Trainer(compile=True)`` against the eager trainer, one epoch (or one evaluation) each,
+    alternating."""
+    from tapefit.data import load_digits
+
+    x, y = load_digits(flatten=True)
+    x = x.astype(np.float32)
+
+    def trainer(compile: bool) -> tp.Trainer:
+        tp.random.set_seed(0)
+        model = tp.layers.Sequential(
+            [
+                tp.layers.Dense(64, activation="relu"),
+                tp.layers.Dense(64, activation="relu"),
+                tp.layers.Dense(10),
+            ]
+        )
+        loss = tp.losses.SparseCategoricalCrossentropy(from_logits=True)
+        made = tp.Trainer(model, tp.optimizers.Adam(1e-3), loss, metrics=["accuracy"], compile=compile)
+        made.fit(x, y, epochs=1, batch_size=32, verbose=0)  # builds, traces
+        return made
+
+    eager, compiled = trainer(False), trainer(True)
+    fits = paired(
+        {
+            "eager": lambda: eager.fit(x, y, epochs=1, batch_size=32, verbose=0),
+            "compiled": lambda: compiled.fit(x, y, epochs=1, batch_size=32, verbose=0),
+        },
+        pairs,
+    )
+    evaluations = paired(
+        {
+            "eager": lambda: eager.evaluate(x, y, batch_size=32, verbose=0),
+            "compiled": lambda: compiled.evaluate(x, y, batch_size=32, verbose=0),
+        },
+        pairs,
+    )
+    return [
+        row_from("digits fit, one epoch (MLP 64-64-10, Adam, accuracy)", fits, [("compiled", "eager")]),
+        row_from("digits evaluate (the same trainer)", evaluations, [("compiled", "eager")]),
+    ]
+
+
 def gan_rows(pairs: int, steps: int) -> list[Row]:
     sys.path.insert(0, str(Path(__file__).parent))
     from gan_step import BATCH, step_times
@@ -745,6 +789,7 @@ def run(quick: bool = False, rounds: int = 40) -> list[Row]:
     rows += lstm_rows(max(2, pairs // 4))
     rows += adam_rows(pairs)
     rows += fit_rows(2 if quick else 5, 512 if quick else 4096)
+    rows += compiled_fit_rows(2 if quick else max(2, pairs // 2))
     rows += gan_rows(2 if quick else max(2, pairs // 4), 5 if quick else 40)
     if not quick:
         rows += memory_rows()

@@ -324,8 +324,7 @@ class Metric:
     def _mean(self) -> Tensor:
         """``total / count`` in float64 (0 when nothing was added)."""
         total, count = self._sums
-        added = _math.not_equal(count, 0.0)
-        return _math.where(added, total / _math.where(added, count, 1.0), 0.0)
+        return _divide_no_nan(total, count)
 
     @_in_replay
     def result(self) -> Tensor:
@@ -1009,9 +1008,7 @@ class _Confusion(Metric):
     @_in_replay
     def result(self) -> Tensor:
         """``tp / (tp + other)`` at each threshold (0 where nothing counted); a scalar for one threshold."""
-        total = self.true_positives + self.other
-        counted = _math.greater(total, 0.0)
-        value = _math.where(counted, self.true_positives / _math.where(counted, total, 1.0), 0.0)
+        value = _divide_no_nan(self.true_positives, self.true_positives + self.other, positive=True)
         return value[0] if len(self._thresholds) == 1 else value
 
 
@@ -1052,9 +1049,19 @@ _CURVES = ("ROC", "PR")
 _SUMMATIONS = ("interpolation", "minoring", "majoring")
 
 
-def _divide_no_nan(a: Tensor, b: Tensor) -> Tensor:
-    nonzero = _math.not_equal(b, 0.0)
-    return _math.where(nonzero, a / _math.where(nonzero, b, 1.0), 0.0)
+def _ratio(a: np.ndarray, b: np.ndarray, positive: bool) -> np.ndarray:
+    out = np.zeros(np.broadcast_shapes(a.shape, b.shape), np.result_type(a, b))
+    return np.divide(a, b, out=out, where=b > 0 if positive else b != 0)
+
+
+# One op, not the four of where(b != 0, a / where(b != 0, b, 1), 0): every logged result pays it.
+_RATIO = OpDef("MetricRatio", _ratio, save="")
+not_differentiable("MetricRatio")
+
+
+def _divide_no_nan(a: Tensor, b: Tensor, positive: bool = False) -> Tensor:
+    """``a / b``, and 0 where ``b`` is 0 (or, with ``positive``, not above 0)."""
+    return execute(_RATIO, (a, b), {"positive": positive})
 
 
 def _float64(variable: Variable) -> Tensor:
