@@ -105,10 +105,17 @@ def _call_method(method: Callable[..., Any], metric: Metric, args: Any, kwargs: 
     )
 
 
+def trace_aware(method: Any) -> bool:
+    """Whether a ``tp.function`` trace may call ``method`` (a function or a bound method) as it
+    is: its ops run in the replay (``_in_replay``), or it arranges its own host call (``_hosted``)."""
+    function = getattr(method, "__func__", method)
+    return bool(getattr(function, "_tapefit_in_replay", False) or getattr(function, "_tapefit_hosted", False))
+
+
 def _hosted(method: Callable[..., Any]) -> Callable[..., Any]:
     """``method`` as a ``tp.function`` trace records it: a host call, run on every replay with
     that call's values (it may compute in NumPy, which a trace cannot follow)."""
-    if getattr(method, "_tapefit_in_replay", False) or getattr(method, "_tapefit_hosted", False):
+    if trace_aware(method):
         return method
 
     @functools.wraps(method)

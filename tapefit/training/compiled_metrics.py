@@ -22,16 +22,10 @@ from typing import Any
 
 from tapefit.core.function import host_call
 from tapefit.core.tensor import Tensor, as_tensor
+from tapefit.layers.metrics import trace_aware
 from tapefit.training.output_losses import _output_names, _pick
 
 __all__ = ["RoutedMetric", "read_result", "resolve_metrics", "update_metrics"]
-
-
-def _traceable(method: Any) -> bool:
-    """Whether a compiled step may call ``method`` (a metric's bound method) as it is: tapefit's
-    metrics mark theirs (their ops run in the replay, or they arrange their own host call)."""
-    function = getattr(method, "__func__", method)
-    return bool(getattr(function, "_tapefit_in_replay", False) or getattr(function, "_tapefit_hosted", False))
 
 
 def _update(metric: Any, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
@@ -39,7 +33,7 @@ def _update(metric: Any, y_true: Any, y_pred: Any, sample_weight: Any = None) ->
     step, a metric that is not tapefit's (it may compute in NumPy) runs as a host call, with
     every replay's values."""
     args = (y_true, y_pred) if sample_weight is None else (y_true, y_pred, sample_weight)
-    if _traceable(metric.update_state):
+    if trace_aware(metric.update_state):
         metric.update_state(*args)
     else:
         host_call(metric.update_state, *args)
@@ -52,7 +46,7 @@ def _result_tensor(metric: Any) -> Tensor:
 def read_result(metric: Any) -> Any:
     """``metric.result()``, as a compiled step can return it: a metric that is not tapefit's runs
     as a host call whose result is a Tensor (a Python number would be the trace's forever)."""
-    if _traceable(metric.result):
+    if trace_aware(metric.result):
         return metric.result()
     return host_call(_result_tensor, metric)
 
